@@ -1,0 +1,249 @@
+//! Command line: every flag also read from a `PROXYWATCH_*` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::evaluate::{ProxyMode, Thresholds};
+use crate::probe::ProbeName;
+use crate::scheduler::Schedule;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "proxywatch",
+    version,
+    about = "Tells whether this node's kube-proxy data plane is healthy.",
+    long_about = "Tells whether this node's kube-proxy data plane is healthy: kernel modules, conntrack, sysctls.\n\
+                  `serve` runs the probes in the background and serves /metrics, /snapshot, /findings, /healthz, /readyz.\n\
+                  `check` runs every probe once and prints the findings; exit code 0 ok, 1 warning, 2 critical, 3 the agent could not run."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run probes in the background and serve HTTP.
+    Serve(ServeArgs),
+    /// Run every probe once, print the findings, exit with a Nagios-style code.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (the DaemonSet passes 0.0.0.0:9877).
+    #[arg(long, env = "PROXYWATCH_LISTEN", default_value = "127.0.0.1:9877")]
+    pub listen: SocketAddr,
+
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// For a person, 80 columns.
+    Text,
+    /// Exactly the /snapshot document.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Output format.
+    #[arg(long, env = "PROXYWATCH_FORMAT", value_enum, default_value = "text")]
+    pub format: Format,
+
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Options shared by `serve` and `check`.
+#[derive(Debug, Args, Clone)]
+pub struct Common {
+    /// Root of the node's filesystem: files are read from DIR/proc, DIR/sys, DIR/lib/modules.
+    #[arg(
+        long,
+        env = "PROXYWATCH_HOST_ROOT",
+        default_value = "/",
+        value_name = "DIR"
+    )]
+    pub host_root: PathBuf,
+
+    /// Node name in reports (default: the host's hostname).
+    #[arg(long, env = "PROXYWATCH_NODE_NAME")]
+    pub node_name: Option<String>,
+
+    /// kube-proxy's mode, if known: auto, iptables, ipvs or nftables. Decides whether missing IPVS modules are critical.
+    #[arg(long = "kube-proxy.mode", env = "PROXYWATCH_KUBE_PROXY_MODE", default_value = "auto", value_parser = parse_mode)]
+    pub kube_proxy_mode: ProxyMode,
+
+    /// conntrack fill ratio (entries / max) that raises a warning.
+    #[arg(long = "conntrack.fill-warning", env = "PROXYWATCH_CONNTRACK_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
+    pub conntrack_fill_warning: f64,
+
+    /// conntrack fill ratio that raises a critical finding.
+    #[arg(long = "conntrack.fill-critical", env = "PROXYWATCH_CONNTRACK_FILL_CRITICAL", default_value_t = 0.95, value_parser = parse_ratio)]
+    pub conntrack_fill_critical: f64,
+
+    /// How far back conntrack counter increases (drop, early_drop, insert_failed) count toward findings.
+    #[arg(long = "conntrack.window", env = "PROXYWATCH_CONNTRACK_WINDOW", default_value = "5m", value_parser = parse_duration)]
+    pub conntrack_window: Duration,
+
+    /// How often the conntrack probe runs.
+    #[arg(long = "conntrack.interval", env = "PROXYWATCH_CONNTRACK_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub conntrack_interval: Duration,
+
+    /// How often the sysctls probe runs.
+    #[arg(long = "sysctls.interval", env = "PROXYWATCH_SYSCTLS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub sysctls_interval: Duration,
+
+    /// How often the kernel modules probe runs.
+    #[arg(long = "modules.interval", env = "PROXYWATCH_MODULES_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub modules_interval: Duration,
+
+    /// How often the node probe (CPUs, kernel release) runs.
+    #[arg(long = "node.interval", env = "PROXYWATCH_NODE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub node_interval: Duration,
+
+    /// Timeout of one probe run, commands included.
+    #[arg(long = "probe.timeout", env = "PROXYWATCH_PROBE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub probe_timeout: Duration,
+
+    /// How many external commands may run at once.
+    #[arg(
+        long = "exec.max-children",
+        env = "PROXYWATCH_EXEC_MAX_CHILDREN",
+        default_value_t = 4
+    )]
+    pub max_children: usize,
+
+    /// Log level: error, warn, info, debug.
+    #[arg(
+        long = "log.level",
+        env = "PROXYWATCH_LOG_LEVEL",
+        default_value = "info"
+    )]
+    pub log_level: tracing::Level,
+}
+
+impl Common {
+    pub fn thresholds(&self) -> Result<Thresholds, String> {
+        if self.conntrack_fill_warning > self.conntrack_fill_critical {
+            return Err(format!(
+                "--conntrack.fill-warning ({}) must not exceed --conntrack.fill-critical ({})",
+                self.conntrack_fill_warning, self.conntrack_fill_critical
+            ));
+        }
+        Ok(Thresholds {
+            conntrack_fill_warning: self.conntrack_fill_warning,
+            conntrack_fill_critical: self.conntrack_fill_critical,
+            proxy_mode: self.kube_proxy_mode,
+        })
+    }
+
+    pub fn schedules(&self) -> Vec<Schedule> {
+        crate::probe::PROBES
+            .iter()
+            .map(|&probe| Schedule {
+                probe,
+                interval: match probe {
+                    ProbeName::Node => self.node_interval,
+                    ProbeName::Modules => self.modules_interval,
+                    ProbeName::Conntrack => self.conntrack_interval,
+                    ProbeName::Sysctls => self.sysctls_interval,
+                },
+            })
+            .collect()
+    }
+}
+
+fn parse_mode(s: &str) -> Result<ProxyMode, String> {
+    s.parse()
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a ratio between 0 and 1"))
+    }
+}
+
+/// Parses `500ms`, `5s`, `2m`, `1h` (a bare number means seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a duration like 500ms, 5s, 2m or 1h"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?}; use ms, s, m or h")),
+    };
+    if !(0.001..=86_400.0 * 7.0).contains(&secs) {
+        return Err(format!("{s:?}: must be between 1ms and 7 days"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn flags_and_env() {
+        let cli = Cli::try_parse_from([
+            "proxywatch",
+            "check",
+            "--format",
+            "json",
+            "--conntrack.fill-warning",
+            "0.5",
+        ])
+        .unwrap();
+        let Command::Check(c) = cli.command else {
+            panic!()
+        };
+        assert_eq!(c.format, Format::Json);
+        assert_eq!(c.common.thresholds().unwrap().conntrack_fill_warning, 0.5);
+        assert!(
+            Cli::try_parse_from(["proxywatch", "check", "--conntrack.fill-warning", "2"]).is_err()
+        );
+        let cli = Cli::try_parse_from(["proxywatch", "check", "--conntrack.fill-warning", "0.99"])
+            .unwrap();
+        let Command::Check(c) = cli.command else {
+            panic!()
+        };
+        assert!(
+            c.common.thresholds().is_err(),
+            "warning above critical is refused"
+        );
+    }
+
+    #[test]
+    fn clap_definition_is_valid() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,238 @@
+//! Conntrack checks: fill, drops ("table full, dropping packet"), insert
+//! failures (the SNAT/DNAT race behind 5 s DNS timeouts) and sizing.
+
+use super::{Finding, Severity, Thresholds};
+use crate::snapshot::Snapshot;
+
+/// kube-proxy's sizing rule: max(conntrack.min, conntrack.maxPerCore × cores),
+/// with its defaults min = 131072 and maxPerCore = 32768.
+pub fn recommended_conntrack_max(cpus: u32) -> u64 {
+    (32_768u64 * cpus as u64).max(131_072)
+}
+
+const RAISE_MAX: &[&str] = &[
+    "Raise the limit now: sysctl -w net.netfilter.nf_conntrack_max=<value> (e.g. 1048576; each entry costs ~300 bytes of kernel memory).",
+    "Persist it: echo 'net.netfilter.nf_conntrack_max=<value>' > /etc/sysctl.d/90-conntrack.conf, or set kube-proxy's conntrack.maxPerCore / conntrack.min so kube-proxy sets it at start.",
+    "Find who creates the connections (conntrack -L | awk '{print $4}' | sort | uniq -c | sort -rn | head) and reduce churn; IPVS mode tracks fewer entries than iptables mode.",
+    "Roll back: sysctl -w net.netfilter.nf_conntrack_max=<previous value> and remove the sysctl.d file.",
+];
+
+pub fn table_fill(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+    let ct = s.facts.conntrack.as_ref()?;
+    let ratio = ct.fill_ratio()?;
+    let severity = if ratio >= t.conntrack_fill_critical {
+        Severity::Critical
+    } else if ratio >= t.conntrack_fill_warning {
+        Severity::Warning
+    } else {
+        Severity::Ok
+    };
+    Some(
+        Finding::new(
+            "conntrack_table_fill",
+            severity,
+            format!(
+                "conntrack table {:.1}% full ({} of {} entries)",
+                ratio * 100.0,
+                ct.entries,
+                ct.max
+            ),
+        )
+        .evidence("entries", ct.entries)
+        .evidence("max", ct.max)
+        .evidence("fill_ratio", round(ratio))
+        .evidence(
+            "threshold",
+            if severity == Severity::Critical {
+                t.conntrack_fill_critical
+            } else {
+                t.conntrack_fill_warning
+            },
+        )
+        .remediation(RAISE_MAX),
+    )
+}
+
+pub fn drops(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    let ct = s.facts.conntrack.as_ref()?;
+    ct.stats_source.as_ref()?;
+    match &ct.window {
+        Some(w) => {
+            let (drop, early) = (w.get("drop"), w.get("early_drop"));
+            let severity = if drop + early > 0 {
+                Severity::Critical
+            } else {
+                Severity::Ok
+            };
+            Some(
+                Finding::new(
+                    "conntrack_drops",
+                    severity,
+                    format!(
+                        "table full, dropping packet: {drop} packets dropped and {early} entries evicted early in the last {:.0} s",
+                        w.seconds
+                    ),
+                )
+                .evidence("drop_increase", drop)
+                .evidence("early_drop_increase", early)
+                .evidence("window_seconds", round(w.seconds))
+                .evidence("entries", ct.entries)
+                .evidence("max", ct.max)
+                .remediation(RAISE_MAX),
+            )
+        }
+        None => {
+            // A single reading (proxywatch check): only totals since boot are known.
+            let (drop, early) = (ct.stat("drop"), ct.stat("early_drop"));
+            let severity = if drop + early > 0 {
+                Severity::Info
+            } else {
+                Severity::Ok
+            };
+            Some(
+                Finding::new(
+                    "conntrack_drops",
+                    severity,
+                    format!(
+                        "{drop} packets dropped and {early} entries evicted since boot because the table was full; one reading cannot tell whether it is still happening"
+                    ),
+                )
+                .evidence("drop_total", drop)
+                .evidence("early_drop_total", early)
+                .remediation(&[
+                    "Watch the counters: proxywatch serve exports proxywatch_conntrack_stat_drop_total; or run conntrack -S twice a minute apart.",
+                    "Check the kernel log for 'nf_conntrack: table full, dropping packet' (journalctl -k | grep conntrack).",
+                ]),
+            )
+        }
+    }
+}
+
+pub fn insert_failed(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    let ct = s.facts.conntrack.as_ref()?;
+    let w = ct.window.as_ref()?;
+    let n = w.get("insert_failed");
+    Some(
+        Finding::new(
+            "conntrack_insert_failed",
+            if n > 0 { Severity::Warning } else { Severity::Ok },
+            format!(
+                "{n} conntrack insertions failed in the last {:.0} s (the SNAT/DNAT race behind 5 s DNS timeouts)",
+                w.seconds
+            ),
+        )
+        .evidence("insert_failed_increase", n)
+        .evidence("window_seconds", round(w.seconds))
+        .remediation(&[
+            "Usually parallel UDP queries from one socket (glibc resolver A+AAAA) racing in conntrack: add `options single-request-reopen` to pods' dnsConfig, or run NodeLocal DNSCache.",
+            "Kernels >= 5.0 resolve most such clashes (the clashres counter); upgrade older kernels.",
+            "Check with conntrack -S which CPUs report insert_failed.",
+        ]),
+    )
+}
+
+pub fn max_below_recommended(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    let ct = s.facts.conntrack.as_ref()?;
+    let cpus = s.facts.node.as_ref()?.cpus;
+    let want = recommended_conntrack_max(cpus);
+    Some(
+        Finding::new(
+            "conntrack_max_below_recommended",
+            if ct.max < want { Severity::Warning } else { Severity::Ok },
+            format!(
+                "nf_conntrack_max is {} but kube-proxy's rule for {cpus} CPUs gives {want} (max(131072, 32768 × cores))",
+                ct.max
+            ),
+        )
+        .evidence("max", ct.max)
+        .evidence("recommended", want)
+        .evidence("cpus", cpus)
+        .remediation(RAISE_MAX),
+    )
+}
+
+fn round(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::healthy;
+    use super::*;
+    use crate::window::CounterDeltas;
+
+    #[test]
+    fn recommended_follows_kube_proxy() {
+        assert_eq!(recommended_conntrack_max(2), 131_072);
+        assert_eq!(recommended_conntrack_max(4), 131_072);
+        assert_eq!(recommended_conntrack_max(16), 524_288);
+    }
+
+    #[test]
+    fn fill_thresholds() {
+        let t = Thresholds::default();
+        let mut s = healthy();
+        let ct = s.facts.conntrack.as_mut().unwrap();
+        ct.max = 1000;
+        ct.entries = 799;
+        assert_eq!(table_fill(&s, &t).unwrap().severity, Severity::Ok);
+        s.facts.conntrack.as_mut().unwrap().entries = 800;
+        assert_eq!(table_fill(&s, &t).unwrap().severity, Severity::Warning);
+        s.facts.conntrack.as_mut().unwrap().entries = 950;
+        let f = table_fill(&s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(f.evidence["entries"], 950);
+        assert!(f.summary.contains("95.0%"), "{}", f.summary);
+        s.facts.conntrack.as_mut().unwrap().max = 0;
+        assert!(table_fill(&s, &t).is_none(), "no limit, no ratio");
+    }
+
+    #[test]
+    fn drops_in_window_are_critical() {
+        let t = Thresholds::default();
+        let mut s = healthy();
+        let ct = s.facts.conntrack.as_mut().unwrap();
+        ct.stats_source = Some("test".into());
+        ct.stats.insert("drop".into(), 500);
+        // One reading: totals since boot are information only.
+        assert_eq!(drops(&s, &t).unwrap().severity, Severity::Info);
+        let mut w = CounterDeltas {
+            seconds: 300.0,
+            ..Default::default()
+        };
+        w.increase.insert("drop".into(), 0);
+        s.facts.conntrack.as_mut().unwrap().window = Some(w.clone());
+        assert_eq!(
+            drops(&s, &t).unwrap().severity,
+            Severity::Ok,
+            "old drops, none recently"
+        );
+        w.increase.insert("early_drop".into(), 3);
+        s.facts.conntrack.as_mut().unwrap().window = Some(w);
+        let f = drops(&s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert!(f.summary.starts_with("table full, dropping packet"));
+        assert_eq!(f.evidence["early_drop_increase"], 3);
+    }
+
+    #[test]
+    fn insert_failed_needs_a_window() {
+        let t = Thresholds::default();
+        let mut s = healthy();
+        assert!(insert_failed(&s, &t).is_none());
+        let mut w = CounterDeltas::default();
+        w.increase.insert("insert_failed".into(), 2);
+        s.facts.conntrack.as_mut().unwrap().window = Some(w);
+        assert_eq!(insert_failed(&s, &t).unwrap().severity, Severity::Warning);
+    }
+
+    #[test]
+    fn sizing() {
+        let t = Thresholds::default();
+        let mut s = healthy();
+        s.facts.node.as_mut().unwrap().cpus = 16;
+        let f = max_below_recommended(&s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.evidence["recommended"], 524_288);
+    }
+}

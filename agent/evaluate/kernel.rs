@@ -1,0 +1,170 @@
+//! Kernel checks: the sysctls kube-proxy depends on and the IPVS modules.
+
+use super::{Finding, ProxyMode, Severity, Thresholds};
+use crate::probe::modules::IPVS_MODULES;
+use crate::snapshot::Snapshot;
+
+pub fn ip_forward(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    let v = s.facts.sysctls.as_ref()?.get("net.ipv4.ip_forward")?;
+    Some(
+        Finding::new(
+            "sysctl_ip_forward",
+            if v == 1 { Severity::Ok } else { Severity::Critical },
+            format!("net.ipv4.ip_forward is {v}: the node does not forward packets, so Service traffic to pods on other nodes is dropped"),
+        )
+        .evidence("net.ipv4.ip_forward", v)
+        .evidence("expected", 1)
+        .remediation(&[
+            "Enable it now: sysctl -w net.ipv4.ip_forward=1",
+            "Persist it: echo 'net.ipv4.ip_forward=1' > /etc/sysctl.d/90-kubernetes.conf; find what turned it off (a sysctl.d file, a firewall or security baseline).",
+        ]),
+    )
+}
+
+pub fn bridge_nf_call_iptables(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    // Only meaningful when br_netfilter is active: without it the sysctl does not exist.
+    let v = s
+        .facts
+        .sysctls
+        .as_ref()?
+        .get("net.bridge.bridge-nf-call-iptables")?;
+    Some(
+        Finding::new(
+            "sysctl_bridge_nf_call_iptables",
+            if v == 1 { Severity::Ok } else { Severity::Warning },
+            format!("net.bridge.bridge-nf-call-iptables is {v}: traffic between pods on the same bridge bypasses kube-proxy's rules"),
+        )
+        .evidence("net.bridge.bridge-nf-call-iptables", v)
+        .evidence("expected", 1)
+        .remediation(&[
+            "Enable it now: sysctl -w net.bridge.bridge-nf-call-iptables=1 (and bridge-nf-call-ip6tables for IPv6).",
+            "Persist it in /etc/sysctl.d/ and make sure br_netfilter is loaded at boot (/etc/modules-load.d/k8s.conf).",
+        ]),
+    )
+}
+
+/// kube-proxy sets these at start (conntrack.tcpEstablishedTimeout 24h,
+/// tcpCloseWaitTimeout 1h); other values mean something else manages them.
+pub fn conntrack_tcp_timeouts(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    let sys = s.facts.sysctls.as_ref()?;
+    let est = sys.get("net.netfilter.nf_conntrack_tcp_timeout_established")?;
+    let cw = sys.get("net.netfilter.nf_conntrack_tcp_timeout_close_wait")?;
+    let off = est != 86_400 || cw != 3_600;
+    Some(
+        Finding::new(
+            "sysctl_conntrack_tcp_timeouts",
+            if off { Severity::Info } else { Severity::Ok },
+            format!(
+                "conntrack TCP timeouts are established={est}s close_wait={cw}s; kube-proxy's defaults are 86400s and 3600s"
+            ),
+        )
+        .evidence("nf_conntrack_tcp_timeout_established", est)
+        .evidence("nf_conntrack_tcp_timeout_close_wait", cw)
+        .remediation(&[
+            "Long established timeouts (the kernel default is 432000 s, 5 days) keep dead flows in the table and fill it; kube-proxy lowers it to 86400 s unless conntrack.tcpEstablishedTimeout is 0.",
+            "Check kube-proxy's conntrack settings (kubectl -n kube-system get cm kube-proxy -o yaml) or set the sysctls in /etc/sysctl.d/.",
+        ]),
+    )
+}
+
+pub fn ipvs_modules_missing(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+    let modules = &s.facts.modules.as_ref()?.modules;
+    let missing: Vec<&str> = IPVS_MODULES
+        .iter()
+        .copied()
+        .filter(|m| modules.get(*m).is_none_or(|st| !st.is_present()))
+        .collect();
+    let severity = match (missing.is_empty(), t.proxy_mode) {
+        (true, _) => Severity::Ok,
+        (false, ProxyMode::Ipvs) => Severity::Critical,
+        (false, ProxyMode::Unknown) => Severity::Info,
+        (false, _) => Severity::Ok,
+    };
+    let mode = serde_json::to_value(t.proxy_mode).unwrap_or_default();
+    Some(
+        Finding::new(
+            "ipvs_modules_missing",
+            severity,
+            format!(
+                "IPVS kernel modules missing: {} (proxy mode {})",
+                missing.join(", "),
+                mode.as_str().unwrap_or("unknown")
+            ),
+        )
+        .evidence("missing", missing.clone())
+        .evidence("proxy_mode", mode)
+        .remediation(&[
+            "If kube-proxy should run in IPVS mode: load the modules on the node (modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh) and persist them in /etc/modules-load.d/ipvs.conf; without them kube-proxy falls back to iptables or fails ('IPVS required kernel modules not found').",
+            "Or stay on iptables mode: set mode: iptables in the kube-proxy ConfigMap and kubectl -n kube-system rollout restart ds kube-proxy.",
+            "Roll back: restore the ConfigMap backup and restart kube-proxy again.",
+        ]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::healthy;
+    use super::*;
+    use crate::probe::modules::ModuleState;
+
+    fn set(s: &mut Snapshot, k: &str, v: Option<i64>) {
+        s.facts.sysctls.as_mut().unwrap().values.insert(k.into(), v);
+    }
+
+    #[test]
+    fn forwarding_off_is_critical() {
+        let mut s = healthy();
+        set(&mut s, "net.ipv4.ip_forward", Some(0));
+        let f = ip_forward(&s, &Thresholds::default()).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert!(f.remediation[0].contains("sysctl -w net.ipv4.ip_forward=1"));
+    }
+
+    #[test]
+    fn bridge_sysctl_only_when_present() {
+        let mut s = healthy();
+        set(&mut s, "net.bridge.bridge-nf-call-iptables", None);
+        assert!(bridge_nf_call_iptables(&s, &Thresholds::default()).is_none());
+        set(&mut s, "net.bridge.bridge-nf-call-iptables", Some(0));
+        assert_eq!(
+            bridge_nf_call_iptables(&s, &Thresholds::default())
+                .unwrap()
+                .severity,
+            Severity::Warning
+        );
+    }
+
+    #[test]
+    fn kernel_default_timeouts_are_info() {
+        let mut s = healthy();
+        set(
+            &mut s,
+            "net.netfilter.nf_conntrack_tcp_timeout_established",
+            Some(432_000),
+        );
+        let f = conntrack_tcp_timeouts(&s, &Thresholds::default()).unwrap();
+        assert_eq!(f.severity, Severity::Info);
+    }
+
+    #[test]
+    fn ipvs_modules_depend_on_mode() {
+        let mut s = healthy();
+        s.facts
+            .modules
+            .as_mut()
+            .unwrap()
+            .modules
+            .insert("ip_vs_sh".into(), ModuleState::Missing);
+        let mut t = Thresholds::default();
+        let f = ipvs_modules_missing(&s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(f.evidence["missing"], serde_json::json!(["ip_vs_sh"]));
+        t.proxy_mode = ProxyMode::Ipvs;
+        assert_eq!(
+            ipvs_modules_missing(&s, &t).unwrap().severity,
+            Severity::Critical
+        );
+        t.proxy_mode = ProxyMode::Iptables;
+        assert_eq!(ipvs_modules_missing(&s, &t).unwrap().severity, Severity::Ok);
+    }
+}

@@ -1,0 +1,271 @@
+//! Pure evaluation: (snapshot, thresholds) -> findings. No I/O, no clock.
+//!
+//! Each check is a plain function in the file of its subject; `CHECKS` is the
+//! explicit list. Every check id is always exported as
+//! `proxywatch_finding_severity{id}` (0 when fine), so alerts never depend on a
+//! series appearing.
+
+mod conntrack;
+mod kernel;
+mod probes;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::snapshot::Snapshot;
+
+pub use conntrack::recommended_conntrack_max;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Ok = 0,
+    Info = 1,
+    Warning = 2,
+    Critical = 3,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Ok => "ok",
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// Something worth telling an SRE about, with the numbers behind it and what to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub id: String,
+    pub severity: Severity,
+    /// One line, with the key number.
+    pub summary: String,
+    /// The facts behind the finding, by name.
+    pub evidence: Map<String, Value>,
+    /// Concrete steps, in order.
+    pub remediation: Vec<String>,
+}
+
+impl Finding {
+    fn new(id: &str, severity: Severity, summary: impl Into<String>) -> Self {
+        Finding {
+            id: id.to_string(),
+            severity,
+            summary: summary.into(),
+            evidence: Map::new(),
+            remediation: Vec::new(),
+        }
+    }
+
+    fn evidence(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.evidence.insert(key.to_string(), value.into());
+        self
+    }
+
+    fn remediation(mut self, steps: &[&str]) -> Self {
+        self.remediation = steps.iter().map(|s| s.to_string()).collect();
+        self
+    }
+}
+
+/// The proxy mode kube-proxy runs in, as far as the agent knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyMode {
+    #[default]
+    Unknown,
+    Iptables,
+    Ipvs,
+    Nftables,
+}
+
+impl std::str::FromStr for ProxyMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" | "unknown" => Ok(ProxyMode::Unknown),
+            "iptables" => Ok(ProxyMode::Iptables),
+            "ipvs" => Ok(ProxyMode::Ipvs),
+            "nftables" => Ok(ProxyMode::Nftables),
+            other => Err(format!(
+                "unknown proxy mode {other:?}: expected auto, iptables, ipvs or nftables"
+            )),
+        }
+    }
+}
+
+/// Limits the checks compare facts against (all settable by flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds {
+    /// conntrack entries / max at which a warning fires.
+    pub conntrack_fill_warning: f64,
+    /// conntrack entries / max at which it becomes critical.
+    pub conntrack_fill_critical: f64,
+    /// The proxy mode declared by `--kube-proxy.mode`; Unknown means "auto".
+    pub proxy_mode: ProxyMode,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            conntrack_fill_warning: 0.80,
+            conntrack_fill_critical: 0.95,
+            proxy_mode: ProxyMode::Unknown,
+        }
+    }
+}
+
+/// One check: an id (stable, used in metrics and alerts) and a pure function.
+pub struct Check {
+    pub id: &'static str,
+    pub run: fn(&Snapshot, &Thresholds) -> Option<Finding>,
+}
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: "conntrack_table_fill",
+        run: conntrack::table_fill,
+    },
+    Check {
+        id: "conntrack_drops",
+        run: conntrack::drops,
+    },
+    Check {
+        id: "conntrack_insert_failed",
+        run: conntrack::insert_failed,
+    },
+    Check {
+        id: "conntrack_max_below_recommended",
+        run: conntrack::max_below_recommended,
+    },
+    Check {
+        id: "sysctl_ip_forward",
+        run: kernel::ip_forward,
+    },
+    Check {
+        id: "sysctl_bridge_nf_call_iptables",
+        run: kernel::bridge_nf_call_iptables,
+    },
+    Check {
+        id: "sysctl_conntrack_tcp_timeouts",
+        run: kernel::conntrack_tcp_timeouts,
+    },
+    Check {
+        id: "ipvs_modules_missing",
+        run: kernel::ipvs_modules_missing,
+    },
+    Check {
+        id: "probe_failed",
+        run: probes::failed,
+    },
+];
+
+/// Every check, most severe first, then by id.
+pub fn evaluate(snapshot: &Snapshot, thresholds: &Thresholds) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = CHECKS
+        .iter()
+        .filter_map(|c| {
+            let f = (c.run)(snapshot, thresholds)?;
+            debug_assert_eq!(f.id, c.id);
+            (f.severity > Severity::Ok).then_some(f)
+        })
+        .collect();
+    findings.sort_by(|a, b| b.severity.cmp(&a.severity).then_with(|| a.id.cmp(&b.id)));
+    findings
+}
+
+/// The node's overall status: the worst finding, where info counts as ok.
+pub fn overall(findings: &[Finding]) -> Severity {
+    match findings.iter().map(|f| f.severity).max() {
+        Some(Severity::Critical) => Severity::Critical,
+        Some(Severity::Warning) => Severity::Warning,
+        _ => Severity::Ok,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::probe::conntrack::ConntrackFacts;
+    use crate::probe::modules::{ModuleFacts, ModuleState, WATCHED};
+    use crate::probe::node::NodeFacts;
+    use crate::probe::sysctl::SysctlFacts;
+    use crate::snapshot::Snapshot;
+
+    /// A healthy 4-CPU iptables node, for checks to break one fact at a time.
+    pub fn healthy() -> Snapshot {
+        let mut s = Snapshot::new("node-a");
+        s.facts.node = Some(NodeFacts {
+            kernel_release: Some("6.1.0".into()),
+            cpus: 4,
+            cpus_source: "test".into(),
+        });
+        s.facts.conntrack = Some(ConntrackFacts {
+            entries: 1000,
+            max: 262_144,
+            buckets: Some(65_536),
+            ..Default::default()
+        });
+        s.facts.modules = Some(ModuleFacts {
+            kernel_release: Some("6.1.0".into()),
+            modules: WATCHED
+                .iter()
+                .map(|(m, _)| (m.to_string(), ModuleState::Loaded))
+                .collect(),
+            sources: vec!["/proc/modules".into()],
+        });
+        let mut sys = SysctlFacts::default();
+        for (k, v) in [
+            ("net.ipv4.ip_forward", 1),
+            ("net.bridge.bridge-nf-call-iptables", 1),
+            ("net.netfilter.nf_conntrack_max", 262_144),
+            ("net.netfilter.nf_conntrack_tcp_timeout_established", 86_400),
+            ("net.netfilter.nf_conntrack_tcp_timeout_close_wait", 3_600),
+        ] {
+            sys.values.insert(k.into(), Some(v));
+        }
+        s.facts.sysctls = Some(sys);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthy_node_has_no_findings() {
+        let f = evaluate(&test_support::healthy(), &Thresholds::default());
+        assert!(f.is_empty(), "{f:#?}");
+        assert_eq!(overall(&f), Severity::Ok);
+    }
+
+    #[test]
+    fn check_ids_are_unique_and_snake_case() {
+        let mut ids: Vec<&str> = CHECKS.iter().map(|c| c.id).collect();
+        assert!(ids
+            .iter()
+            .all(|i| i.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')));
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), CHECKS.len());
+    }
+
+    #[test]
+    fn findings_sorted_most_severe_first() {
+        let mut s = test_support::healthy();
+        s.facts
+            .sysctls
+            .as_mut()
+            .unwrap()
+            .values
+            .insert("net.ipv4.ip_forward".into(), Some(0));
+        s.facts.conntrack.as_mut().unwrap().entries = 220_000;
+        let f = evaluate(&s, &Thresholds::default());
+        let ids: Vec<&str> = f.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(ids, ["sysctl_ip_forward", "conntrack_table_fill"]);
+        assert_eq!(overall(&f), Severity::Critical);
+    }
+}

@@ -1,0 +1,442 @@
+//! The one command runner. Every external command the agent runs goes
+//! through here: fixed argv (never a shell), its own process group, both pipes
+//! drained concurrently, stdout streamed line by line under a byte cap,
+//! stderr's head kept for the error message, a timeout that kills the whole
+//! group, and the child always waited for (no zombies).
+
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::sync::Semaphore;
+
+/// How much of stderr is kept for error messages; the rest is drained and dropped.
+const STDERR_KEEP: usize = 4096;
+/// A single output line longer than this is treated as garbage.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Runs commands with a bound on how many run at once.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    slots: Arc<Semaphore>,
+}
+
+/// One command to run.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub timeout: Duration,
+    /// stdout beyond this many bytes kills the command and fails the run.
+    pub max_output_bytes: u64,
+    /// What a permission error usually means for this command, e.g. "needs CAP_NET_ADMIN".
+    pub permission_hint: &'static str,
+}
+
+impl CommandSpec {
+    pub fn new(program: &str, args: &[&str]) -> Self {
+        CommandSpec {
+            program: program.to_string(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            timeout: Duration::from_secs(10),
+            max_output_bytes: 64 << 20,
+            permission_hint: "run as root",
+        }
+    }
+
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    pub fn max_output_bytes(mut self, n: u64) -> Self {
+        self.max_output_bytes = n;
+        self
+    }
+
+    pub fn permission_hint(mut self, h: &'static str) -> Self {
+        self.permission_hint = h;
+        self
+    }
+
+    /// The command line as a person would type it, for messages.
+    pub fn display(&self) -> String {
+        let mut s = self.program.clone();
+        for a in &self.args {
+            s.push(' ');
+            s.push_str(a);
+        }
+        s
+    }
+}
+
+/// How a finished command ended.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub status: ExitStatus,
+    /// Bytes read from stdout.
+    pub stdout_bytes: u64,
+    /// The first few KiB of stderr, lossily decoded.
+    pub stderr_head: String,
+    /// Wall time from spawn to exit.
+    pub duration: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("{command}: command not found on PATH")]
+    NotFound { command: String },
+    #[error("{command}: permission denied ({hint})")]
+    PermissionDenied { command: String, hint: &'static str },
+    #[error("{command}: could not start: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("{command}: timed out after {after:?}; killed")]
+    Timeout { command: String, after: Duration },
+    #[error("{command}: output exceeds {limit} bytes; killed")]
+    OutputTooLarge { command: String, limit: u64 },
+    #[error("{command}: an output line exceeds {limit} bytes; killed")]
+    LineTooLong { command: String, limit: usize },
+    #[error("{command}: {status}{}", stderr_suffix(.stderr))]
+    Failed {
+        command: String,
+        status: ExitStatus,
+        stderr: String,
+        hint: Option<&'static str>,
+    },
+    #[error("{command}: reading output: {source}")]
+    Io {
+        command: String,
+        source: std::io::Error,
+    },
+    /// The line consumer refused a line (a parse error); the command was killed.
+    #[error("{0}")]
+    Consumer(String),
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    let t = stderr.trim();
+    if t.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", t.lines().take(3).collect::<Vec<_>>().join(" / "))
+    }
+}
+
+impl Default for Runner {
+    fn default() -> Self {
+        Runner::new(4)
+    }
+}
+
+impl Runner {
+    /// `max_children`: how many commands may run at once across all probes.
+    pub fn new(max_children: usize) -> Self {
+        Runner {
+            slots: Arc::new(Semaphore::new(max_children.max(1))),
+        }
+    }
+
+    /// Runs `spec`, passing each stdout line (without its newline) to `on_line`.
+    /// Returns how the command ended; a non-zero exit is not an error here:
+    /// callers decide (some tools exit 1 for "nothing to show").
+    pub async fn run_lines<F>(
+        &self,
+        spec: &CommandSpec,
+        mut on_line: F,
+    ) -> Result<Finished, ExecError>
+    where
+        F: FnMut(&str) -> Result<(), String>,
+    {
+        let _slot = self.slots.acquire().await.expect("semaphore never closed");
+        let command = spec.display();
+        let mut cmd = Command::new(&spec.program);
+        cmd.args(&spec.args)
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let started = Instant::now();
+        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ExecError::NotFound {
+                command: command.clone(),
+            },
+            std::io::ErrorKind::PermissionDenied => ExecError::PermissionDenied {
+                command: command.clone(),
+                hint: spec.permission_hint,
+            },
+            _ => ExecError::Spawn {
+                command: command.clone(),
+                source: e,
+            },
+        })?;
+        // The child leads its own group (process_group(0)), so its pid is the group id.
+        let group = child.id().map(|p| nix::unistd::Pid::from_raw(p as i32));
+        let _reaper = GroupGuard(group);
+        let stdout = child.stdout.take().expect("stdout piped");
+        let stderr = child.stderr.take().expect("stderr piped");
+
+        let work = async {
+            let (out, err) = tokio::join!(
+                stream_lines(stdout, spec.max_output_bytes, &mut on_line),
+                drain_head(stderr)
+            );
+            (out, err)
+        };
+        let outcome = tokio::time::timeout(spec.timeout, work).await;
+        // Whatever happened, nothing of the group may outlive the run: kill
+        // leftovers (double-forked grandchildren keep our pipes open otherwise).
+        kill_group(group);
+        let status = child.wait().await.map_err(|e| ExecError::Io {
+            command: command.clone(),
+            source: e,
+        })?;
+        let duration = started.elapsed();
+        let (out, stderr_head) = match outcome {
+            Err(_) => {
+                return Err(ExecError::Timeout {
+                    command,
+                    after: spec.timeout,
+                })
+            }
+            Ok(v) => v,
+        };
+        let stdout_bytes = match out {
+            Ok(n) => n,
+            Err(StreamError::TooLarge) => {
+                return Err(ExecError::OutputTooLarge {
+                    command,
+                    limit: spec.max_output_bytes,
+                })
+            }
+            Err(StreamError::LineTooLong) => {
+                return Err(ExecError::LineTooLong {
+                    command,
+                    limit: MAX_LINE_BYTES,
+                })
+            }
+            Err(StreamError::Io(e)) => return Err(ExecError::Io { command, source: e }),
+            Err(StreamError::Consumer(m)) => return Err(ExecError::Consumer(m)),
+        };
+        Ok(Finished {
+            status,
+            stdout_bytes,
+            stderr_head,
+            duration,
+        })
+    }
+
+    /// Runs `spec` and returns its whole stdout (bounded by the spec's cap).
+    pub async fn run_capture(&self, spec: &CommandSpec) -> Result<(String, Finished), ExecError> {
+        let mut text = String::new();
+        let fin = self
+            .run_lines(spec, |line| {
+                text.push_str(line);
+                text.push('\n');
+                Ok(())
+            })
+            .await?;
+        Ok((text, fin))
+    }
+}
+
+impl ExecError {
+    /// Turns a non-zero exit into an error, with a capability hint when stderr says permission.
+    pub fn check_status(spec: &CommandSpec, fin: &Finished) -> Result<(), ExecError> {
+        if fin.status.success() {
+            return Ok(());
+        }
+        let lower = fin.stderr_head.to_ascii_lowercase();
+        let hint = (lower.contains("permission denied")
+            || lower.contains("operation not permitted"))
+        .then_some(spec.permission_hint);
+        let mut stderr = fin.stderr_head.clone();
+        if let Some(h) = hint {
+            stderr = format!("{} ({h})", stderr.trim());
+        }
+        Err(ExecError::Failed {
+            command: spec.display(),
+            status: fin.status,
+            stderr,
+            hint,
+        })
+    }
+}
+
+struct GroupGuard(Option<nix::unistd::Pid>);
+
+impl Drop for GroupGuard {
+    // Covers cancellation: if the probe's future is dropped mid-run (its own
+    // timeout, shutdown), the group is still killed; kill_on_drop reaps the child.
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
+}
+
+fn kill_group(group: Option<nix::unistd::Pid>) {
+    if let Some(pgid) = group {
+        // ESRCH (group already gone) is the normal case.
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+enum StreamError {
+    TooLarge,
+    LineTooLong,
+    Io(std::io::Error),
+    Consumer(String),
+}
+
+async fn stream_lines<R, F>(mut r: R, cap: u64, on_line: &mut F) -> Result<u64, StreamError>
+where
+    R: AsyncRead + Unpin,
+    F: FnMut(&str) -> Result<(), String>,
+{
+    let mut total: u64 = 0;
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let n = r.read(&mut chunk).await.map_err(StreamError::Io)?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+        if total > cap {
+            return Err(StreamError::TooLarge);
+        }
+        let mut rest = &chunk[..n];
+        while let Some(pos) = memchr_newline(rest) {
+            pending.extend_from_slice(&rest[..pos]);
+            emit(&pending, on_line)?;
+            pending.clear();
+            rest = &rest[pos + 1..];
+        }
+        pending.extend_from_slice(rest);
+        if pending.len() > MAX_LINE_BYTES {
+            return Err(StreamError::LineTooLong);
+        }
+    }
+    if !pending.is_empty() {
+        emit(&pending, on_line)?;
+    }
+    Ok(total)
+}
+
+fn emit<F>(line: &[u8], on_line: &mut F) -> Result<(), StreamError>
+where
+    F: FnMut(&str) -> Result<(), String>,
+{
+    let text = String::from_utf8_lossy(line);
+    on_line(&text).map_err(StreamError::Consumer)
+}
+
+fn memchr_newline(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&c| c == b'\n')
+}
+
+async fn drain_head<R: AsyncRead + Unpin>(mut r: R) -> String {
+    let mut kept = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = STDERR_KEEP.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..n.min(room)]);
+            }
+        }
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> CommandSpec {
+        CommandSpec::new("/bin/sh", &["-c", script]).timeout(Duration::from_secs(5))
+    }
+
+    #[tokio::test]
+    async fn streams_lines_and_keeps_stderr() {
+        let r = Runner::default();
+        let spec = sh("printf 'a\\nb\\nlast'; echo oops >&2; exit 3");
+        let mut lines = Vec::new();
+        let fin = r
+            .run_lines(&spec, |l| {
+                lines.push(l.to_string());
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(lines, ["a", "b", "last"]);
+        assert_eq!(fin.stdout_bytes, 8);
+        assert_eq!(fin.status.code(), Some(3));
+        let err = ExecError::check_status(&spec, &fin).unwrap_err();
+        assert!(err.to_string().contains("oops"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn missing_program_is_not_found() {
+        let r = Runner::default();
+        let err = r
+            .run_capture(&CommandSpec::new("proxywatch-no-such-tool", &[]))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ExecError::NotFound { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let r = Runner::default();
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        // The grandchild writes its pid, then both sleep past the timeout.
+        let script = format!(
+            "sh -c 'echo $$ > {}; exec sleep 30' & sleep 30",
+            pidfile.display()
+        );
+        let spec = sh(&script).timeout(Duration::from_millis(500));
+        let err = r.run_capture(&spec).await.unwrap_err();
+        assert!(matches!(err, ExecError::Timeout { .. }), "{err}");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!process_alive(pid), "grandchild {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn output_cap_kills() {
+        let r = Runner::default();
+        let spec = sh("yes proxywatch").max_output_bytes(100_000);
+        let err = r.run_capture(&spec).await.unwrap_err();
+        assert!(
+            matches!(err, ExecError::OutputTooLarge { limit: 100_000, .. }),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn endless_line_is_refused() {
+        let r = Runner::default();
+        let spec = sh("tr '\\0' x < /dev/zero");
+        let err = r.run_capture(&spec).await.unwrap_err();
+        assert!(matches!(err, ExecError::LineTooLong { .. }), "{err}");
+    }
+
+    fn process_alive(pid: i32) -> bool {
+        // A zombie still has a /proc entry; count it as gone only when reaped or dead.
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => false,
+            Ok(s) => !s.contains(") Z "),
+        }
+    }
+}

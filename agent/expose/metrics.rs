@@ -1,0 +1,268 @@
+//! Prometheus text rendering, once per snapshot.
+//!
+//! Kernel counters are exported as counters with the kernel's value (a fresh
+//! registry per render, so `inc_by` sets it). Cardinality is bounded: one
+//! series per watched module, sysctl, probe and check id.
+
+use prometheus::core::{AtomicF64, AtomicU64};
+use prometheus::core::{Collector, GenericCounterVec, GenericGaugeVec};
+use prometheus::{Encoder, Opts, Registry, TextEncoder};
+
+use crate::evaluate::{recommended_conntrack_max, Finding, Severity, CHECKS};
+use crate::snapshot::{ProbeStatus, Snapshot};
+
+type Gauges = GenericGaugeVec<AtomicF64>;
+type Counters = GenericCounterVec<AtomicU64>;
+
+/// Build revision, set at build time (`PROXYWATCH_REVISION=$(git rev-parse HEAD)`).
+const REVISION: &str = match option_env!("PROXYWATCH_REVISION") {
+    Some(r) => r,
+    None => "unknown",
+};
+
+struct Out {
+    registry: Registry,
+}
+
+impl Out {
+    fn register<C: Collector + Clone + 'static>(&self, c: C) -> C {
+        // Names are fixed or validated by the parsers; a clash would be a bug caught by tests.
+        if let Err(e) = self.registry.register(Box::new(c.clone())) {
+            tracing::error!("metric registration failed: {e}");
+        }
+        c
+    }
+
+    fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> Gauges {
+        self.register(Gauges::new(Opts::new(name, help), labels).expect("valid metric"))
+    }
+
+    fn counter(&self, name: &str, help: &str, labels: &[&str]) -> Counters {
+        self.register(Counters::new(Opts::new(name, help), labels).expect("valid metric"))
+    }
+}
+
+pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
+    let out = Out {
+        registry: Registry::new(),
+    };
+
+    out.gauge(
+        "proxywatch_build_info",
+        "proxywatch version and revision; always 1.",
+        &["version", "revision"],
+    )
+    .with_label_values(&[env!("CARGO_PKG_VERSION"), REVISION])
+    .set(1.0);
+
+    // Probes.
+    let success = out.gauge(
+        "proxywatch_probe_success",
+        "1 when the probe's latest run succeeded or found its source absent, 0 when it failed.",
+        &["probe"],
+    );
+    let duration = out.gauge(
+        "proxywatch_probe_duration_seconds",
+        "Wall time of the probe's latest run.",
+        &["probe"],
+    );
+    let last_ok = out.gauge(
+        "proxywatch_probe_last_success_timestamp_seconds",
+        "Unix time of the probe's latest run that did not fail.",
+        &["probe"],
+    );
+    for (p, o) in &s.probes {
+        success
+            .with_label_values(&[p.as_str()])
+            .set(if o.status == ProbeStatus::Failed {
+                0.0
+            } else {
+                1.0
+            });
+        duration
+            .with_label_values(&[p.as_str()])
+            .set(o.duration_seconds);
+        if let Some(t) = o.last_success_seconds {
+            last_ok.with_label_values(&[p.as_str()]).set(t);
+        }
+    }
+
+    // Conntrack.
+    if let Some(ct) = &s.facts.conntrack {
+        out.gauge(
+            "proxywatch_conntrack_entries",
+            "Entries in the conntrack table (nf_conntrack_count).",
+            &[],
+        )
+        .with_label_values(&[] as &[&str])
+        .set(ct.entries as f64);
+        out.gauge(
+            "proxywatch_conntrack_entries_limit",
+            "Maximum entries of the conntrack table (nf_conntrack_max); new flows are dropped beyond it.",
+            &[],
+        )
+        .with_label_values(&[] as &[&str])
+        .set(ct.max as f64);
+        if let Some(b) = ct.buckets {
+            out.gauge(
+                "proxywatch_conntrack_buckets",
+                "Buckets of the conntrack hash table (nf_conntrack_buckets).",
+                &[],
+            )
+            .with_label_values(&[] as &[&str])
+            .set(b as f64);
+        }
+        for (field, v) in &ct.stats {
+            out.counter(
+                &format!("proxywatch_conntrack_stat_{field}_total"),
+                &format!("Conntrack statistic `{field}` summed over CPUs (/proc/net/stat/nf_conntrack or conntrack -S)."),
+                &[],
+            )
+            .with_label_values(&[] as &[&str])
+            .inc_by(*v);
+        }
+    }
+    if let Some(node) = &s.facts.node {
+        out.gauge(
+            "proxywatch_conntrack_recommended_limit",
+            "kube-proxy's conntrack sizing for this node: max(131072, 32768 x CPUs).",
+            &[],
+        )
+        .with_label_values(&[] as &[&str])
+        .set(recommended_conntrack_max(node.cpus) as f64);
+        out.gauge("proxywatch_node_cpus", "Online CPUs of the node.", &[])
+            .with_label_values(&[] as &[&str])
+            .set(node.cpus as f64);
+    }
+
+    // Kernel modules and sysctls.
+    if let Some(m) = &s.facts.modules {
+        let g = out.gauge(
+            "proxywatch_kernel_module_loaded",
+            "1 when the kernel module is loaded or built in, 0 when missing.",
+            &["module"],
+        );
+        for (name, state) in &m.modules {
+            g.with_label_values(&[name.as_str()])
+                .set(if state.is_present() { 1.0 } else { 0.0 });
+        }
+    }
+    if let Some(sys) = &s.facts.sysctls {
+        let g = out.gauge(
+            "proxywatch_sysctl_value",
+            "Value of a sysctl kube-proxy depends on; absent when the sysctl does not exist.",
+            &["name"],
+        );
+        for (name, v) in &sys.values {
+            if let Some(v) = v {
+                g.with_label_values(&[name.as_str()]).set(*v as f64);
+            }
+        }
+    }
+
+    // Findings: every known check, always present.
+    let sev = out.gauge(
+        "proxywatch_finding_severity",
+        "Severity of each check: 0 ok, 1 info, 2 warning, 3 critical.",
+        &["id"],
+    );
+    for c in CHECKS {
+        let level = findings
+            .iter()
+            .find(|f| f.id == c.id)
+            .map_or(Severity::Ok, |f| f.severity);
+        sev.with_label_values(&[c.id]).set(level as i32 as f64);
+    }
+    let count = out.gauge(
+        "proxywatch_findings",
+        "Active findings by severity.",
+        &["severity"],
+    );
+    for level in [Severity::Info, Severity::Warning, Severity::Critical] {
+        let n = findings.iter().filter(|f| f.severity == level).count();
+        count.with_label_values(&[level.as_str()]).set(n as f64);
+    }
+    let critical = findings.iter().any(|f| f.severity == Severity::Critical);
+    out.gauge(
+        "proxywatch_node_ready",
+        "1 unless a critical finding is active on this node's data plane.",
+        &[],
+    )
+    .with_label_values(&[] as &[&str])
+    .set(if critical { 0.0 } else { 1.0 });
+
+    let mut buf = Vec::with_capacity(8192);
+    if let Err(e) = TextEncoder::new().encode(&out.registry.gather(), &mut buf) {
+        tracing::error!("metrics encoding failed: {e}");
+    }
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::{evaluate, Thresholds};
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn exports_facts_and_every_check() {
+        let mut s = crate::evaluate::test_support::healthy();
+        let ct = s.facts.conntrack.as_mut().unwrap();
+        ct.stats.insert("drop".into(), 7);
+        ct.stats_source = Some("test".into());
+        s.facts
+            .sysctls
+            .as_mut()
+            .unwrap()
+            .values
+            .insert("net.ipv4.ip_forward".into(), Some(0));
+        let findings = evaluate(&s, &Thresholds::default());
+        let text = render(&s, &findings);
+        assert_eq!(value(&text, "proxywatch_conntrack_entries"), Some(1000.0));
+        assert_eq!(
+            value(&text, "proxywatch_conntrack_entries_limit"),
+            Some(262_144.0)
+        );
+        assert_eq!(
+            value(&text, "proxywatch_conntrack_stat_drop_total"),
+            Some(7.0)
+        );
+        assert!(text.contains("# TYPE proxywatch_conntrack_stat_drop_total counter"));
+        assert_eq!(
+            value(
+                &text,
+                "proxywatch_sysctl_value{name=\"net.ipv4.ip_forward\"}"
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(&text, "proxywatch_kernel_module_loaded{module=\"ip_vs\"}"),
+            Some(1.0)
+        );
+        for c in CHECKS {
+            assert!(
+                text.contains(&format!("proxywatch_finding_severity{{id=\"{}\"}}", c.id)),
+                "{}",
+                c.id
+            );
+        }
+        assert_eq!(
+            value(
+                &text,
+                "proxywatch_finding_severity{id=\"sysctl_ip_forward\"}"
+            ),
+            Some(3.0)
+        );
+        assert_eq!(value(&text, "proxywatch_node_ready"), Some(0.0));
+        assert_eq!(
+            value(&text, "proxywatch_findings{severity=\"critical\"}"),
+            Some(1.0)
+        );
+    }
+}

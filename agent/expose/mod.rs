@@ -1,0 +1,61 @@
+//! Rendering only: Prometheus text, JSON, the terminal report and HTTP routes.
+//!
+//! A `Publication` is rendered once per snapshot; HTTP handlers only copy its bytes.
+
+pub mod http;
+pub mod json;
+pub mod metrics;
+pub mod report;
+
+use bytes::Bytes;
+
+use crate::evaluate::{self, Severity, Thresholds};
+use crate::snapshot::Snapshot;
+
+pub use json::Document;
+
+/// A snapshot, its findings, and every rendering of them.
+#[derive(Debug, Clone)]
+pub struct Publication {
+    pub document: Document,
+    /// `/metrics` body (Prometheus text format 0.0.4).
+    pub metrics: Bytes,
+    /// `/snapshot` body.
+    pub snapshot_json: Bytes,
+    /// `/findings` body.
+    pub findings_json: Bytes,
+}
+
+impl Publication {
+    /// Evaluates the snapshot and renders everything once.
+    pub fn new(snapshot: &Snapshot, thresholds: &Thresholds) -> Self {
+        let findings = evaluate::evaluate(snapshot, thresholds);
+        let metrics = metrics::render(snapshot, &findings);
+        let document = Document::new(snapshot, findings);
+        let snapshot_json = Bytes::from(document.to_json());
+        let findings_json =
+            Bytes::from(serde_json::to_vec_pretty(&document.findings).expect("findings serialize"));
+        Publication {
+            document,
+            metrics: Bytes::from(metrics),
+            snapshot_json,
+            findings_json,
+        }
+    }
+
+    /// Ready unless a critical finding is active; the error lists the critical findings.
+    pub fn readiness(&self) -> Result<(), String> {
+        let critical: Vec<&str> = self
+            .document
+            .findings
+            .iter()
+            .filter(|f| f.severity == Severity::Critical)
+            .map(|f| f.summary.as_str())
+            .collect();
+        if critical.is_empty() {
+            Ok(())
+        } else {
+            Err(critical.join("\n"))
+        }
+    }
+}

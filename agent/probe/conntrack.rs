@@ -1,0 +1,365 @@
+//! Connection tracking: table size, limit, buckets and the per-CPU statistics
+//! whose `drop` / `early_drop` counters are the kernel's "table full, dropping
+//! packet" condition.
+//!
+//! `/proc/net/stat/nf_conntrack` is parsed by header name: its columns differ
+//! between kernels (`searched`/`delete_list` before 5.x, `clashres`/`chainlength`
+//! after). Kernels without CONFIG_NF_CONNTRACK_PROCFS lack it; then `conntrack -S`
+//! (netlink) gives the same counters.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::parse::{parse_hex_u64, parse_u64, quote, ParseError};
+use super::{ProbeError, Probed};
+use crate::exec::{CommandSpec, ExecError, Runner};
+use crate::host::Host;
+
+const COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
+const MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
+const BUCKETS: &str = "/proc/sys/net/netfilter/nf_conntrack_buckets";
+const STAT: &str = "/proc/net/stat/nf_conntrack";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConntrackFacts {
+    /// Entries in the table now (`nf_conntrack_count`).
+    pub entries: u64,
+    /// The table's limit (`nf_conntrack_max`); new flows are dropped beyond it.
+    pub max: u64,
+    /// Hash table buckets (`nf_conntrack_buckets`), when readable.
+    pub buckets: Option<u64>,
+    /// Per-CPU statistics summed over CPUs, by the kernel's column name
+    /// (drop, early_drop, insert_failed, invalid, found, ...). Counters since boot.
+    pub stats: BTreeMap<String, u64>,
+    /// Where `stats` came from: `/proc/net/stat/nf_conntrack` or `conntrack -S`; none when neither exists.
+    pub stats_source: Option<String>,
+    /// Counter increases over the recent window, filled in by the scheduler from
+    /// successive readings; absent after a single reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::window::CounterDeltas>,
+}
+
+impl ConntrackFacts {
+    /// entries / max, or None when the limit is 0 (unlimited or unreadable).
+    pub fn fill_ratio(&self) -> Option<f64> {
+        (self.max > 0).then(|| self.entries as f64 / self.max as f64)
+    }
+
+    pub fn stat(&self, name: &str) -> u64 {
+        self.stats.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// Columns that are not per-CPU counters: `entries` repeats the global count on every row.
+const NOT_SUMMED: &[&str] = &["entries"];
+
+/// Sums `/proc/net/stat/nf_conntrack` over CPUs, by header name.
+pub fn parse_stat(source: &str, text: &str) -> Result<BTreeMap<String, u64>, ParseError> {
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let Some((_, header)) = lines.next() else {
+        return Err(ParseError::whole(
+            source,
+            "empty file, expected a header line",
+        ));
+    };
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    if columns.first() != Some(&"entries") {
+        return Err(ParseError::new(
+            source,
+            1,
+            format!(
+                "expected a header starting with `entries`, found {}",
+                quote(header)
+            ),
+        ));
+    }
+    if let Some(bad) = columns
+        .iter()
+        .find(|c| !c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+    {
+        return Err(ParseError::new(
+            source,
+            1,
+            format!("bad column name {}", quote(bad)),
+        ));
+    }
+    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rows = 0;
+    for (i, line) in lines {
+        let values: Vec<&str> = line.split_whitespace().collect();
+        if values.len() != columns.len() {
+            return Err(ParseError::new(
+                source,
+                i + 1,
+                format!(
+                    "expected {} columns as in the header, found {}",
+                    columns.len(),
+                    values.len()
+                ),
+            ));
+        }
+        for (col, v) in columns.iter().zip(values) {
+            let n = parse_hex_u64(source, i + 1, col, v)?;
+            if NOT_SUMMED.contains(col) {
+                continue;
+            }
+            let slot = sums.entry(col.to_string()).or_insert(0);
+            *slot = slot.saturating_add(n);
+        }
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(ParseError::whole(
+            source,
+            "header but no per-CPU rows (truncated?)",
+        ));
+    }
+    Ok(sums)
+}
+
+/// Sums `conntrack -S` over CPUs. Field names are mapped to the kernel's
+/// `/proc/net/stat/nf_conntrack` column names so both sources give the same metrics.
+pub fn parse_conntrack_s(source: &str, text: &str) -> Result<BTreeMap<String, u64>, ParseError> {
+    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rows = 0;
+    for (i, line) in text.lines().enumerate() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else { continue };
+        if !first.starts_with("cpu=") {
+            return Err(ParseError::new(
+                source,
+                i + 1,
+                format!(
+                    "expected a line starting with `cpu=N`, found {}",
+                    quote(line)
+                ),
+            ));
+        }
+        parse_u64(source, i + 1, "cpu", &first[4..])?;
+        for field in fields {
+            let Some((name, value)) = field.split_once('=') else {
+                return Err(ParseError::new(
+                    source,
+                    i + 1,
+                    format!("expected name=value, found {}", quote(field)),
+                ));
+            };
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                return Err(ParseError::new(
+                    source,
+                    i + 1,
+                    format!("bad field name {}", quote(name)),
+                ));
+            }
+            let n = parse_u64(source, i + 1, name, value)?;
+            let slot = sums
+                .entry(kernel_column_name(name).to_string())
+                .or_insert(0);
+            *slot = slot.saturating_add(n);
+        }
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(ParseError::whole(source, "no `cpu=N` lines"));
+    }
+    Ok(sums)
+}
+
+/// conntrack-tools names some counters differently from the kernel's proc header.
+fn kernel_column_name(tool_name: &str) -> &str {
+    match tool_name {
+        "error" => "icmp_error",
+        "clash_resolve" => "clashres",
+        "chaintoolong" => "chainlength",
+        other => other,
+    }
+}
+
+fn read_number(host: &Host, path: &str) -> Result<Option<u64>, ProbeError> {
+    match host.read_optional(path)? {
+        None => Ok(None),
+        Some(text) => Ok(Some(parse_u64(
+            &host.path(path).display().to_string(),
+            1,
+            "value",
+            &text,
+        )?)),
+    }
+}
+
+/// Reads the files. Returns the facts and whether the stat file was missing,
+/// in which case the caller falls back to `conntrack -S`.
+pub fn read_files(host: &Host) -> Result<Probed<ConntrackFacts>, ProbeError> {
+    let entries = read_number(host, COUNT)?;
+    let max = read_number(host, MAX)?;
+    let stat_text = host.read_optional(STAT)?;
+    let (entries, max) =
+        match (entries, max) {
+            (Some(e), Some(m)) => (e, m),
+            (None, None) if stat_text.is_none() => return Ok(Probed::Absent(
+                "no nf_conntrack in this kernel (nf_conntrack_count and the stat file are absent)"
+                    .into(),
+            )),
+            _ => {
+                return Err(ProbeError::Inconsistent(format!(
+                    "{} and {} must both exist",
+                    host.path(COUNT).display(),
+                    host.path(MAX).display()
+                )))
+            }
+        };
+    let mut facts = ConntrackFacts {
+        entries,
+        max,
+        buckets: read_number(host, BUCKETS)?,
+        ..Default::default()
+    };
+    if let Some(text) = stat_text {
+        facts.stats = parse_stat(&host.path(STAT).display().to_string(), &text)?;
+        facts.stats_source = Some(STAT.to_string());
+    }
+    Ok(Probed::Present(facts))
+}
+
+pub async fn probe(
+    host: Host,
+    runner: Runner,
+    timeout: std::time::Duration,
+) -> Result<Probed<ConntrackFacts>, ProbeError> {
+    let read = tokio::task::spawn_blocking(move || read_files(&host))
+        .await
+        .map_err(|e| ProbeError::Panicked(e.to_string()))??;
+    let Probed::Present(mut facts) = read else {
+        return Ok(read);
+    };
+    if facts.stats_source.is_none() {
+        // The stat file is missing: ask the kernel over netlink instead.
+        let spec = CommandSpec::new("conntrack", &["-S"])
+            .timeout(timeout)
+            .max_output_bytes(1 << 20)
+            .permission_hint("needs CAP_NET_ADMIN");
+        let (text, fin) = runner.run_capture(&spec).await?;
+        ExecError::check_status(&spec, &fin)?;
+        facts.stats = parse_conntrack_s("conntrack -S", &text)?;
+        facts.stats_source = Some("conntrack -S".to_string());
+    }
+    Ok(Probed::Present(facts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    macro_rules! sample {
+        ($p:literal) => {
+            include_str!(concat!("../../tests/fixtures/samples/", $p))
+        };
+    }
+
+    #[test]
+    fn stat_new_header_this_kernel() {
+        // Local capture in a netns after invalid loopback packets: invalid = 0xe on CPU1.
+        let s = parse_stat(
+            "f",
+            sample!("proc-net-stat-nf_conntrack/debian12-kernel6.18-netns-loopback-invalid.txt"),
+        )
+        .unwrap();
+        assert_eq!(s["invalid"], 14);
+        assert_eq!(s["drop"], 0);
+        assert!(s.contains_key("clashres") && s.contains_key("chainlength"));
+        assert!(
+            !s.contains_key("entries"),
+            "entries is global, not a per-CPU counter"
+        );
+        let idle = parse_stat("f", sample!("proc-net-stat-nf_conntrack/debian12-kernel6.18-rootns-idle-17col-clashres-chainlength.txt")).unwrap();
+        assert_eq!(idle.values().sum::<u64>(), 0);
+        assert_eq!(idle.len(), 16);
+    }
+
+    #[test]
+    fn stat_old_header() {
+        // node_exporter fixture: 4 CPUs, searched/delete_list layout.
+        let s = parse_stat(
+            "f",
+            sample!("proc-net-stat-nf_conntrack/node_exporter-17col-searched-delete_list.txt"),
+        )
+        .unwrap();
+        assert!(s.contains_key("searched") && s.contains_key("delete_list"));
+        // Hex values read by eye: invalid 3+2+1+0x2f, ignore 0x588a+0x56a4+0x58d4+0x5688.
+        assert_eq!(s["invalid"], 53);
+        assert_eq!(s["ignore"], 89_738);
+        assert_eq!(s["search_restart"], 7);
+        // netdata issue: old kernel, large non-zero values, 3 CPU rows.
+        let nd = parse_stat("f", sample!("proc-net-stat-nf_conntrack/netdata-issue161-2016-17col-searched-nonzero-partial.txt")).unwrap();
+        assert!(nd["searched"] > 0 && nd["found"] > 0);
+    }
+
+    #[test]
+    fn stat_header_only_is_truncated() {
+        let err = parse_stat("f", sample!("proc-net-stat-nf_conntrack/debian11-kernel5.10-header-only-clashres-delete_list-google-nftables-issue138-partial.txt")).unwrap_err();
+        assert!(err.message.contains("no per-CPU rows"), "{err}");
+    }
+
+    #[test]
+    fn stat_bad_inputs_name_the_line() {
+        assert!(parse_stat("f", "").unwrap_err().message.contains("empty"));
+        let short = "entries drop\n00000001 00000002\n00000001\n";
+        assert_eq!(parse_stat("f", short).unwrap_err().line, 3);
+        let nonhex = "entries drop\n00000001 0000zz02\n";
+        let e = parse_stat("f", nonhex).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.message.contains("drop"), "{e}");
+        assert!(parse_stat("f", "garbage here\n1 2\n").is_err());
+        // An unknown but well-formed column is fine: new kernels add columns.
+        let s = parse_stat("f", "entries drop future_thing\n1 2 3\n1 2 3\n").unwrap();
+        assert_eq!((s["drop"], s["future_thing"]), (4, 6));
+    }
+
+    #[test]
+    fn conntrack_s_samples() {
+        let s = parse_conntrack_s(
+            "c",
+            sample!("conntrack-S/conntrack-stats-exporter-issue19-16cpu-ignore-field.txt"),
+        )
+        .unwrap();
+        let text = sample!("conntrack-S/conntrack-stats-exporter-issue19-16cpu-ignore-field.txt");
+        let want_drop: u64 = text
+            .lines()
+            .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("drop=")))
+            .map(|v| v.parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(s["drop"], want_drop);
+        assert!(want_drop > 0);
+        assert!(s.contains_key("ignore") && s.contains_key("icmp_error"));
+        let deb = parse_conntrack_s(
+            "c",
+            sample!("conntrack-S/debian12-conntrack-1.4.7-kernel6.18-netns-invalid.txt"),
+        )
+        .unwrap();
+        assert_eq!(deb["invalid"], 14);
+        assert!(deb.contains_key("clashres") && deb.contains_key("chainlength"));
+        let tabs = parse_conntrack_s(
+            "c",
+            sample!("conntrack-S/debian11-kernel5.10-google-nftables-issue138-tab-expanded.txt"),
+        )
+        .unwrap();
+        assert_eq!((tabs["invalid"], tabs["search_restart"]), (112, 1));
+    }
+
+    #[test]
+    fn conntrack_s_garbage() {
+        assert!(parse_conntrack_s("c", "").is_err());
+        assert_eq!(
+            parse_conntrack_s("c", "cpu=0 drop=1\nhello\n")
+                .unwrap_err()
+                .line,
+            2
+        );
+        assert!(parse_conntrack_s("c", "cpu=0 drop=x\n").is_err());
+        assert!(parse_conntrack_s("c", "cpu=0 drop\n").is_err());
+    }
+}

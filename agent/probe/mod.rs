@@ -1,0 +1,142 @@
+//! Probes: each reads one source of facts and returns typed facts or a typed error.
+//!
+//! A probe never panics on input and never decides what is healthy; that is
+//! `evaluate`'s job. "Absent" (no IPVS on this kernel, no conntrack) is not a
+//! failure: evaluation decides whether the absence matters.
+
+pub mod conntrack;
+pub mod modules;
+pub mod node;
+pub mod parse;
+pub mod sysctl;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::exec::{ExecError, Runner};
+use crate::host::{Host, ReadError};
+use crate::snapshot::FactUpdate;
+
+/// Every probe, in the order reports list them. The name is the probe's
+/// `probe` label, its JSON key and its flag prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeName {
+    Node,
+    Modules,
+    Conntrack,
+    Sysctls,
+}
+
+pub const PROBES: &[ProbeName] = &[
+    ProbeName::Node,
+    ProbeName::Modules,
+    ProbeName::Conntrack,
+    ProbeName::Sysctls,
+];
+
+impl ProbeName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeName::Node => "node",
+            ProbeName::Modules => "modules",
+            ProbeName::Conntrack => "conntrack",
+            ProbeName::Sysctls => "sysctls",
+        }
+    }
+}
+
+impl std::fmt::Display for ProbeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A probe's result when it ran without error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Probed<T> {
+    Present(T),
+    /// The source does not exist on this node; the reason says what is missing.
+    Absent(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error(transparent)]
+    Parse(#[from] parse::ParseError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error("inconsistent host: {0}")]
+    Inconsistent(String),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("panicked: {0}")]
+    Panicked(String),
+    #[error("previous run still blocked after {0:?}; not started again")]
+    StillRunning(Duration),
+}
+
+/// What probes need: where the node's files are and how to run commands.
+#[derive(Debug, Clone)]
+pub struct ProbeContext {
+    pub host: Host,
+    pub runner: Runner,
+    /// Timeout of one run of any probe (and of each command it runs).
+    pub timeout: Duration,
+}
+
+/// Runs one probe once. File probes run on the blocking pool.
+pub async fn run(
+    name: ProbeName,
+    ctx: Arc<ProbeContext>,
+) -> Result<Probed<FactUpdate>, ProbeError> {
+    fn present<T>(
+        r: Result<T, ProbeError>,
+        wrap: fn(T) -> FactUpdate,
+    ) -> Result<Probed<FactUpdate>, ProbeError> {
+        r.map(|t| Probed::Present(wrap(t)))
+    }
+    let host = ctx.host.clone();
+    match name {
+        ProbeName::Node => present(blocking(move || node::probe(&host)).await, FactUpdate::Node),
+        ProbeName::Modules => present(
+            blocking(move || modules::probe(&host)).await,
+            FactUpdate::Modules,
+        ),
+        ProbeName::Sysctls => present(
+            blocking(move || sysctl::probe(&host)).await,
+            FactUpdate::Sysctls,
+        ),
+        ProbeName::Conntrack => {
+            match conntrack::probe(host, ctx.runner.clone(), ctx.timeout).await? {
+                Probed::Present(f) => Ok(Probed::Present(FactUpdate::Conntrack(f))),
+                Probed::Absent(why) => Ok(Probed::Absent(why)),
+            }
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ProbeError> + Send + 'static,
+) -> Result<T, ProbeError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => Err(ProbeError::Panicked(panic_message(e.into_panic()))),
+        Err(e) => Err(ProbeError::Panicked(e.to_string())),
+    }
+}
+
+/// The text of a panic payload, for the probe's error.
+pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}

@@ -1,0 +1,281 @@
+//! Runs each probe in its own task on its own interval, with a timeout, and
+//! publishes a new snapshot (evaluated and rendered once) after each result.
+//! A hang or panic in one probe is reported as that probe's failure; the
+//! others go on.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::evaluate::Thresholds;
+use crate::expose::http::Latest;
+use crate::expose::Publication;
+use crate::probe::{self, panic_message, ProbeContext, ProbeError, ProbeName, Probed};
+use crate::snapshot::{FactUpdate, ProbeOutcome, ProbeStatus, Snapshot};
+use crate::timefmt::unix_seconds;
+use crate::window::CounterWindow;
+
+/// Which probes run, and how often.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub probe: ProbeName,
+    pub interval: Duration,
+}
+
+/// One probe run's result, as sent to the aggregator.
+#[derive(Debug)]
+pub struct RunReport {
+    pub probe: ProbeName,
+    pub result: Result<Probed<FactUpdate>, ProbeError>,
+    pub duration: Duration,
+}
+
+/// Folds probe results into the current snapshot. Pure apart from the times it is given.
+pub struct Aggregator {
+    snapshot: Snapshot,
+    thresholds: Thresholds,
+    conntrack_window: CounterWindow,
+    waiting_for: BTreeSet<ProbeName>,
+}
+
+impl Aggregator {
+    /// `window_seconds`: how far back counter increases (conntrack drops...) are counted.
+    pub fn new(
+        node: &str,
+        thresholds: Thresholds,
+        probes: &[ProbeName],
+        window_seconds: f64,
+    ) -> Self {
+        Aggregator {
+            snapshot: Snapshot::new(node),
+            thresholds,
+            conntrack_window: CounterWindow::new(window_seconds, 4096),
+            waiting_for: probes.iter().copied().collect(),
+        }
+    }
+
+    /// Records one run. Returns the new publication once every probe has reported at least once.
+    /// `now` is the wall clock (for timestamps), `mono` a monotonic time in seconds (for windows).
+    pub fn record(&mut self, report: RunReport, now: f64, mono: f64) -> Option<Publication> {
+        let p = report.probe;
+        let previous_success = self
+            .snapshot
+            .probes
+            .get(&p)
+            .and_then(|o| o.last_success_seconds);
+        let (status, error) = match report.result {
+            Ok(Probed::Present(mut update)) => {
+                if let FactUpdate::Conntrack(ct) = &mut update {
+                    ct.window = self.conntrack_window.push(mono, &ct.stats);
+                }
+                self.snapshot.facts.apply(update);
+                (ProbeStatus::Ok, None)
+            }
+            Ok(Probed::Absent(why)) => {
+                self.snapshot.facts.clear(p);
+                (ProbeStatus::Absent, Some(why))
+            }
+            Err(e) => {
+                self.snapshot.facts.clear(p);
+                tracing::warn!(probe = %p, "probe failed: {e}");
+                (ProbeStatus::Failed, Some(e.to_string()))
+            }
+        };
+        let last_success_seconds = if status == ProbeStatus::Failed {
+            previous_success
+        } else {
+            Some(now)
+        };
+        self.snapshot.probes.insert(
+            p,
+            ProbeOutcome {
+                status,
+                duration_seconds: report.duration.as_secs_f64(),
+                error,
+                last_run_seconds: now,
+                last_success_seconds,
+            },
+        );
+        self.snapshot.collected_at = now;
+        self.waiting_for.remove(&p);
+        self.waiting_for
+            .is_empty()
+            .then(|| Publication::new(&self.snapshot, &self.thresholds))
+    }
+}
+
+/// Runs a probe in its own task, so a panic is caught and a hang is cut by the timeout.
+async fn run_isolated(
+    probe: ProbeName,
+    ctx: &Arc<ProbeContext>,
+) -> Result<Probed<FactUpdate>, ProbeError> {
+    let mut handle: JoinHandle<_> = tokio::spawn(probe::run(probe, ctx.clone()));
+    match tokio::time::timeout(ctx.timeout, &mut handle).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) if e.is_panic() => Err(ProbeError::Panicked(panic_message(e.into_panic()))),
+        Ok(Err(e)) => Err(ProbeError::Panicked(e.to_string())),
+        Err(_) => {
+            // Dropping the task kills any command it runs (exec's group guard).
+            handle.abort();
+            Err(ProbeError::Timeout(ctx.timeout))
+        }
+    }
+}
+
+async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender<RunReport>) {
+    let mut ticker = tokio::time::interval(schedule.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let started = Instant::now();
+        let result = run_isolated(schedule.probe, &ctx).await;
+        let report = RunReport {
+            probe: schedule.probe,
+            result,
+            duration: started.elapsed(),
+        };
+        if tx.send(report).await.is_err() {
+            return; // the aggregator is gone: shutting down
+        }
+    }
+}
+
+/// Starts every probe loop and the aggregator; returns the latest publication's receiver.
+pub fn spawn(
+    ctx: Arc<ProbeContext>,
+    schedules: Vec<Schedule>,
+    mut aggregator: Aggregator,
+) -> Latest {
+    let (tx, mut rx) = mpsc::channel::<RunReport>(64);
+    let (pub_tx, pub_rx) = watch::channel(None);
+    for s in schedules {
+        tokio::spawn(probe_loop(s, ctx.clone(), tx.clone()));
+    }
+    drop(tx);
+    let origin = Instant::now();
+    tokio::spawn(async move {
+        while let Some(report) = rx.recv().await {
+            let now = unix_seconds(SystemTime::now());
+            let mono = origin.elapsed().as_secs_f64();
+            if let Some(p) = aggregator.record(report, now, mono) {
+                pub_tx.send_replace(Some(Arc::new(p)));
+            }
+        }
+    });
+    pub_rx
+}
+
+/// Runs every probe once, concurrently, and returns the publication (for `proxywatch check`).
+pub async fn run_once(
+    ctx: Arc<ProbeContext>,
+    probes: &[ProbeName],
+    mut aggregator: Aggregator,
+) -> Publication {
+    let runs = probes.iter().map(|&p| {
+        let ctx = ctx.clone();
+        async move {
+            let started = Instant::now();
+            let result = run_isolated(p, &ctx).await;
+            RunReport {
+                probe: p,
+                result,
+                duration: started.elapsed(),
+            }
+        }
+    });
+    let reports = futures_util::future::join_all(runs).await;
+    let origin = Instant::now();
+    let mut last = None;
+    for r in reports {
+        let now = unix_seconds(SystemTime::now());
+        last = aggregator
+            .record(r, now, origin.elapsed().as_secs_f64())
+            .or(last);
+    }
+    last.expect("every probe reported")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::conntrack::ConntrackFacts;
+
+    fn ct(entries: u64, drop: u64) -> FactUpdate {
+        FactUpdate::Conntrack(ConntrackFacts {
+            entries,
+            max: 1000,
+            stats: [("drop".to_string(), drop)].into(),
+            stats_source: Some("test".into()),
+            ..Default::default()
+        })
+    }
+
+    fn ok(probe: ProbeName, u: FactUpdate) -> RunReport {
+        RunReport {
+            probe,
+            result: Ok(Probed::Present(u)),
+            duration: Duration::from_millis(2),
+        }
+    }
+
+    #[test]
+    fn publishes_after_every_probe_reported_and_windows_drops() {
+        let probes = [ProbeName::Conntrack, ProbeName::Sysctls];
+        let mut a = Aggregator::new("n", Thresholds::default(), &probes, 60.0);
+        assert!(a
+            .record(ok(ProbeName::Conntrack, ct(10, 5)), 100.0, 0.0)
+            .is_none());
+        let p = a
+            .record(
+                RunReport {
+                    probe: ProbeName::Sysctls,
+                    result: Err(ProbeError::Inconsistent("boom".into())),
+                    duration: Duration::ZERO,
+                },
+                101.0,
+                1.0,
+            )
+            .expect("all probes reported");
+        assert_eq!(p.document.probes["sysctls"].status, ProbeStatus::Failed);
+        assert!(p.document.findings.iter().any(|f| f.id == "probe_failed"));
+        // Drops since the first reading make the drop finding critical.
+        let p = a
+            .record(ok(ProbeName::Conntrack, ct(10, 9)), 105.0, 5.0)
+            .unwrap();
+        let f = p
+            .document
+            .findings
+            .iter()
+            .find(|f| f.id == "conntrack_drops")
+            .unwrap();
+        assert_eq!(f.evidence["drop_increase"], 4);
+        assert!(p.readiness().is_err());
+    }
+
+    #[test]
+    fn failure_clears_facts_and_keeps_last_success() {
+        let mut a = Aggregator::new("n", Thresholds::default(), &[ProbeName::Conntrack], 60.0);
+        let p = a
+            .record(ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 0.0)
+            .unwrap();
+        assert!(p.document.facts.conntrack.is_some());
+        let fail = RunReport {
+            probe: ProbeName::Conntrack,
+            result: Err(ProbeError::Timeout(Duration::from_secs(1))),
+            duration: Duration::from_secs(1),
+        };
+        let p = a.record(fail, 110.0, 10.0).unwrap();
+        assert!(
+            p.document.facts.conntrack.is_none(),
+            "no stale numbers after a failure"
+        );
+        let o = &p.document.probes["conntrack"];
+        assert_eq!(o.last_success_seconds, Some(100.0));
+        assert!(o.error.as_deref().unwrap().contains("timed out"));
+        assert!(String::from_utf8_lossy(&p.metrics)
+            .contains("proxywatch_probe_success{probe=\"conntrack\"} 0"));
+    }
+}

@@ -1,0 +1,103 @@
+//! The facts of one node at one time, and each probe's outcome.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::probe::conntrack::ConntrackFacts;
+use crate::probe::modules::ModuleFacts;
+use crate::probe::node::NodeFacts;
+use crate::probe::sysctl::SysctlFacts;
+use crate::probe::ProbeName;
+
+/// Everything the probes found. A probe that failed or found its source
+/// absent leaves its slot empty: a stale or partial number is never shown as current.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Facts {
+    #[serde(default)]
+    pub node: Option<NodeFacts>,
+    #[serde(default)]
+    pub modules: Option<ModuleFacts>,
+    #[serde(default)]
+    pub conntrack: Option<ConntrackFacts>,
+    #[serde(default)]
+    pub sysctls: Option<SysctlFacts>,
+}
+
+/// The facts one probe run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FactUpdate {
+    Node(NodeFacts),
+    Modules(ModuleFacts),
+    Conntrack(ConntrackFacts),
+    Sysctls(SysctlFacts),
+}
+
+impl Facts {
+    pub fn apply(&mut self, update: FactUpdate) {
+        match update {
+            FactUpdate::Node(f) => self.node = Some(f),
+            FactUpdate::Modules(f) => self.modules = Some(f),
+            FactUpdate::Conntrack(f) => self.conntrack = Some(f),
+            FactUpdate::Sysctls(f) => self.sysctls = Some(f),
+        }
+    }
+
+    /// Empties a probe's slot (it failed or its source is absent).
+    pub fn clear(&mut self, probe: ProbeName) {
+        match probe {
+            ProbeName::Node => self.node = None,
+            ProbeName::Modules => self.modules = None,
+            ProbeName::Conntrack => self.conntrack = None,
+            ProbeName::Sysctls => self.sysctls = None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeStatus {
+    Ok,
+    Absent,
+    Failed,
+}
+
+/// How a probe's latest run went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeOutcome {
+    pub status: ProbeStatus,
+    /// Wall time of the latest run, in seconds.
+    pub duration_seconds: f64,
+    /// Why it failed (status failed) or what is absent (status absent).
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Unix time the latest run ended, in seconds.
+    pub last_run_seconds: f64,
+    /// Unix time of the latest run that did not fail, in seconds.
+    #[serde(default)]
+    pub last_success_seconds: Option<f64>,
+}
+
+/// One node at one time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub node: String,
+    /// Unix time of the latest update, in seconds.
+    pub collected_at: f64,
+    pub facts: Facts,
+    /// Outcome of every probe that has run at least once.
+    pub probes: BTreeMap<ProbeName, ProbeOutcome>,
+}
+
+impl Snapshot {
+    pub fn new(node: &str) -> Self {
+        Snapshot {
+            node: node.to_string(),
+            ..Default::default()
+        }
+    }
+
+    pub fn probe_status(&self, probe: ProbeName) -> Option<ProbeStatus> {
+        self.probes.get(&probe).map(|o| o.status)
+    }
+}
