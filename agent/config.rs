@@ -64,12 +64,7 @@ pub struct CheckArgs {
 #[derive(Debug, Args, Clone)]
 pub struct Common {
     /// Root of the node's filesystem: files are read from DIR/proc, DIR/sys, DIR/lib/modules.
-    #[arg(
-        long,
-        env = "PROXYWATCH_HOST_ROOT",
-        default_value = "/",
-        value_name = "DIR"
-    )]
+    #[arg(long, env = "PROXYWATCH_HOST_ROOT", default_value = "/", value_name = "DIR")]
     pub host_root: PathBuf,
 
     /// Node name in reports (default: the host's hostname).
@@ -108,9 +103,53 @@ pub struct Common {
     #[arg(long = "node.interval", env = "PROXYWATCH_NODE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub node_interval: Duration,
 
-    /// Timeout of one probe run, commands included.
+    /// Timeout of one run of the file probes (node, modules, conntrack, sysctls).
     #[arg(long = "probe.timeout", env = "PROXYWATCH_PROBE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
+
+    /// How often the iptables probe runs every iptables-save it finds.
+    #[arg(long = "iptables.interval", env = "PROXYWATCH_IPTABLES_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub iptables_interval: Duration,
+
+    /// Timeout of one iptables probe run (all saves).
+    #[arg(long = "iptables.timeout", env = "PROXYWATCH_IPTABLES_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub iptables_timeout: Duration,
+
+    /// Rules in one nat table that raise a warning.
+    #[arg(
+        long = "iptables.rules-warning",
+        env = "PROXYWATCH_IPTABLES_RULES_WARNING",
+        default_value_t = 20_000
+    )]
+    pub iptables_rules_warning: u64,
+
+    /// Rules in one nat table that raise a critical finding.
+    #[arg(
+        long = "iptables.rules-critical",
+        env = "PROXYWATCH_IPTABLES_RULES_CRITICAL",
+        default_value_t = 100_000
+    )]
+    pub iptables_rules_critical: u64,
+
+    /// iptables-save wall time that raises a warning (kube-proxy's sync does the same work).
+    #[arg(long = "iptables.save-warning", env = "PROXYWATCH_IPTABLES_SAVE_WARNING", default_value = "1s", value_parser = parse_duration)]
+    pub iptables_save_warning: Duration,
+
+    /// iptables-save wall time that raises a critical finding.
+    #[arg(long = "iptables.save-critical", env = "PROXYWATCH_IPTABLES_SAVE_CRITICAL", default_value = "5s", value_parser = parse_duration)]
+    pub iptables_save_critical: Duration,
+
+    /// How often the nftables probe lists kube-proxy's nftables tables (nft is slow on large sets).
+    #[arg(long = "nftables.interval", env = "PROXYWATCH_NFTABLES_INTERVAL", default_value = "120s", value_parser = parse_duration)]
+    pub nftables_interval: Duration,
+
+    /// Timeout of one nftables probe run.
+    #[arg(long = "nftables.timeout", env = "PROXYWATCH_NFTABLES_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub nftables_timeout: Duration,
+
+    /// Cap on one command's output (rule-set dumps), in bytes; beyond it the command is killed.
+    #[arg(long = "exec.max-output-bytes", env = "PROXYWATCH_EXEC_MAX_OUTPUT_BYTES", default_value_t = 256 << 20)]
+    pub max_output_bytes: u64,
 
     /// How many external commands may run at once.
     #[arg(
@@ -121,11 +160,7 @@ pub struct Common {
     pub max_children: usize,
 
     /// Log level: error, warn, info, debug.
-    #[arg(
-        long = "log.level",
-        env = "PROXYWATCH_LOG_LEVEL",
-        default_value = "info"
-    )]
+    #[arg(long = "log.level", env = "PROXYWATCH_LOG_LEVEL", default_value = "info")]
     pub log_level: tracing::Level,
 }
 
@@ -141,20 +176,30 @@ impl Common {
             conntrack_fill_warning: self.conntrack_fill_warning,
             conntrack_fill_critical: self.conntrack_fill_critical,
             proxy_mode: self.kube_proxy_mode,
+            iptables_rules_warning: self.iptables_rules_warning,
+            iptables_rules_critical: self.iptables_rules_critical,
+            iptables_save_warning_seconds: self.iptables_save_warning.as_secs_f64(),
+            iptables_save_critical_seconds: self.iptables_save_critical.as_secs_f64(),
         })
     }
 
     pub fn schedules(&self) -> Vec<Schedule> {
         crate::probe::PROBES
             .iter()
-            .map(|&probe| Schedule {
-                probe,
-                interval: match probe {
-                    ProbeName::Node => self.node_interval,
-                    ProbeName::Modules => self.modules_interval,
-                    ProbeName::Conntrack => self.conntrack_interval,
-                    ProbeName::Sysctls => self.sysctls_interval,
-                },
+            .map(|&probe| {
+                let (interval, timeout) = match probe {
+                    ProbeName::Node => (self.node_interval, self.probe_timeout),
+                    ProbeName::Modules => (self.modules_interval, self.probe_timeout),
+                    ProbeName::Conntrack => (self.conntrack_interval, self.probe_timeout),
+                    ProbeName::Sysctls => (self.sysctls_interval, self.probe_timeout),
+                    ProbeName::Iptables => (self.iptables_interval, self.iptables_timeout),
+                    ProbeName::Nftables => (self.nftables_interval, self.nftables_timeout),
+                };
+                Schedule {
+                    probe,
+                    interval,
+                    timeout,
+                }
             })
             .collect()
     }
@@ -176,9 +221,7 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
 /// Parses `500ms`, `5s`, `2m`, `1h` (a bare number means seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num
         .parse()
@@ -222,23 +265,13 @@ mod tests {
             "0.5",
         ])
         .unwrap();
-        let Command::Check(c) = cli.command else {
-            panic!()
-        };
+        let Command::Check(c) = cli.command else { panic!() };
         assert_eq!(c.format, Format::Json);
         assert_eq!(c.common.thresholds().unwrap().conntrack_fill_warning, 0.5);
-        assert!(
-            Cli::try_parse_from(["proxywatch", "check", "--conntrack.fill-warning", "2"]).is_err()
-        );
-        let cli = Cli::try_parse_from(["proxywatch", "check", "--conntrack.fill-warning", "0.99"])
-            .unwrap();
-        let Command::Check(c) = cli.command else {
-            panic!()
-        };
-        assert!(
-            c.common.thresholds().is_err(),
-            "warning above critical is refused"
-        );
+        assert!(Cli::try_parse_from(["proxywatch", "check", "--conntrack.fill-warning", "2"]).is_err());
+        let cli = Cli::try_parse_from(["proxywatch", "check", "--conntrack.fill-warning", "0.99"]).unwrap();
+        let Command::Check(c) = cli.command else { panic!() };
+        assert!(c.common.thresholds().is_err(), "warning above critical is refused");
     }
 
     #[test]

@@ -91,10 +91,7 @@ pub enum ExecError {
     #[error("{command}: permission denied ({hint})")]
     PermissionDenied { command: String, hint: &'static str },
     #[error("{command}: could not start: {source}")]
-    Spawn {
-        command: String,
-        source: std::io::Error,
-    },
+    Spawn { command: String, source: std::io::Error },
     #[error("{command}: timed out after {after:?}; killed")]
     Timeout { command: String, after: Duration },
     #[error("{command}: output exceeds {limit} bytes; killed")]
@@ -109,10 +106,7 @@ pub enum ExecError {
         hint: Option<&'static str>,
     },
     #[error("{command}: reading output: {source}")]
-    Io {
-        command: String,
-        source: std::io::Error,
-    },
+    Io { command: String, source: std::io::Error },
     /// The line consumer refused a line (a parse error); the command was killed.
     #[error("{0}")]
     Consumer(String),
@@ -144,11 +138,7 @@ impl Runner {
     /// Runs `spec`, passing each stdout line (without its newline) to `on_line`.
     /// Returns how the command ended; a non-zero exit is not an error here:
     /// callers decide (some tools exit 1 for "nothing to show").
-    pub async fn run_lines<F>(
-        &self,
-        spec: &CommandSpec,
-        mut on_line: F,
-    ) -> Result<Finished, ExecError>
+    pub async fn run_lines<F>(&self, spec: &CommandSpec, mut on_line: F) -> Result<Finished, ExecError>
     where
         F: FnMut(&str) -> Result<(), String>,
     {
@@ -253,9 +243,8 @@ impl ExecError {
             return Ok(());
         }
         let lower = fin.stderr_head.to_ascii_lowercase();
-        let hint = (lower.contains("permission denied")
-            || lower.contains("operation not permitted"))
-        .then_some(spec.permission_hint);
+        let hint = (lower.contains("permission denied") || lower.contains("operation not permitted"))
+            .then_some(spec.permission_hint);
         let mut stderr = fin.stderr_head.clone();
         if let Some(h) = hint {
             stderr = format!("{} ({h})", stderr.trim());
@@ -398,18 +387,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("pid");
         // The grandchild writes its pid, then both sleep past the timeout.
-        let script = format!(
-            "sh -c 'echo $$ > {}; exec sleep 30' & sleep 30",
-            pidfile.display()
-        );
+        let script = format!("sh -c 'echo $$ > {}; exec sleep 30' & sleep 30", pidfile.display());
         let spec = sh(&script).timeout(Duration::from_millis(500));
         let err = r.run_capture(&spec).await.unwrap_err();
         assert!(matches!(err, ExecError::Timeout { .. }), "{err}");
-        let pid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
         assert!(!process_alive(pid), "grandchild {pid} survived");
     }
 
@@ -418,10 +400,7 @@ mod tests {
         let r = Runner::default();
         let spec = sh("yes proxywatch").max_output_bytes(100_000);
         let err = r.run_capture(&spec).await.unwrap_err();
-        assert!(
-            matches!(err, ExecError::OutputTooLarge { limit: 100_000, .. }),
-            "{err}"
-        );
+        assert!(matches!(err, ExecError::OutputTooLarge { limit: 100_000, .. }), "{err}");
     }
 
     #[tokio::test]

@@ -56,9 +56,7 @@ impl Host {
         let path = self.path(node_path);
         let shown = path.display().to_string();
         let map = |e: io::Error| match e.kind() {
-            io::ErrorKind::NotFound => ReadError::NotFound {
-                path: shown.clone(),
-            },
+            io::ErrorKind::NotFound => ReadError::NotFound { path: shown.clone() },
             io::ErrorKind::PermissionDenied => ReadError::PermissionDenied {
                 path: shown.clone(),
                 hint: permission_hint(node_path),
@@ -71,9 +69,7 @@ impl Host {
         let file = std::fs::File::open(&path).map_err(map)?;
         let mut buf = Vec::new();
         // Read one byte past the limit to tell "exactly the limit" from "more".
-        file.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut buf)
-            .map_err(map)?;
+        file.take(MAX_FILE_BYTES + 1).read_to_end(&mut buf).map_err(map)?;
         if buf.len() as u64 > MAX_FILE_BYTES {
             return Err(ReadError::TooLarge {
                 path: shown,
@@ -143,11 +139,7 @@ mod tests {
         let h = Host::new(dir.path());
         assert!(h.read("/nope").unwrap_err().is_not_found());
         assert_eq!(h.read_optional("/nope").unwrap(), None);
-        std::fs::write(
-            dir.path().join("big"),
-            vec![b'1'; MAX_FILE_BYTES as usize + 1],
-        )
-        .unwrap();
+        std::fs::write(dir.path().join("big"), vec![b'1'; MAX_FILE_BYTES as usize + 1]).unwrap();
         let err = h.read("/big").unwrap_err();
         assert!(matches!(err, ReadError::TooLarge { .. }), "{err}");
         std::fs::write(dir.path().join("bin"), [0xff, b'1', b'\n']).unwrap();

@@ -54,9 +54,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(args.listen, &args.common)
-                .await
-                .map(|_| ExitCode::SUCCESS),
+            Command::Serve(args) => serve(args.listen, &args.common).await.map(|_| ExitCode::SUCCESS),
             Command::Check(args) => check(args.format, &args.common).await,
         }
     });
@@ -95,20 +93,15 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
     let ctx = Arc::new(ProbeContext {
         host,
         runner: Runner::new(common.max_children),
-        timeout: common.probe_timeout,
+        max_output_bytes: common.max_output_bytes,
     });
-    let aggregator = Aggregator::new(
-        &node,
-        thresholds,
-        PROBES,
-        common.conntrack_window.as_secs_f64(),
-    );
+    let aggregator = Aggregator::new(&node, thresholds, PROBES, common.conntrack_window.as_secs_f64());
     Ok(Setup { ctx, aggregator })
 }
 
 async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
     let Setup { ctx, aggregator } = setup(common)?;
-    let publication = scheduler::run_once(ctx, PROBES, aggregator).await;
+    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
     let doc = &publication.document;
     let mut stdout = std::io::stdout().lock();
     match format {

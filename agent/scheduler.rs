@@ -23,6 +23,8 @@ use crate::window::CounterWindow;
 pub struct Schedule {
     pub probe: ProbeName,
     pub interval: Duration,
+    /// Bound on one run, commands included.
+    pub timeout: Duration,
 }
 
 /// One probe run's result, as sent to the aggregator.
@@ -43,12 +45,7 @@ pub struct Aggregator {
 
 impl Aggregator {
     /// `window_seconds`: how far back counter increases (conntrack drops...) are counted.
-    pub fn new(
-        node: &str,
-        thresholds: Thresholds,
-        probes: &[ProbeName],
-        window_seconds: f64,
-    ) -> Self {
+    pub fn new(node: &str, thresholds: Thresholds, probes: &[ProbeName], window_seconds: f64) -> Self {
         Aggregator {
             snapshot: Snapshot::new(node),
             thresholds,
@@ -61,11 +58,7 @@ impl Aggregator {
     /// `now` is the wall clock (for timestamps), `mono` a monotonic time in seconds (for windows).
     pub fn record(&mut self, report: RunReport, now: f64, mono: f64) -> Option<Publication> {
         let p = report.probe;
-        let previous_success = self
-            .snapshot
-            .probes
-            .get(&p)
-            .and_then(|o| o.last_success_seconds);
+        let previous_success = self.snapshot.probes.get(&p).and_then(|o| o.last_success_seconds);
         let (status, error) = match report.result {
             Ok(Probed::Present(mut update)) => {
                 if let FactUpdate::Conntrack(ct) = &mut update {
@@ -111,16 +104,20 @@ impl Aggregator {
 async fn run_isolated(
     probe: ProbeName,
     ctx: &Arc<ProbeContext>,
+    timeout: Duration,
 ) -> Result<Probed<FactUpdate>, ProbeError> {
-    let mut handle: JoinHandle<_> = tokio::spawn(probe::run(probe, ctx.clone()));
-    match tokio::time::timeout(ctx.timeout, &mut handle).await {
+    // The probe's own commands time out first, so their errors (with stderr)
+    // win over the generic timeout; the outer bound catches everything else.
+    let inner = timeout.mul_f64(0.95);
+    let mut handle: JoinHandle<_> = tokio::spawn(probe::run(probe, ctx.clone(), inner));
+    match tokio::time::timeout(timeout, &mut handle).await {
         Ok(Ok(result)) => result,
         Ok(Err(e)) if e.is_panic() => Err(ProbeError::Panicked(panic_message(e.into_panic()))),
         Ok(Err(e)) => Err(ProbeError::Panicked(e.to_string())),
         Err(_) => {
             // Dropping the task kills any command it runs (exec's group guard).
             handle.abort();
-            Err(ProbeError::Timeout(ctx.timeout))
+            Err(ProbeError::Timeout(timeout))
         }
     }
 }
@@ -131,7 +128,7 @@ async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender
     loop {
         ticker.tick().await;
         let started = Instant::now();
-        let result = run_isolated(schedule.probe, &ctx).await;
+        let result = run_isolated(schedule.probe, &ctx, schedule.timeout).await;
         let report = RunReport {
             probe: schedule.probe,
             result,
@@ -144,11 +141,7 @@ async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender
 }
 
 /// Starts every probe loop and the aggregator; returns the latest publication's receiver.
-pub fn spawn(
-    ctx: Arc<ProbeContext>,
-    schedules: Vec<Schedule>,
-    mut aggregator: Aggregator,
-) -> Latest {
+pub fn spawn(ctx: Arc<ProbeContext>, schedules: Vec<Schedule>, mut aggregator: Aggregator) -> Latest {
     let (tx, mut rx) = mpsc::channel::<RunReport>(64);
     let (pub_tx, pub_rx) = watch::channel(None);
     for s in schedules {
@@ -169,18 +162,14 @@ pub fn spawn(
 }
 
 /// Runs every probe once, concurrently, and returns the publication (for `proxywatch check`).
-pub async fn run_once(
-    ctx: Arc<ProbeContext>,
-    probes: &[ProbeName],
-    mut aggregator: Aggregator,
-) -> Publication {
-    let runs = probes.iter().map(|&p| {
+pub async fn run_once(ctx: Arc<ProbeContext>, schedules: &[Schedule], mut aggregator: Aggregator) -> Publication {
+    let runs = schedules.iter().map(|s| {
         let ctx = ctx.clone();
         async move {
             let started = Instant::now();
-            let result = run_isolated(p, &ctx).await;
+            let result = run_isolated(s.probe, &ctx, s.timeout).await;
             RunReport {
-                probe: p,
+                probe: s.probe,
                 result,
                 duration: started.elapsed(),
             }
@@ -191,9 +180,7 @@ pub async fn run_once(
     let mut last = None;
     for r in reports {
         let now = unix_seconds(SystemTime::now());
-        last = aggregator
-            .record(r, now, origin.elapsed().as_secs_f64())
-            .or(last);
+        last = aggregator.record(r, now, origin.elapsed().as_secs_f64()).or(last);
     }
     last.expect("every probe reported")
 }
@@ -225,9 +212,7 @@ mod tests {
     fn publishes_after_every_probe_reported_and_windows_drops() {
         let probes = [ProbeName::Conntrack, ProbeName::Sysctls];
         let mut a = Aggregator::new("n", Thresholds::default(), &probes, 60.0);
-        assert!(a
-            .record(ok(ProbeName::Conntrack, ct(10, 5)), 100.0, 0.0)
-            .is_none());
+        assert!(a.record(ok(ProbeName::Conntrack, ct(10, 5)), 100.0, 0.0).is_none());
         let p = a
             .record(
                 RunReport {
@@ -242,15 +227,8 @@ mod tests {
         assert_eq!(p.document.probes["sysctls"].status, ProbeStatus::Failed);
         assert!(p.document.findings.iter().any(|f| f.id == "probe_failed"));
         // Drops since the first reading make the drop finding critical.
-        let p = a
-            .record(ok(ProbeName::Conntrack, ct(10, 9)), 105.0, 5.0)
-            .unwrap();
-        let f = p
-            .document
-            .findings
-            .iter()
-            .find(|f| f.id == "conntrack_drops")
-            .unwrap();
+        let p = a.record(ok(ProbeName::Conntrack, ct(10, 9)), 105.0, 5.0).unwrap();
+        let f = p.document.findings.iter().find(|f| f.id == "conntrack_drops").unwrap();
         assert_eq!(f.evidence["drop_increase"], 4);
         assert!(p.readiness().is_err());
     }
@@ -258,9 +236,7 @@ mod tests {
     #[test]
     fn failure_clears_facts_and_keeps_last_success() {
         let mut a = Aggregator::new("n", Thresholds::default(), &[ProbeName::Conntrack], 60.0);
-        let p = a
-            .record(ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 0.0)
-            .unwrap();
+        let p = a.record(ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 0.0).unwrap();
         assert!(p.document.facts.conntrack.is_some());
         let fail = RunReport {
             probe: ProbeName::Conntrack,
@@ -268,14 +244,10 @@ mod tests {
             duration: Duration::from_secs(1),
         };
         let p = a.record(fail, 110.0, 10.0).unwrap();
-        assert!(
-            p.document.facts.conntrack.is_none(),
-            "no stale numbers after a failure"
-        );
+        assert!(p.document.facts.conntrack.is_none(), "no stale numbers after a failure");
         let o = &p.document.probes["conntrack"];
         assert_eq!(o.last_success_seconds, Some(100.0));
         assert!(o.error.as_deref().unwrap().contains("timed out"));
-        assert!(String::from_utf8_lossy(&p.metrics)
-            .contains("proxywatch_probe_success{probe=\"conntrack\"} 0"));
+        assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_probe_success{probe=\"conntrack\"} 0"));
     }
 }

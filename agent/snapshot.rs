@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::probe::conntrack::ConntrackFacts;
+use crate::probe::iptables::IptablesFacts;
 use crate::probe::modules::ModuleFacts;
+use crate::probe::nftables::NftablesFacts;
 use crate::probe::node::NodeFacts;
 use crate::probe::sysctl::SysctlFacts;
 use crate::probe::ProbeName;
@@ -22,6 +24,10 @@ pub struct Facts {
     pub conntrack: Option<ConntrackFacts>,
     #[serde(default)]
     pub sysctls: Option<SysctlFacts>,
+    #[serde(default)]
+    pub iptables: Option<IptablesFacts>,
+    #[serde(default)]
+    pub nftables: Option<NftablesFacts>,
 }
 
 /// The facts one probe run produced.
@@ -31,6 +37,8 @@ pub enum FactUpdate {
     Modules(ModuleFacts),
     Conntrack(ConntrackFacts),
     Sysctls(SysctlFacts),
+    Iptables(IptablesFacts),
+    Nftables(NftablesFacts),
 }
 
 impl Facts {
@@ -40,6 +48,8 @@ impl Facts {
             FactUpdate::Modules(f) => self.modules = Some(f),
             FactUpdate::Conntrack(f) => self.conntrack = Some(f),
             FactUpdate::Sysctls(f) => self.sysctls = Some(f),
+            FactUpdate::Iptables(f) => self.iptables = Some(f),
+            FactUpdate::Nftables(f) => self.nftables = Some(f),
         }
     }
 
@@ -50,6 +60,8 @@ impl Facts {
             ProbeName::Modules => self.modules = None,
             ProbeName::Conntrack => self.conntrack = None,
             ProbeName::Sysctls => self.sysctls = None,
+            ProbeName::Iptables => self.iptables = None,
+            ProbeName::Nftables => self.nftables = None,
         }
     }
 }

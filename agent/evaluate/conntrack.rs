@@ -84,11 +84,7 @@ pub fn drops(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
         None => {
             // A single reading (proxywatch check): only totals since boot are known.
             let (drop, early) = (ct.stat("drop"), ct.stat("early_drop"));
-            let severity = if drop + early > 0 {
-                Severity::Info
-            } else {
-                Severity::Ok
-            };
+            let severity = if drop + early > 0 { Severity::Info } else { Severity::Ok };
             Some(
                 Finding::new(
                     "conntrack_drops",

@@ -23,11 +23,7 @@ pub fn ip_forward(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
 
 pub fn bridge_nf_call_iptables(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
     // Only meaningful when br_netfilter is active: without it the sysctl does not exist.
-    let v = s
-        .facts
-        .sysctls
-        .as_ref()?
-        .get("net.bridge.bridge-nf-call-iptables")?;
+    let v = s.facts.sysctls.as_ref()?.get("net.bridge.bridge-nf-call-iptables")?;
     Some(
         Finding::new(
             "sysctl_bridge_nf_call_iptables",
@@ -127,9 +123,7 @@ mod tests {
         assert!(bridge_nf_call_iptables(&s, &Thresholds::default()).is_none());
         set(&mut s, "net.bridge.bridge-nf-call-iptables", Some(0));
         assert_eq!(
-            bridge_nf_call_iptables(&s, &Thresholds::default())
-                .unwrap()
-                .severity,
+            bridge_nf_call_iptables(&s, &Thresholds::default()).unwrap().severity,
             Severity::Warning
         );
     }
@@ -160,10 +154,7 @@ mod tests {
         assert_eq!(f.severity, Severity::Info);
         assert_eq!(f.evidence["missing"], serde_json::json!(["ip_vs_sh"]));
         t.proxy_mode = ProxyMode::Ipvs;
-        assert_eq!(
-            ipvs_modules_missing(&s, &t).unwrap().severity,
-            Severity::Critical
-        );
+        assert_eq!(ipvs_modules_missing(&s, &t).unwrap().severity, Severity::Critical);
         t.proxy_mode = ProxyMode::Iptables;
         assert_eq!(ipvs_modules_missing(&s, &t).unwrap().severity, Severity::Ok);
     }

@@ -6,6 +6,7 @@
 //! series appearing.
 
 mod conntrack;
+mod iptables;
 mod kernel;
 mod probes;
 
@@ -106,6 +107,12 @@ pub struct Thresholds {
     pub conntrack_fill_critical: f64,
     /// The proxy mode declared by `--kube-proxy.mode`; Unknown means "auto".
     pub proxy_mode: ProxyMode,
+    /// Rules in one nat table that raise a warning / a critical finding.
+    pub iptables_rules_warning: u64,
+    pub iptables_rules_critical: u64,
+    /// iptables-save wall time, in seconds, that raises a warning / a critical finding.
+    pub iptables_save_warning_seconds: f64,
+    pub iptables_save_critical_seconds: f64,
 }
 
 impl Default for Thresholds {
@@ -114,6 +121,10 @@ impl Default for Thresholds {
             conntrack_fill_warning: 0.80,
             conntrack_fill_critical: 0.95,
             proxy_mode: ProxyMode::Unknown,
+            iptables_rules_warning: 20_000,
+            iptables_rules_critical: 100_000,
+            iptables_save_warning_seconds: 1.0,
+            iptables_save_critical_seconds: 5.0,
         }
     }
 }
@@ -124,43 +135,21 @@ pub struct Check {
     pub run: fn(&Snapshot, &Thresholds) -> Option<Finding>,
 }
 
+#[rustfmt::skip]
 pub const CHECKS: &[Check] = &[
-    Check {
-        id: "conntrack_table_fill",
-        run: conntrack::table_fill,
-    },
-    Check {
-        id: "conntrack_drops",
-        run: conntrack::drops,
-    },
-    Check {
-        id: "conntrack_insert_failed",
-        run: conntrack::insert_failed,
-    },
-    Check {
-        id: "conntrack_max_below_recommended",
-        run: conntrack::max_below_recommended,
-    },
-    Check {
-        id: "sysctl_ip_forward",
-        run: kernel::ip_forward,
-    },
-    Check {
-        id: "sysctl_bridge_nf_call_iptables",
-        run: kernel::bridge_nf_call_iptables,
-    },
-    Check {
-        id: "sysctl_conntrack_tcp_timeouts",
-        run: kernel::conntrack_tcp_timeouts,
-    },
-    Check {
-        id: "ipvs_modules_missing",
-        run: kernel::ipvs_modules_missing,
-    },
-    Check {
-        id: "probe_failed",
-        run: probes::failed,
-    },
+    Check { id: "conntrack_table_fill", run: conntrack::table_fill },
+    Check { id: "conntrack_drops", run: conntrack::drops },
+    Check { id: "conntrack_insert_failed", run: conntrack::insert_failed },
+    Check { id: "conntrack_max_below_recommended", run: conntrack::max_below_recommended },
+    Check { id: "sysctl_ip_forward", run: kernel::ip_forward },
+    Check { id: "sysctl_bridge_nf_call_iptables", run: kernel::bridge_nf_call_iptables },
+    Check { id: "sysctl_conntrack_tcp_timeouts", run: kernel::conntrack_tcp_timeouts },
+    Check { id: "ipvs_modules_missing", run: kernel::ipvs_modules_missing },
+    Check { id: "iptables_backend_mismatch", run: iptables::backend_mismatch },
+    Check { id: "iptables_rules_large", run: iptables::rules_large },
+    Check { id: "iptables_save_slow", run: iptables::save_slow },
+    Check { id: "iptables_stale_kube_rules", run: iptables::stale_kube_rules },
+    Check { id: "probe_failed", run: probes::failed },
 ];
 
 /// Every check, most severe first, then by id.

@@ -42,20 +42,14 @@ mod tests {
             last_run_seconds: 1.0,
             last_success_seconds: None,
         };
-        s.probes
-            .insert(ProbeName::Modules, outcome(ProbeStatus::Ok, None));
-        assert_eq!(
-            failed(&s, &Thresholds::default()).unwrap().severity,
-            Severity::Ok
-        );
+        s.probes.insert(ProbeName::Modules, outcome(ProbeStatus::Ok, None));
+        assert_eq!(failed(&s, &Thresholds::default()).unwrap().severity, Severity::Ok);
         s.probes.insert(
             ProbeName::Conntrack,
             outcome(ProbeStatus::Failed, Some("/proc/x: line 2: bad")),
         );
-        s.probes.insert(
-            ProbeName::Sysctls,
-            outcome(ProbeStatus::Absent, Some("gone")),
-        );
+        s.probes
+            .insert(ProbeName::Sysctls, outcome(ProbeStatus::Absent, Some("gone")));
         let f = failed(&s, &Thresholds::default()).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(f.evidence["conntrack"], "/proc/x: line 2: bad");

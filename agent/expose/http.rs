@@ -40,11 +40,7 @@ pub fn router(latest: Latest) -> Router {
 }
 
 fn body(content_type: &'static str, bytes: bytes::Bytes) -> Response {
-    (
-        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
-        bytes,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], bytes).into_response()
 }
 
 fn not_yet() -> Response {
@@ -115,13 +111,7 @@ mod tests {
     async fn call(app: &Router, method: &str, path: &str) -> (StatusCode, String, String) {
         let resp = app
             .clone()
-            .oneshot(
-                Request::builder()
-                    .method(method)
-                    .uri(path)
-                    .body(Body::empty())
-                    .unwrap(),
-            )
+            .oneshot(Request::builder().method(method).uri(path).body(Body::empty()).unwrap())
             .await
             .unwrap();
         let status = resp.status();
@@ -130,9 +120,7 @@ mod tests {
             .get(header::CONTENT_TYPE)
             .map(|v| v.to_str().unwrap().to_string())
             .unwrap_or_default();
-        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
-            .await
-            .unwrap();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
         (status, ct, String::from_utf8(bytes.to_vec()).unwrap())
     }
 
@@ -172,10 +160,7 @@ mod tests {
         assert_eq!((st, text.trim()), (StatusCode::OK, "[]"));
         assert_eq!(call(&app, "GET", "/readyz").await.0, StatusCode::OK);
         assert_eq!(call(&app, "HEAD", "/metrics").await.0, StatusCode::OK);
-        assert_eq!(
-            call(&app, "POST", "/metrics").await.0,
-            StatusCode::METHOD_NOT_ALLOWED
-        );
+        assert_eq!(call(&app, "POST", "/metrics").await.0, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(call(&app, "GET", "/nope").await.0, StatusCode::NOT_FOUND);
 
         // A critical finding makes /readyz 503 with the reason; /healthz stays 200.

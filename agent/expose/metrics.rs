@@ -12,6 +12,15 @@ use crate::evaluate::{recommended_conntrack_max, Finding, Severity, CHECKS};
 use crate::snapshot::{ProbeStatus, Snapshot};
 
 type Gauges = GenericGaugeVec<AtomicF64>;
+
+/// kube-proxy's nftables maps with fixed names.
+const NFT_MAPS: &[&str] = &[
+    "service-ips",
+    "service-nodeports",
+    "no-endpoint-services",
+    "no-endpoint-nodeports",
+    "firewall-ips",
+];
 type Counters = GenericCounterVec<AtomicU64>;
 
 /// Build revision, set at build time (`PROXYWATCH_REVISION=$(git rev-parse HEAD)`).
@@ -74,14 +83,8 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     for (p, o) in &s.probes {
         success
             .with_label_values(&[p.as_str()])
-            .set(if o.status == ProbeStatus::Failed {
-                0.0
-            } else {
-                1.0
-            });
-        duration
-            .with_label_values(&[p.as_str()])
-            .set(o.duration_seconds);
+            .set(if o.status == ProbeStatus::Failed { 0.0 } else { 1.0 });
+        duration.with_label_values(&[p.as_str()]).set(o.duration_seconds);
         if let Some(t) = o.last_success_seconds {
             last_ok.with_label_values(&[p.as_str()]).set(t);
         }
@@ -115,7 +118,9 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
         for (field, v) in &ct.stats {
             out.counter(
                 &format!("proxywatch_conntrack_stat_{field}_total"),
-                &format!("Conntrack statistic `{field}` summed over CPUs (/proc/net/stat/nf_conntrack or conntrack -S)."),
+                &format!(
+                    "Conntrack statistic `{field}` summed over CPUs (/proc/net/stat/nf_conntrack or conntrack -S)."
+                ),
                 &[],
             )
             .with_label_values(&[] as &[&str])
@@ -160,6 +165,115 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
         }
     }
 
+    // iptables rule sets, per backend and family.
+    if let Some(ipt) = &s.facts.iptables {
+        let rules = out.gauge(
+            "proxywatch_iptables_rules",
+            "Rules per table in iptables-save output.",
+            &["backend", "family", "table"],
+        );
+        let chains = out.gauge(
+            "proxywatch_iptables_chains",
+            "Chains per table in iptables-save output.",
+            &["backend", "family", "table"],
+        );
+        let kube = out.gauge(
+            "proxywatch_iptables_kube_chains",
+            "kube-proxy chains per family (svc, sep, ext, fw, svl).",
+            &["backend", "family", "kind"],
+        );
+        let kube_rules = out.gauge(
+            "proxywatch_iptables_kube_rules",
+            "Rules in KUBE-* chains or jumping to them.",
+            &["backend", "family"],
+        );
+        let bytes = out.gauge(
+            "proxywatch_iptables_save_bytes",
+            "Bytes of iptables-save output.",
+            &["backend", "family"],
+        );
+        let secs = out.gauge(
+            "proxywatch_iptables_save_duration_seconds",
+            "Wall time of iptables-save.",
+            &["backend", "family"],
+        );
+        for r in &ipt.saves {
+            let (b, f) = (r.backend.as_str(), r.family.as_str());
+            for (table, c) in &r.counts.tables {
+                rules.with_label_values(&[b, f, table]).set(c.rules as f64);
+                chains.with_label_values(&[b, f, table]).set(c.chains as f64);
+            }
+            let k = &r.counts.kube;
+            for (kind, n) in [
+                ("svc", k.svc),
+                ("sep", k.sep),
+                ("ext", k.ext),
+                ("fw", k.fw),
+                ("svl", k.svl),
+            ] {
+                kube.with_label_values(&[b, f, kind]).set(n as f64);
+            }
+            kube_rules.with_label_values(&[b, f]).set(r.counts.kube_rules as f64);
+            bytes.with_label_values(&[b, f]).set(r.counts.bytes as f64);
+            secs.with_label_values(&[b, f]).set(r.duration_seconds);
+        }
+        out.gauge(
+            "proxywatch_iptables_backend_in_use",
+            "1 for the iptables backend kube-proxy's rules are in (nft, legacy, default, none).",
+            &["backend"],
+        )
+        .with_label_values(&[ipt.backend_in_use.as_str()])
+        .set(1.0);
+    }
+
+    // kube-proxy's nftables tables (nftables mode).
+    if let Some(nft) = &s.facts.nftables {
+        let chains = out.gauge(
+            "proxywatch_nftables_chains",
+            "Chains in kube-proxy's nftables table.",
+            &["family"],
+        );
+        let rules = out.gauge(
+            "proxywatch_nftables_rules",
+            "Rules in kube-proxy's nftables table.",
+            &["family"],
+        );
+        let svc = out.gauge(
+            "proxywatch_nftables_service_chains",
+            "service-* chains (one per service port) in kube-proxy's nftables table.",
+            &["family"],
+        );
+        let ep = out.gauge(
+            "proxywatch_nftables_endpoint_chains",
+            "endpoint-* chains (one per endpoint) in kube-proxy's nftables table.",
+            &["family"],
+        );
+        let elements = out.gauge(
+            "proxywatch_nftables_map_elements",
+            "Elements of kube-proxy's fixed maps (service-ips, service-nodeports, ...).",
+            &["family", "map"],
+        );
+        let secs = out.gauge(
+            "proxywatch_nftables_list_duration_seconds",
+            "Wall time of nft list table.",
+            &["family"],
+        );
+        for t in &nft.tables {
+            let f = t.family.as_str();
+            chains.with_label_values(&[f]).set(t.counts.chains as f64);
+            rules.with_label_values(&[f]).set(t.counts.rules as f64);
+            svc.with_label_values(&[f]).set(t.counts.service_chains as f64);
+            ep.with_label_values(&[f]).set(t.counts.endpoint_chains as f64);
+            secs.with_label_values(&[f]).set(t.duration_seconds);
+            // Only kube-proxy's fixed map names: per-service sets would be unbounded.
+            for (map, n) in &t.counts.map_elements {
+                if NFT_MAPS.contains(&map.as_str()) {
+                    elements.with_label_values(&[f, map]).set(*n as f64);
+                }
+            }
+        }
+    }
+
     // Findings: every known check, always present.
     let sev = out.gauge(
         "proxywatch_finding_severity",
@@ -173,11 +287,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             .map_or(Severity::Ok, |f| f.severity);
         sev.with_label_values(&[c.id]).set(level as i32 as f64);
     }
-    let count = out.gauge(
-        "proxywatch_findings",
-        "Active findings by severity.",
-        &["severity"],
-    );
+    let count = out.gauge("proxywatch_findings", "Active findings by severity.", &["severity"]);
     for level in [Severity::Info, Severity::Warning, Severity::Critical] {
         let n = findings.iter().filter(|f| f.severity == level).count();
         count.with_label_values(&[level.as_str()]).set(n as f64);
@@ -225,20 +335,11 @@ mod tests {
         let findings = evaluate(&s, &Thresholds::default());
         let text = render(&s, &findings);
         assert_eq!(value(&text, "proxywatch_conntrack_entries"), Some(1000.0));
-        assert_eq!(
-            value(&text, "proxywatch_conntrack_entries_limit"),
-            Some(262_144.0)
-        );
-        assert_eq!(
-            value(&text, "proxywatch_conntrack_stat_drop_total"),
-            Some(7.0)
-        );
+        assert_eq!(value(&text, "proxywatch_conntrack_entries_limit"), Some(262_144.0));
+        assert_eq!(value(&text, "proxywatch_conntrack_stat_drop_total"), Some(7.0));
         assert!(text.contains("# TYPE proxywatch_conntrack_stat_drop_total counter"));
         assert_eq!(
-            value(
-                &text,
-                "proxywatch_sysctl_value{name=\"net.ipv4.ip_forward\"}"
-            ),
+            value(&text, "proxywatch_sysctl_value{name=\"net.ipv4.ip_forward\"}"),
             Some(0.0)
         );
         assert_eq!(
@@ -253,16 +354,10 @@ mod tests {
             );
         }
         assert_eq!(
-            value(
-                &text,
-                "proxywatch_finding_severity{id=\"sysctl_ip_forward\"}"
-            ),
+            value(&text, "proxywatch_finding_severity{id=\"sysctl_ip_forward\"}"),
             Some(3.0)
         );
         assert_eq!(value(&text, "proxywatch_node_ready"), Some(0.0));
-        assert_eq!(
-            value(&text, "proxywatch_findings{severity=\"critical\"}"),
-            Some(1.0)
-        );
+        assert_eq!(value(&text, "proxywatch_findings{severity=\"critical\"}"), Some(1.0));
     }
 }

@@ -33,8 +33,7 @@ impl Publication {
         let metrics = metrics::render(snapshot, &findings);
         let document = Document::new(snapshot, findings);
         let snapshot_json = Bytes::from(document.to_json());
-        let findings_json =
-            Bytes::from(serde_json::to_vec_pretty(&document.findings).expect("findings serialize"));
+        let findings_json = Bytes::from(serde_json::to_vec_pretty(&document.findings).expect("findings serialize"));
         Publication {
             document,
             metrics: Bytes::from(metrics),

@@ -57,11 +57,7 @@ fn show(v: &Value) -> String {
 pub fn render(doc: &Document) -> String {
     let mut out = String::new();
     let count = |s: Severity| doc.findings.iter().filter(|f| f.severity == s).count();
-    let _ = writeln!(
-        out,
-        "proxywatch check: node {} at {}",
-        doc.node, doc.collected_at
-    );
+    let _ = writeln!(out, "proxywatch check: node {} at {}", doc.node, doc.collected_at);
     let _ = writeln!(
         out,
         "status: {} ({} critical, {} warning, {} info)",
@@ -75,18 +71,9 @@ pub fn render(doc: &Document) -> String {
         out.push_str("No findings: the data plane looks healthy.\n\n");
     }
     for f in &doc.findings {
-        wrap(
-            &mut out,
-            &format!("{} {}: ", tag(f.severity), f.id),
-            7,
-            &f.summary,
-        );
+        wrap(&mut out, &format!("{} {}: ", tag(f.severity), f.id), 7, &f.summary);
         if !f.evidence.is_empty() {
-            let ev: Vec<String> = f
-                .evidence
-                .iter()
-                .map(|(k, v)| format!("{k}={}", show(v)))
-                .collect();
+            let ev: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k}={}", show(v))).collect();
             wrap(&mut out, "       evidence: ", 17, &ev.join(" "));
         }
         for (i, step) in f.remediation.iter().enumerate() {
@@ -106,10 +93,7 @@ pub fn render(doc: &Document) -> String {
             ProbeStatus::Absent => "absent",
             ProbeStatus::Failed => "FAILED",
         };
-        let head = format!(
-            "  {name:<10} {status:<7} {:>7.1} ms ",
-            o.duration_seconds * 1000.0
-        );
+        let head = format!("  {name:<10} {status:<7} {:>7.1} ms ", o.duration_seconds * 1000.0);
         wrap(&mut out, &head, 30, o.error.as_deref().unwrap_or(""));
     }
     if let Some(ct) = &doc.facts.conntrack {

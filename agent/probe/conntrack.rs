@@ -56,36 +56,23 @@ const NOT_SUMMED: &[&str] = &["entries"];
 
 /// Sums `/proc/net/stat/nf_conntrack` over CPUs, by header name.
 pub fn parse_stat(source: &str, text: &str) -> Result<BTreeMap<String, u64>, ParseError> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let Some((_, header)) = lines.next() else {
-        return Err(ParseError::whole(
-            source,
-            "empty file, expected a header line",
-        ));
+        return Err(ParseError::whole(source, "empty file, expected a header line"));
     };
     let columns: Vec<&str> = header.split_whitespace().collect();
     if columns.first() != Some(&"entries") {
         return Err(ParseError::new(
             source,
             1,
-            format!(
-                "expected a header starting with `entries`, found {}",
-                quote(header)
-            ),
+            format!("expected a header starting with `entries`, found {}", quote(header)),
         ));
     }
     if let Some(bad) = columns
         .iter()
         .find(|c| !c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
     {
-        return Err(ParseError::new(
-            source,
-            1,
-            format!("bad column name {}", quote(bad)),
-        ));
+        return Err(ParseError::new(source, 1, format!("bad column name {}", quote(bad))));
     }
     let mut sums: BTreeMap<String, u64> = BTreeMap::new();
     let mut rows = 0;
@@ -113,10 +100,7 @@ pub fn parse_stat(source: &str, text: &str) -> Result<BTreeMap<String, u64>, Par
         rows += 1;
     }
     if rows == 0 {
-        return Err(ParseError::whole(
-            source,
-            "header but no per-CPU rows (truncated?)",
-        ));
+        return Err(ParseError::whole(source, "header but no per-CPU rows (truncated?)"));
     }
     Ok(sums)
 }
@@ -133,10 +117,7 @@ pub fn parse_conntrack_s(source: &str, text: &str) -> Result<BTreeMap<String, u6
             return Err(ParseError::new(
                 source,
                 i + 1,
-                format!(
-                    "expected a line starting with `cpu=N`, found {}",
-                    quote(line)
-                ),
+                format!("expected a line starting with `cpu=N`, found {}", quote(line)),
             ));
         }
         parse_u64(source, i + 1, "cpu", &first[4..])?;
@@ -156,9 +137,7 @@ pub fn parse_conntrack_s(source: &str, text: &str) -> Result<BTreeMap<String, u6
                 ));
             }
             let n = parse_u64(source, i + 1, name, value)?;
-            let slot = sums
-                .entry(kernel_column_name(name).to_string())
-                .or_insert(0);
+            let slot = sums.entry(kernel_column_name(name).to_string()).or_insert(0);
             *slot = slot.saturating_add(n);
         }
         rows += 1;
@@ -197,21 +176,21 @@ pub fn read_files(host: &Host) -> Result<Probed<ConntrackFacts>, ProbeError> {
     let entries = read_number(host, COUNT)?;
     let max = read_number(host, MAX)?;
     let stat_text = host.read_optional(STAT)?;
-    let (entries, max) =
-        match (entries, max) {
-            (Some(e), Some(m)) => (e, m),
-            (None, None) if stat_text.is_none() => return Ok(Probed::Absent(
-                "no nf_conntrack in this kernel (nf_conntrack_count and the stat file are absent)"
-                    .into(),
-            )),
-            _ => {
-                return Err(ProbeError::Inconsistent(format!(
-                    "{} and {} must both exist",
-                    host.path(COUNT).display(),
-                    host.path(MAX).display()
-                )))
-            }
-        };
+    let (entries, max) = match (entries, max) {
+        (Some(e), Some(m)) => (e, m),
+        (None, None) if stat_text.is_none() => {
+            return Ok(Probed::Absent(
+                "no nf_conntrack in this kernel (nf_conntrack_count and the stat file are absent)".into(),
+            ))
+        }
+        _ => {
+            return Err(ProbeError::Inconsistent(format!(
+                "{} and {} must both exist",
+                host.path(COUNT).display(),
+                host.path(MAX).display()
+            )))
+        }
+    };
     let mut facts = ConntrackFacts {
         entries,
         max,
@@ -271,11 +250,12 @@ mod tests {
         assert_eq!(s["invalid"], 14);
         assert_eq!(s["drop"], 0);
         assert!(s.contains_key("clashres") && s.contains_key("chainlength"));
-        assert!(
-            !s.contains_key("entries"),
-            "entries is global, not a per-CPU counter"
-        );
-        let idle = parse_stat("f", sample!("proc-net-stat-nf_conntrack/debian12-kernel6.18-rootns-idle-17col-clashres-chainlength.txt")).unwrap();
+        assert!(!s.contains_key("entries"), "entries is global, not a per-CPU counter");
+        let idle = parse_stat(
+            "f",
+            sample!("proc-net-stat-nf_conntrack/debian12-kernel6.18-rootns-idle-17col-clashres-chainlength.txt"),
+        )
+        .unwrap();
         assert_eq!(idle.values().sum::<u64>(), 0);
         assert_eq!(idle.len(), 16);
     }
@@ -294,7 +274,11 @@ mod tests {
         assert_eq!(s["ignore"], 89_738);
         assert_eq!(s["search_restart"], 7);
         // netdata issue: old kernel, large non-zero values, 3 CPU rows.
-        let nd = parse_stat("f", sample!("proc-net-stat-nf_conntrack/netdata-issue161-2016-17col-searched-nonzero-partial.txt")).unwrap();
+        let nd = parse_stat(
+            "f",
+            sample!("proc-net-stat-nf_conntrack/netdata-issue161-2016-17col-searched-nonzero-partial.txt"),
+        )
+        .unwrap();
         assert!(nd["searched"] > 0 && nd["found"] > 0);
     }
 
@@ -353,12 +337,7 @@ mod tests {
     #[test]
     fn conntrack_s_garbage() {
         assert!(parse_conntrack_s("c", "").is_err());
-        assert_eq!(
-            parse_conntrack_s("c", "cpu=0 drop=1\nhello\n")
-                .unwrap_err()
-                .line,
-            2
-        );
+        assert_eq!(parse_conntrack_s("c", "cpu=0 drop=1\nhello\n").unwrap_err().line, 2);
         assert!(parse_conntrack_s("c", "cpu=0 drop=x\n").is_err());
         assert!(parse_conntrack_s("c", "cpu=0 drop\n").is_err());
     }

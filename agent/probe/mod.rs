@@ -5,7 +5,9 @@
 //! failure: evaluation decides whether the absence matters.
 
 pub mod conntrack;
+pub mod iptables;
 pub mod modules;
+pub mod nftables;
 pub mod node;
 pub mod parse;
 pub mod sysctl;
@@ -28,6 +30,8 @@ pub enum ProbeName {
     Modules,
     Conntrack,
     Sysctls,
+    Iptables,
+    Nftables,
 }
 
 pub const PROBES: &[ProbeName] = &[
@@ -35,6 +39,8 @@ pub const PROBES: &[ProbeName] = &[
     ProbeName::Modules,
     ProbeName::Conntrack,
     ProbeName::Sysctls,
+    ProbeName::Iptables,
+    ProbeName::Nftables,
 ];
 
 impl ProbeName {
@@ -44,6 +50,8 @@ impl ProbeName {
             ProbeName::Modules => "modules",
             ProbeName::Conntrack => "conntrack",
             ProbeName::Sysctls => "sysctls",
+            ProbeName::Iptables => "iptables",
+            ProbeName::Nftables => "nftables",
         }
     }
 }
@@ -85,38 +93,42 @@ pub enum ProbeError {
 pub struct ProbeContext {
     pub host: Host,
     pub runner: Runner,
-    /// Timeout of one run of any probe (and of each command it runs).
-    pub timeout: Duration,
+    /// Cap on one command's stdout (rule-set dumps); beyond it the command is killed.
+    pub max_output_bytes: u64,
 }
 
-/// Runs one probe once. File probes run on the blocking pool.
-pub async fn run(
-    name: ProbeName,
-    ctx: Arc<ProbeContext>,
-) -> Result<Probed<FactUpdate>, ProbeError> {
-    fn present<T>(
-        r: Result<T, ProbeError>,
+/// Runs one probe once. File probes run on the blocking pool; `timeout`
+/// bounds each command a probe runs.
+pub async fn run(name: ProbeName, ctx: Arc<ProbeContext>, timeout: Duration) -> Result<Probed<FactUpdate>, ProbeError> {
+    fn present<T>(r: Result<T, ProbeError>, wrap: fn(T) -> FactUpdate) -> Result<Probed<FactUpdate>, ProbeError> {
+        r.map(|t| Probed::Present(wrap(t)))
+    }
+    fn probed<T>(
+        r: Result<Probed<T>, ProbeError>,
         wrap: fn(T) -> FactUpdate,
     ) -> Result<Probed<FactUpdate>, ProbeError> {
-        r.map(|t| Probed::Present(wrap(t)))
+        r.map(|p| match p {
+            Probed::Present(t) => Probed::Present(wrap(t)),
+            Probed::Absent(why) => Probed::Absent(why),
+        })
     }
     let host = ctx.host.clone();
     match name {
         ProbeName::Node => present(blocking(move || node::probe(&host)).await, FactUpdate::Node),
-        ProbeName::Modules => present(
-            blocking(move || modules::probe(&host)).await,
-            FactUpdate::Modules,
+        ProbeName::Modules => present(blocking(move || modules::probe(&host)).await, FactUpdate::Modules),
+        ProbeName::Sysctls => present(blocking(move || sysctl::probe(&host)).await, FactUpdate::Sysctls),
+        ProbeName::Conntrack => probed(
+            conntrack::probe(host, ctx.runner.clone(), timeout).await,
+            FactUpdate::Conntrack,
         ),
-        ProbeName::Sysctls => present(
-            blocking(move || sysctl::probe(&host)).await,
-            FactUpdate::Sysctls,
+        ProbeName::Iptables => probed(
+            iptables::probe(&ctx.runner, timeout, ctx.max_output_bytes).await,
+            FactUpdate::Iptables,
         ),
-        ProbeName::Conntrack => {
-            match conntrack::probe(host, ctx.runner.clone(), ctx.timeout).await? {
-                Probed::Present(f) => Ok(Probed::Present(FactUpdate::Conntrack(f))),
-                Probed::Absent(why) => Ok(Probed::Absent(why)),
-            }
-        }
+        ProbeName::Nftables => probed(
+            nftables::probe(&ctx.runner, timeout, ctx.max_output_bytes).await,
+            FactUpdate::Nftables,
+        ),
     }
 }
 

@@ -20,14 +20,8 @@ pub const WATCHED: &[(&str, Option<&str>)] = &[
     ("ip_vs_rr", None),
     ("ip_vs_wrr", None),
     ("ip_vs_sh", None),
-    (
-        "nf_conntrack",
-        Some("/proc/sys/net/netfilter/nf_conntrack_max"),
-    ),
-    (
-        "br_netfilter",
-        Some("/proc/sys/net/bridge/bridge-nf-call-iptables"),
-    ),
+    ("nf_conntrack", Some("/proc/sys/net/netfilter/nf_conntrack_max")),
+    ("br_netfilter", Some("/proc/sys/net/bridge/bridge-nf-call-iptables")),
 ];
 
 /// The IPVS modules kube-proxy's IPVS mode requires.
@@ -112,10 +106,7 @@ pub fn parse_modules_builtin(source: &str, text: &str) -> Result<BTreeSet<String
 }
 
 fn valid_module_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// What the host shows, gathered by the probe; kept separate so the decision is pure.
@@ -136,10 +127,7 @@ pub fn decide(src: &ModuleSources) -> BTreeMap<String, ModuleState> {
         .map(|(m, _)| {
             let state = if has(&src.loaded, m) {
                 ModuleState::Loaded
-            } else if has(&src.builtin, m)
-                || has(&src.sys_module, m)
-                || src.active_files.contains(*m)
-            {
+            } else if has(&src.builtin, m) || has(&src.sys_module, m) || src.active_files.contains(*m) {
                 ModuleState::Builtin
             } else {
                 ModuleState::Missing
@@ -166,10 +154,7 @@ pub fn probe(host: &Host) -> Result<ModuleFacts, ProbeError> {
     if let Some(rel) = &release {
         let p = format!("/lib/modules/{rel}/modules.builtin");
         if let Some(text) = host.read_optional(&p)? {
-            src.builtin = Some(parse_modules_builtin(
-                &host.path(&p).display().to_string(),
-                &text,
-            )?);
+            src.builtin = Some(parse_modules_builtin(&host.path(&p).display().to_string(), &text)?);
             sources.push(p);
         }
     }
@@ -196,15 +181,22 @@ mod tests {
     use super::*;
 
     // Rocky 8.6 k8s node with IPVS loaded (tests/fixtures/samples/SOURCES.md).
-    const ROCKY: &str = include_str!("../../tests/fixtures/samples/proc-modules/rocky8.6-el8-4.18-k8s-node-ipvs-loaded-partial.txt");
+    const ROCKY: &str =
+        include_str!("../../tests/fixtures/samples/proc-modules/rocky8.6-el8-4.18-k8s-node-ipvs-loaded-partial.txt");
     // jamescun/procfs testdata: kptr_restrict addresses, no ip_vs.
-    const WIREGUARD: &str = include_str!("../../tests/fixtures/samples/proc-modules/jamescun-procfs-testdata-wireguard-kptr-restricted.txt");
+    const WIREGUARD: &str = include_str!(
+        "../../tests/fixtures/samples/proc-modules/jamescun-procfs-testdata-wireguard-kptr-restricted.txt"
+    );
     // Debian 12 cloud kernel: netfilter is modular, so none of ours is built in.
-    const DEBIAN_BUILTIN: &str = include_str!("../../tests/fixtures/samples/modules-builtin/debian12-6.1.0-47-cloud-amd64.modules.builtin");
+    const DEBIAN_BUILTIN: &str =
+        include_str!("../../tests/fixtures/samples/modules-builtin/debian12-6.1.0-47-cloud-amd64.modules.builtin");
     // kubernetes pkg/proxy/ipvs/README.md: grep of a modules.builtin with IPVS built in.
-    const K8S_BUILTIN: &str = include_str!("../../tests/fixtures/samples/modules-builtin/kubernetes-ipvs-readme-grep-builtin-ipvs-excerpt.txt");
+    const K8S_BUILTIN: &str = include_str!(
+        "../../tests/fixtures/samples/modules-builtin/kubernetes-ipvs-readme-grep-builtin-ipvs-excerpt.txt"
+    );
     // This machine's kernel (CONFIG_MODULES=n): `ls -1 /sys/module`.
-    const SYS_MODULE: &str = include_str!("../../tests/fixtures/samples/sys-module/debian12-kernel6.18-no-module-support-ls-sys-module.txt");
+    const SYS_MODULE: &str =
+        include_str!("../../tests/fixtures/samples/sys-module/debian12-kernel6.18-no-module-support-ls-sys-module.txt");
 
     #[test]
     fn proc_modules_real_samples() {
@@ -226,11 +218,7 @@ mod tests {
 
     #[test]
     fn proc_modules_garbage_names_the_line() {
-        let err = parse_proc_modules(
-            "/proc/modules",
-            "ip_vs 172032 6 - Live 0x0\nnot a module line\n",
-        )
-        .unwrap_err();
+        let err = parse_proc_modules("/proc/modules", "ip_vs 172032 6 - Live 0x0\nnot a module line\n").unwrap_err();
         assert_eq!(err.line, 2);
         assert!(parse_proc_modules("/proc/modules", "ip_vs abc 0\n").is_err());
         assert!(parse_proc_modules("/proc/modules", "").unwrap().is_empty());
@@ -241,10 +229,7 @@ mod tests {
         let deb = parse_modules_builtin("deb", DEBIAN_BUILTIN).unwrap();
         assert_eq!(
             deb.len(),
-            DEBIAN_BUILTIN
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .count()
+            DEBIAN_BUILTIN.lines().filter(|l| !l.trim().is_empty()).count()
         );
         assert!(!deb.contains("ip_vs") && !deb.contains("nf_conntrack"));
         let k8s = parse_modules_builtin("k8s", K8S_BUILTIN).unwrap();

@@ -37,11 +37,7 @@ impl fmt::Display for ParseError {
         if self.line == 0 {
             write!(f, "{}: {}", self.source_name, self.message)
         } else {
-            write!(
-                f,
-                "{}: line {}: {}",
-                self.source_name, self.line, self.message
-            )
+            write!(f, "{}: line {}: {}", self.source_name, self.line, self.message)
         }
     }
 }
@@ -57,12 +53,7 @@ pub fn quote(text: &str) -> String {
 }
 
 /// Parses a decimal unsigned integer, trimming surrounding whitespace.
-pub fn parse_u64(
-    source_name: &str,
-    line: usize,
-    field: &str,
-    text: &str,
-) -> Result<u64, ParseError> {
+pub fn parse_u64(source_name: &str, line: usize, field: &str, text: &str) -> Result<u64, ParseError> {
     let t = text.trim();
     t.parse::<u64>().map_err(|_| {
         ParseError::new(
@@ -74,31 +65,20 @@ pub fn parse_u64(
 }
 
 /// Parses a hexadecimal unsigned integer (no `0x` prefix), as the kernel prints them.
-pub fn parse_hex_u64(
-    source_name: &str,
-    line: usize,
-    field: &str,
-    text: &str,
-) -> Result<u64, ParseError> {
+pub fn parse_hex_u64(source_name: &str, line: usize, field: &str, text: &str) -> Result<u64, ParseError> {
     let t = text.trim();
     if t.is_empty() || t.len() > 16 {
         return Err(ParseError::new(
             source_name,
             line,
-            format!(
-                "{field}: expected a hexadecimal integer, found {}",
-                quote(t)
-            ),
+            format!("{field}: expected a hexadecimal integer, found {}", quote(t)),
         ));
     }
     u64::from_str_radix(t, 16).map_err(|_| {
         ParseError::new(
             source_name,
             line,
-            format!(
-                "{field}: expected a hexadecimal integer, found {}",
-                quote(t)
-            ),
+            format!("{field}: expected a hexadecimal integer, found {}", quote(t)),
         )
     })
 }
@@ -111,10 +91,7 @@ mod tests {
     fn display_names_source_and_line() {
         let e = ParseError::new("/proc/x", 3, "bad");
         assert_eq!(e.to_string(), "/proc/x: line 3: bad");
-        assert_eq!(
-            ParseError::whole("/proc/x", "empty").to_string(),
-            "/proc/x: empty"
-        );
+        assert_eq!(ParseError::whole("/proc/x", "empty").to_string(), "/proc/x: empty");
     }
 
     #[test]

@@ -53,13 +53,8 @@ pub fn parse_value(source: &str, text: &str) -> Result<i64, ParseError> {
             format!("expected one integer, found {}", quote(t)),
         ));
     }
-    t.parse::<i64>().map_err(|_| {
-        ParseError::new(
-            source,
-            1,
-            format!("expected an integer, found {}", quote(t)),
-        )
-    })
+    t.parse::<i64>()
+        .map_err(|_| ParseError::new(source, 1, format!("expected an integer, found {}", quote(t))))
 }
 
 pub fn probe(host: &Host) -> Result<SysctlFacts, ProbeError> {
@@ -86,7 +81,9 @@ mod tests {
             "/proc/sys/net/bridge/bridge-nf-call-iptables"
         );
         // Local capture of this machine's /proc/sys/net/netfilter (tests/fixtures/samples/SOURCES.md).
-        let max = include_str!("../../tests/fixtures/samples/proc-sys-net-netfilter/debian12-kernel6.18-rootns/nf_conntrack_max");
+        let max = include_str!(
+            "../../tests/fixtures/samples/proc-sys-net-netfilter/debian12-kernel6.18-rootns/nf_conntrack_max"
+        );
         assert_eq!(parse_value("max", max).unwrap(), 262_144);
         let est = include_str!(
             "../../tests/fixtures/samples/proc-sys-net-netfilter/debian12-kernel6.18-rootns/nf_conntrack_tcp_timeout_established"

@@ -1,0 +1,244 @@
+//! Rule-set checks: iptables work is O(n) in rules, so size and save time
+//! predict kube-proxy's sync latency ("p99 sync > 5 s after scaling").
+
+use super::{Finding, Severity, Thresholds};
+use crate::probe::iptables::{IptablesFacts, SaveRun};
+use crate::snapshot::Snapshot;
+
+fn label(s: &SaveRun) -> String {
+    format!("{}/{}", s.backend, s.family)
+}
+
+const SHRINK: &[&str] = &[
+    "Each Service port and endpoint adds rules; kube-proxy rewrites the whole set on each sync. Check for Services nobody uses and for very large Endpoints.",
+    "Switch kube-proxy to IPVS or nftables mode (hash lookups, incremental updates): set mode in the kube-proxy ConfigMap, then kubectl -n kube-system rollout restart ds kube-proxy, one node pool at a time. Load the IPVS modules first for IPVS.",
+    "Or raise iptables.syncPeriod / minSyncPeriod (e.g. 60s / 10s) to sync less often, at the cost of slower updates.",
+    "Roll back: restore the ConfigMap backup and restart kube-proxy again.",
+];
+
+pub fn rules_large(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+    let ipt = s.facts.iptables.as_ref()?;
+    let (run, rules) = ipt
+        .saves
+        .iter()
+        .map(|r| (r, r.counts.tables.get("nat").map_or(0, |n| n.rules)))
+        .max_by_key(|&(_, n)| n)?;
+    let severity = if rules >= t.iptables_rules_critical {
+        Severity::Critical
+    } else if rules >= t.iptables_rules_warning {
+        Severity::Warning
+    } else {
+        Severity::Ok
+    };
+    Some(
+        Finding::new(
+            "iptables_rules_large",
+            severity,
+            format!(
+                "{rules} rules in the nat table ({}); every kube-proxy sync rewrites them all",
+                label(run)
+            ),
+        )
+        .evidence("nat_rules", rules)
+        .evidence("backend", run.backend.as_str())
+        .evidence("family", run.family.as_str())
+        .evidence("kube_svc_chains", run.counts.kube.svc)
+        .evidence("kube_sep_chains", run.counts.kube.sep)
+        .evidence("warning_at", t.iptables_rules_warning)
+        .evidence("critical_at", t.iptables_rules_critical)
+        .remediation(SHRINK),
+    )
+}
+
+pub fn save_slow(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+    let ipt = s.facts.iptables.as_ref()?;
+    let run = ipt
+        .saves
+        .iter()
+        .max_by(|a, b| a.duration_seconds.total_cmp(&b.duration_seconds))?;
+    let d = run.duration_seconds;
+    let severity = if d >= t.iptables_save_critical_seconds {
+        Severity::Critical
+    } else if d >= t.iptables_save_warning_seconds {
+        Severity::Warning
+    } else {
+        Severity::Ok
+    };
+    Some(
+        Finding::new(
+            "iptables_save_slow",
+            severity,
+            format!(
+                "{} took {d:.2} s; kube-proxy's syncs do at least this much work each time",
+                run.command
+            ),
+        )
+        .evidence("duration_seconds", (d * 1000.0).round() / 1000.0)
+        .evidence("command", run.command.as_str())
+        .evidence("bytes", run.counts.bytes)
+        .evidence("warning_at_seconds", t.iptables_save_warning_seconds)
+        .evidence("critical_at_seconds", t.iptables_save_critical_seconds)
+        .remediation(SHRINK),
+    )
+}
+
+pub fn backend_mismatch(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    let ipt: &IptablesFacts = s.facts.iptables.as_ref()?;
+    let both = ipt.is_mismatch();
+    Some(
+        Finding::new(
+            "iptables_backend_mismatch",
+            if both { Severity::Critical } else { Severity::Ok },
+            format!(
+                "kube-proxy rules in more than one iptables backend ({}): two rule sets fight over the same packets",
+                ipt.backends_with_kube_rules.join(" and ")
+            ),
+        )
+        .evidence("backends_with_kube_rules", ipt.backends_with_kube_rules.clone())
+        .evidence("backend_in_use", ipt.backend_in_use.as_str())
+        .evidence("reason", ipt.backend_reason.as_str())
+        .remediation(&[
+            "Some component on the node (a CNI plugin, kubelet, a host firewall) uses a different iptables backend than kube-proxy; its image's iptables must match the host (kubernetes-sigs/iptables-wrappers picks the backend by the KUBE-IPTABLES-HINT chain).",
+            "Find the stale set: iptables-legacy-save | grep -c KUBE- and iptables-nft-save | grep -c KUBE-; the one without KUBE-PROXY-CANARY is stale.",
+            "Flush the stale backend's KUBE chains in a maintenance window (iptables-legacy -t nat -F / -X on KUBE-* chains, or kube-proxy --cleanup with the wrong backend's binary), then restart kube-proxy.",
+        ]),
+    )
+}
+
+pub fn stale_kube_rules(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    let ipt = s.facts.iptables.as_ref()?;
+    let stale: Vec<String> = ipt
+        .saves
+        .iter()
+        .filter(|r| {
+            let k = &r.counts.kube;
+            k.svc + k.sep + k.ext + k.fw + k.svl > 0 && !r.counts.proxy_canary
+        })
+        .map(label)
+        .collect();
+    Some(
+        Finding::new(
+            "iptables_stale_kube_rules",
+            if stale.is_empty() { Severity::Ok } else { Severity::Warning },
+            format!(
+                "kube-proxy service chains without KUBE-PROXY-CANARY in {}: rules left by a kube-proxy that no longer runs",
+                stale.join(", ")
+            ),
+        )
+        .evidence("backends", stale.clone())
+        .remediation(&[
+            "If kube-proxy was replaced (e.g. by Cilium or nftables mode), clean the old rules: kube-proxy --cleanup on the node, or flush the KUBE-* chains in a maintenance window.",
+            "If kube-proxy should be running here, check its pod: kubectl -n kube-system get pods -o wide | grep kube-proxy.",
+        ]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::healthy;
+    use super::*;
+    use crate::probe::iptables::{detect_backend, SaveCounts, TableCounts};
+
+    fn run(backend: &str, nat_rules: u64, hint: bool, canary: bool, secs: f64) -> SaveRun {
+        let mut counts = SaveCounts::default();
+        counts.tables.insert(
+            "nat".into(),
+            TableCounts {
+                chains: 10,
+                rules: nat_rules,
+            },
+        );
+        counts.hint_chain = hint;
+        counts.proxy_canary = canary;
+        counts.kube_rules = nat_rules;
+        counts.kube.svc = (nat_rules > 0) as u64 * 3;
+        SaveRun {
+            backend: backend.into(),
+            family: "ipv4".into(),
+            command: format!("iptables-{backend}-save"),
+            duration_seconds: secs,
+            counts,
+        }
+    }
+
+    fn snapshot(saves: Vec<SaveRun>) -> Snapshot {
+        let (backend_in_use, backend_reason, backends_with_kube_rules) = detect_backend(&saves);
+        let mut s = healthy();
+        s.facts.iptables = Some(IptablesFacts {
+            saves,
+            backend_in_use,
+            backend_reason,
+            backends_with_kube_rules,
+        });
+        s
+    }
+
+    #[test]
+    fn backend_matrix() {
+        let t = Thresholds::default();
+        // Hint only in nft -> nft, no mismatch.
+        let s = snapshot(vec![
+            run("nft", 500, true, true, 0.1),
+            run("legacy", 0, false, false, 0.1),
+        ]);
+        let ipt = s.facts.iptables.as_ref().unwrap();
+        assert_eq!(ipt.backend_in_use, "nft");
+        assert_eq!(backend_mismatch(&s, &t).unwrap().severity, Severity::Ok);
+        // Hint only in legacy -> legacy.
+        let s = snapshot(vec![
+            run("nft", 0, false, false, 0.1),
+            run("legacy", 500, true, true, 0.1),
+        ]);
+        assert_eq!(s.facts.iptables.as_ref().unwrap().backend_in_use, "legacy");
+        // KUBE rules in both -> critical mismatch.
+        let s = snapshot(vec![
+            run("nft", 500, true, true, 0.1),
+            run("legacy", 300, false, true, 0.1),
+        ]);
+        let f = backend_mismatch(&s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(
+            f.evidence["backends_with_kube_rules"],
+            serde_json::json!(["legacy", "nft"])
+        );
+        // None -> "none".
+        let s = snapshot(vec![
+            run("nft", 0, false, false, 0.1),
+            run("legacy", 0, false, false, 0.1),
+        ]);
+        assert_eq!(s.facts.iptables.as_ref().unwrap().backend_in_use, "none");
+        // No hint: more rules wins.
+        let s = snapshot(vec![
+            run("nft", 10, false, true, 0.1),
+            run("legacy", 20, false, true, 0.1),
+        ]);
+        assert_eq!(s.facts.iptables.as_ref().unwrap().backend_in_use, "legacy");
+    }
+
+    #[test]
+    fn size_and_time_thresholds() {
+        let t = Thresholds::default();
+        let s = snapshot(vec![run("nft", 19_999, true, true, 0.99)]);
+        assert_eq!(rules_large(&s, &t).unwrap().severity, Severity::Ok);
+        assert_eq!(save_slow(&s, &t).unwrap().severity, Severity::Ok);
+        let s = snapshot(vec![run("nft", 20_000, true, true, 1.5)]);
+        assert_eq!(rules_large(&s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(save_slow(&s, &t).unwrap().severity, Severity::Warning);
+        let s = snapshot(vec![run("nft", 100_000, true, true, 6.0)]);
+        let f = rules_large(&s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(f.evidence["nat_rules"], 100_000);
+        assert_eq!(save_slow(&s, &t).unwrap().severity, Severity::Critical);
+    }
+
+    #[test]
+    fn stale_rules_without_canary() {
+        let t = Thresholds::default();
+        let s = snapshot(vec![run("nft", 500, true, false, 0.1)]);
+        let f = stale_kube_rules(&s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.evidence["backends"], serde_json::json!(["nft/ipv4"]));
+        let s = snapshot(vec![run("nft", 500, true, true, 0.1)]);
+        assert_eq!(stale_kube_rules(&s, &t).unwrap().severity, Severity::Ok);
+    }
+}
