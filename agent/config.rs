@@ -147,6 +147,14 @@ pub struct Common {
     #[arg(long = "nftables.timeout", env = "PROXYWATCH_NFTABLES_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub nftables_timeout: Duration,
 
+    /// How often the IPVS probe runs (ipvsadm, /proc/net/ip_vs, kube-ipvs0).
+    #[arg(long = "ipvs.interval", env = "PROXYWATCH_IPVS_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub ipvs_interval: Duration,
+
+    /// Timeout of one IPVS probe run.
+    #[arg(long = "ipvs.timeout", env = "PROXYWATCH_IPVS_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub ipvs_timeout: Duration,
+
     /// Cap on one command's output (rule-set dumps), in bytes; beyond it the command is killed.
     #[arg(long = "exec.max-output-bytes", env = "PROXYWATCH_EXEC_MAX_OUTPUT_BYTES", default_value_t = 256 << 20)]
     pub max_output_bytes: u64,
@@ -194,6 +202,7 @@ impl Common {
                     ProbeName::Sysctls => (self.sysctls_interval, self.probe_timeout),
                     ProbeName::Iptables => (self.iptables_interval, self.iptables_timeout),
                     ProbeName::Nftables => (self.nftables_interval, self.nftables_timeout),
+                    ProbeName::Ipvs => (self.ipvs_interval, self.ipvs_timeout),
                 };
                 Schedule {
                     probe,

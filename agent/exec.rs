@@ -173,30 +173,39 @@ impl Runner {
         let stderr = child.stderr.take().expect("stderr piped");
 
         let work = async {
-            let (out, err) = tokio::join!(
-                stream_lines(stdout, spec.max_output_bytes, &mut on_line),
-                drain_head(stderr)
-            );
-            (out, err)
+            let stream = async {
+                let r = stream_lines(stdout, spec.max_output_bytes, &mut on_line).await;
+                if r.is_err() {
+                    // Refused output: stop the command now rather than wait for it.
+                    kill_group(group);
+                }
+                r
+            };
+            let (out, err) = tokio::join!(stream, drain_head(stderr));
+            // Output closed is not exit: wait for the command itself (within the timeout).
+            let status = child.wait().await;
+            (out, err, status)
         };
         let outcome = tokio::time::timeout(spec.timeout, work).await;
         // Whatever happened, nothing of the group may outlive the run: kill
-        // leftovers (double-forked grandchildren keep our pipes open otherwise).
+        // leftovers (double-forked grandchildren), then reap the child if the
+        // timeout interrupted the wait.
         kill_group(group);
-        let status = child.wait().await.map_err(|e| ExecError::Io {
+        let (out, stderr_head, status) = match outcome {
+            Ok(v) => v,
+            Err(_) => {
+                let _ = child.wait().await;
+                return Err(ExecError::Timeout {
+                    command,
+                    after: spec.timeout,
+                });
+            }
+        };
+        let status = status.map_err(|e| ExecError::Io {
             command: command.clone(),
             source: e,
         })?;
         let duration = started.elapsed();
-        let (out, stderr_head) = match outcome {
-            Err(_) => {
-                return Err(ExecError::Timeout {
-                    command,
-                    after: spec.timeout,
-                })
-            }
-            Ok(v) => v,
-        };
         let stdout_bytes = match out {
             Ok(n) => n,
             Err(StreamError::TooLarge) => {
@@ -393,6 +402,16 @@ mod tests {
         assert!(matches!(err, ExecError::Timeout { .. }), "{err}");
         let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
         assert!(!process_alive(pid), "grandchild {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn closing_output_before_exit_is_not_a_kill() {
+        // Like GNU cat: output closed, then a moment before exit.
+        let r = Runner::default();
+        let spec = sh("echo done; exec >&- 2>&-; sleep 0.3; exit 0");
+        let (text, fin) = r.run_capture(&spec).await.unwrap();
+        assert_eq!(text, "done\n");
+        assert!(fin.status.success(), "{:?}", fin.status);
     }
 
     #[tokio::test]

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::probe::conntrack::ConntrackFacts;
 use crate::probe::iptables::IptablesFacts;
+use crate::probe::ipvs::IpvsFacts;
 use crate::probe::modules::ModuleFacts;
 use crate::probe::nftables::NftablesFacts;
 use crate::probe::node::NodeFacts;
@@ -28,6 +29,8 @@ pub struct Facts {
     pub iptables: Option<IptablesFacts>,
     #[serde(default)]
     pub nftables: Option<NftablesFacts>,
+    #[serde(default)]
+    pub ipvs: Option<IpvsFacts>,
 }
 
 /// The facts one probe run produced.
@@ -39,6 +42,7 @@ pub enum FactUpdate {
     Sysctls(SysctlFacts),
     Iptables(IptablesFacts),
     Nftables(NftablesFacts),
+    Ipvs(IpvsFacts),
 }
 
 impl Facts {
@@ -50,6 +54,7 @@ impl Facts {
             FactUpdate::Sysctls(f) => self.sysctls = Some(f),
             FactUpdate::Iptables(f) => self.iptables = Some(f),
             FactUpdate::Nftables(f) => self.nftables = Some(f),
+            FactUpdate::Ipvs(f) => self.ipvs = Some(f),
         }
     }
 
@@ -62,6 +67,7 @@ impl Facts {
             ProbeName::Sysctls => self.sysctls = None,
             ProbeName::Iptables => self.iptables = None,
             ProbeName::Nftables => self.nftables = None,
+            ProbeName::Ipvs => self.ipvs = None,
         }
     }
 }

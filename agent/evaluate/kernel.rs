@@ -1,6 +1,6 @@
 //! Kernel checks: the sysctls kube-proxy depends on and the IPVS modules.
 
-use super::{Finding, ProxyMode, Severity, Thresholds};
+use super::{effective_mode, Finding, ProxyMode, Severity, Thresholds};
 use crate::probe::modules::IPVS_MODULES;
 use crate::snapshot::Snapshot;
 
@@ -70,13 +70,14 @@ pub fn ipvs_modules_missing(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
         .copied()
         .filter(|m| modules.get(*m).is_none_or(|st| !st.is_present()))
         .collect();
-    let severity = match (missing.is_empty(), t.proxy_mode) {
+    let mode = effective_mode(s, t).mode;
+    let severity = match (missing.is_empty(), mode) {
         (true, _) => Severity::Ok,
         (false, ProxyMode::Ipvs) => Severity::Critical,
         (false, ProxyMode::Unknown) => Severity::Info,
         (false, _) => Severity::Ok,
     };
-    let mode = serde_json::to_value(t.proxy_mode).unwrap_or_default();
+    let mode = serde_json::to_value(mode).unwrap_or_default();
     Some(
         Finding::new(
             "ipvs_modules_missing",

@@ -7,6 +7,7 @@
 
 mod conntrack;
 mod iptables;
+mod ipvs;
 mod kernel;
 mod probes;
 
@@ -98,6 +99,44 @@ impl std::str::FromStr for ProxyMode {
     }
 }
 
+/// The mode the checks assume, and where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModeDecision {
+    pub mode: ProxyMode,
+    /// `flag`, `kube-proxy` (its /proxyMode), `inferred: ...`, or `unknown`.
+    pub source: String,
+}
+
+/// The proxy mode: the `--kube-proxy.mode` flag wins; otherwise it is inferred
+/// from what the data plane shows (IPVS virtual servers with kube-ipvs0,
+/// kube-proxy's nftables table, or KUBE-SVC chains in iptables).
+pub fn effective_mode(s: &Snapshot, t: &Thresholds) -> ModeDecision {
+    let decided = |mode, source: &str| ModeDecision {
+        mode,
+        source: source.to_string(),
+    };
+    if t.proxy_mode != ProxyMode::Unknown {
+        return decided(t.proxy_mode, "flag");
+    }
+    if let Some(ipvs) = &s.facts.ipvs {
+        if ipvs.virtual_servers > 0 && ipvs.interface.as_ref().is_some_and(|i| i.exists) {
+            return decided(ProxyMode::Ipvs, "inferred: IPVS virtual servers and kube-ipvs0 exist");
+        }
+    }
+    if s.facts.nftables.as_ref().is_some_and(|n| !n.tables.is_empty()) {
+        return decided(ProxyMode::Nftables, "inferred: kube-proxy's nftables table exists");
+    }
+    if let Some(ipt) = &s.facts.iptables {
+        if ipt.saves.iter().any(|r| r.counts.kube.svc > 0 && r.counts.proxy_canary) {
+            return decided(
+                ProxyMode::Iptables,
+                "inferred: KUBE-SVC chains with kube-proxy's canary",
+            );
+        }
+    }
+    decided(ProxyMode::Unknown, "unknown")
+}
+
 /// Limits the checks compare facts against (all settable by flags).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Thresholds {
@@ -149,6 +188,11 @@ pub const CHECKS: &[Check] = &[
     Check { id: "iptables_rules_large", run: iptables::rules_large },
     Check { id: "iptables_save_slow", run: iptables::save_slow },
     Check { id: "iptables_stale_kube_rules", run: iptables::stale_kube_rules },
+    Check { id: "ipvs_vs_conntrack", run: ipvs::vs_conntrack },
+    Check { id: "ipvs_conn_reuse_mode", run: ipvs::conn_reuse_mode },
+    Check { id: "ipvs_virtual_servers_without_backends", run: ipvs::without_backends },
+    Check { id: "ipvs_interface_out_of_sync", run: ipvs::interface_out_of_sync },
+    Check { id: "ipvs_scheduler", run: ipvs::scheduler },
     Check { id: "probe_failed", run: probes::failed },
 ];
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::evaluate::{overall, Finding, Severity};
+use crate::evaluate::{overall, Finding, ModeDecision, Severity};
 use crate::snapshot::{Facts, ProbeOutcome, Snapshot};
 use crate::timefmt::rfc3339;
 
@@ -16,6 +16,8 @@ pub struct Document {
     /// ok | warning | critical: the worst active finding (info counts as ok).
     pub status: Severity,
     pub findings: Vec<Finding>,
+    /// The kube-proxy mode the checks assumed, and why.
+    pub proxy_mode: ModeDecision,
     /// Every probe's latest outcome, by probe name.
     pub probes: BTreeMap<String, ProbeOutcome>,
     pub facts: Facts,
@@ -28,8 +30,9 @@ pub struct Agent {
 }
 
 impl Document {
-    pub fn new(s: &Snapshot, findings: Vec<Finding>) -> Self {
+    pub fn new(s: &Snapshot, findings: Vec<Finding>, proxy_mode: ModeDecision) -> Self {
         Document {
+            proxy_mode,
             node: s.node.clone(),
             collected_at: rfc3339(s.collected_at),
             status: overall(&findings),

@@ -274,6 +274,76 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
         }
     }
 
+    // IPVS: totals only; per-backend detail lives in /snapshot (bounded cardinality).
+    if let Some(ipvs) = &s.facts.ipvs {
+        let vs = out.gauge(
+            "proxywatch_ipvs_virtual_servers",
+            "IPVS virtual servers by protocol and scheduler.",
+            &["protocol", "scheduler"],
+        );
+        for g in &ipvs.groups {
+            vs.with_label_values(&[g.protocol.as_str(), g.scheduler.as_str()])
+                .set(g.count as f64);
+        }
+        out.gauge(
+            "proxywatch_ipvs_real_servers",
+            "IPVS real servers over all virtual servers.",
+            &[],
+        )
+        .with_label_values(&[] as &[&str])
+        .set(ipvs.real_servers as f64);
+        out.gauge(
+            "proxywatch_ipvs_virtual_servers_without_backends",
+            "IPVS virtual servers with no real server or only weight-0 ones.",
+            &[],
+        )
+        .with_label_values(&[] as &[&str])
+        .set(ipvs.without_backends as f64);
+        if let Some(st) = &ipvs.stats {
+            for (name, help, v) in [
+                (
+                    "proxywatch_ipvs_connections_total",
+                    "Connections IPVS scheduled (/proc/net/ip_vs_stats).",
+                    st.connections,
+                ),
+                (
+                    "proxywatch_ipvs_incoming_packets_total",
+                    "Packets IPVS received.",
+                    st.incoming_packets,
+                ),
+                (
+                    "proxywatch_ipvs_outgoing_packets_total",
+                    "Packets IPVS sent.",
+                    st.outgoing_packets,
+                ),
+                (
+                    "proxywatch_ipvs_incoming_bytes_total",
+                    "Bytes IPVS received.",
+                    st.incoming_bytes,
+                ),
+                (
+                    "proxywatch_ipvs_outgoing_bytes_total",
+                    "Bytes IPVS sent.",
+                    st.outgoing_bytes,
+                ),
+            ] {
+                out.counter(name, help, &[]).with_label_values(&[] as &[&str]).inc_by(v);
+            }
+        }
+        if let Some(iface) = &ipvs.interface {
+            let g = out.gauge(
+                "proxywatch_ipvs_interface_addresses",
+                "Addresses bound to kube-ipvs0 by family; absent when the interface does not exist.",
+                &["family"],
+            );
+            if iface.exists {
+                let v6 = iface.addresses.iter().filter(|a| a.contains(':')).count();
+                g.with_label_values(&["ipv4"]).set((iface.addresses.len() - v6) as f64);
+                g.with_label_values(&["ipv6"]).set(v6 as f64);
+            }
+        }
+    }
+
     // Findings: every known check, always present.
     let sev = out.gauge(
         "proxywatch_finding_severity",

@@ -31,7 +31,7 @@ impl Publication {
     pub fn new(snapshot: &Snapshot, thresholds: &Thresholds) -> Self {
         let findings = evaluate::evaluate(snapshot, thresholds);
         let metrics = metrics::render(snapshot, &findings);
-        let document = Document::new(snapshot, findings);
+        let document = Document::new(snapshot, findings, evaluate::effective_mode(snapshot, thresholds));
         let snapshot_json = Bytes::from(document.to_json());
         let findings_json = Bytes::from(serde_json::to_vec_pretty(&document.findings).expect("findings serialize"));
         Publication {

@@ -128,7 +128,8 @@ mod tests {
             .values
             .insert("net.ipv4.ip_forward".into(), Some(0));
         s.facts.conntrack.as_mut().unwrap().entries = 250_000;
-        let doc = Document::new(&s, evaluate(&s, &Thresholds::default()));
+        let t = Thresholds::default();
+        let doc = Document::new(&s, evaluate(&s, &t), crate::evaluate::effective_mode(&s, &t));
         let text = render(&doc);
         for line in text.lines() {
             // A single unbreakable word (a long command) may exceed; none of ours does.

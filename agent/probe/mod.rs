@@ -6,6 +6,7 @@
 
 pub mod conntrack;
 pub mod iptables;
+pub mod ipvs;
 pub mod modules;
 pub mod nftables;
 pub mod node;
@@ -32,6 +33,7 @@ pub enum ProbeName {
     Sysctls,
     Iptables,
     Nftables,
+    Ipvs,
 }
 
 pub const PROBES: &[ProbeName] = &[
@@ -41,6 +43,7 @@ pub const PROBES: &[ProbeName] = &[
     ProbeName::Sysctls,
     ProbeName::Iptables,
     ProbeName::Nftables,
+    ProbeName::Ipvs,
 ];
 
 impl ProbeName {
@@ -52,6 +55,7 @@ impl ProbeName {
             ProbeName::Sysctls => "sysctls",
             ProbeName::Iptables => "iptables",
             ProbeName::Nftables => "nftables",
+            ProbeName::Ipvs => "ipvs",
         }
     }
 }
@@ -84,6 +88,8 @@ pub enum ProbeError {
     Timeout(Duration),
     #[error("panicked: {0}")]
     Panicked(String),
+    #[error("netlink: {0} (needs the host network namespace)")]
+    Netlink(String),
     #[error("previous run still blocked after {0:?}; not started again")]
     StillRunning(Duration),
 }
@@ -129,6 +135,10 @@ pub async fn run(name: ProbeName, ctx: Arc<ProbeContext>, timeout: Duration) -> 
             nftables::probe(&ctx.runner, timeout, ctx.max_output_bytes).await,
             FactUpdate::Nftables,
         ),
+        ProbeName::Ipvs => {
+            let netlink = ctx.host.root() == std::path::Path::new("/");
+            probed(ipvs::probe(host, &ctx.runner, timeout, netlink).await, FactUpdate::Ipvs)
+        }
     }
 }
 

@@ -1,0 +1,790 @@
+//! Fixture nodes, end to end: `proxywatch check` on a recorded host root
+//! (tests/fixtures/nodes/<scenario>/) must print its golden report.
+//!
+//! Goldens catch any change in the output; the targeted assertions in each test
+//! catch a golden regenerated over a regression (`PROXYWATCH_UPDATE_GOLDEN=1`
+//! rewrites expected.json / expected.txt but not them). Expected numbers are read
+//! from the scenario's own files, so a fixture edit cannot silently agree with a bug.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// Every scenario directory, each with its own test below.
+const SCENARIOS: &[&str] = &[
+    "builtin-modules-no-proc-modules",
+    "conntrack-near-full-drops",
+    "garbage-stat-file",
+    "healthy-iptables",
+    "ip-forward-off",
+    "ipvs-modules-loaded",
+    "no-conntrack",
+    "old-kernel-no-stat-file",
+];
+
+/// The probes that read only host files; probes added later are compared
+/// against a baseline run instead of being assumed ok.
+const FILE_PROBES: &[&str] = &["conntrack", "modules", "node", "sysctls"];
+
+const STAT: &str = "proc/net/stat/nf_conntrack";
+const COUNT: &str = "proc/sys/net/netfilter/nf_conntrack_count";
+const MAX: &str = "proc/sys/net/netfilter/nf_conntrack_max";
+
+fn nodes_dir() -> PathBuf {
+    common::fixtures().join("nodes")
+}
+
+fn scenario_dir(name: &str) -> PathBuf {
+    nodes_dir().join(name)
+}
+
+fn update_goldens() -> bool {
+    std::env::var("PROXYWATCH_UPDATE_GOLDEN").is_ok_and(|v| v == "1")
+}
+
+/// Flags that point HTTP probes at a closed port, for the flags this build has.
+fn http_flags() -> &'static [String] {
+    static FLAGS: OnceLock<Vec<String>> = OnceLock::new();
+    FLAGS.get_or_init(|| {
+        let out = Command::new(common::binary())
+            .env_clear()
+            .args(["check", "--help"])
+            .output()
+            .expect("run proxywatch check --help");
+        let help = String::from_utf8_lossy(&out.stdout);
+        let mut flags = Vec::new();
+        for flag in ["--kube-proxy.metrics-url", "--kube-proxy.healthz-url"] {
+            if help.contains(flag) {
+                flags.push(flag.to_string());
+                flags.push("http://127.0.0.1:9".to_string());
+            }
+        }
+        flags
+    })
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `proxywatch check` on a host root with nothing from this machine:
+/// no inherited environment (clap reads PROXYWATCH_*), PATH = the node's stand-in commands.
+fn check(cwd: &Path, host_root: &Path, exec: &Path, format: &str, extra: &[&str]) -> Run {
+    let out = Command::new(common::binary())
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", exec)
+        .args(["check", "--format", format, "--node-name", "fixture"])
+        .arg("--host-root")
+        .arg(host_root)
+        .args(http_flags())
+        .args(extra)
+        .output()
+        .expect("run proxywatch");
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(!run.stderr.contains("panicked"), "panic:\n{}", run.stderr);
+    run
+}
+
+/// A JSON run of a scenario without goldens, for extra flags or comparisons.
+fn run_json(name: &str, extra: &[&str]) -> (Value, i32) {
+    let exec = scenario_dir(name).join("exec");
+    let r = check(&nodes_dir(), Path::new(name), &exec, "json", extra);
+    let doc = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{name}: {e}: {}", r.stdout));
+    (doc, r.code)
+}
+
+/// A scenario run: the JSON document and the exit code.
+struct Scenario {
+    name: &'static str,
+    doc: Value,
+    code: i32,
+}
+
+impl Scenario {
+    fn finding(&self, id: &str) -> Option<&Value> {
+        self.doc["findings"].as_array().unwrap().iter().find(|f| f["id"] == id)
+    }
+
+    fn must_find(&self, id: &str) -> &Value {
+        self.finding(id)
+            .unwrap_or_else(|| panic!("{}: no finding {id} in {:#}", self.name, self.doc["findings"]))
+    }
+
+    fn severities(&self, severity: &str) -> Vec<&str> {
+        self.doc["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["severity"] == severity)
+            .map(|f| f["id"].as_str().unwrap())
+            .collect()
+    }
+
+    fn probe_status(&self, probe: &str) -> &str {
+        self.doc["probes"][probe]["status"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}: probe {probe} missing in {:#}", self.name, self.doc["probes"]))
+    }
+
+    fn assert_file_probes_ok(&self) {
+        for p in FILE_PROBES {
+            assert_eq!(
+                self.probe_status(p),
+                "ok",
+                "{}: {p}: {:#}",
+                self.name,
+                self.doc["probes"][p]
+            );
+        }
+    }
+
+    fn file(&self, rel: &str) -> String {
+        read(&scenario_dir(self.name).join(rel))
+    }
+
+    fn number(&self, rel: &str) -> u64 {
+        self.file(rel)
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{}/{rel}: {e}", self.name))
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Runs a scenario in both formats, compares (or rewrites) the goldens and checks the exit code.
+fn scenario(name: &'static str, want_code: i32) -> Scenario {
+    let dir = scenario_dir(name);
+    assert!(
+        dir.join("README.md").is_file(),
+        "{name}: README.md says what the node models"
+    );
+    // Relative host root from the nodes dir: paths in errors (and so the text
+    // wrapping) do not depend on where the repository is checked out.
+    let exec = dir.join("exec");
+    let json = check(&nodes_dir(), Path::new(name), &exec, "json", &[]);
+    let text = check(&nodes_dir(), Path::new(name), &exec, "text", &[]);
+    let doc: Value =
+        serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{name}: not JSON ({e}):\n{}", json.stdout));
+    let got_json = serde_json::to_string_pretty(&normalize_json(doc.clone())).unwrap() + "\n";
+    let got_text = normalize_text(&text.stdout);
+    compare_golden(&dir.join("expected.json"), &got_json);
+    compare_golden(&dir.join("expected.txt"), &got_text);
+    assert_eq!(
+        json.code, want_code,
+        "{name}: exit code; findings: {:#}\nstderr: {}",
+        doc["findings"], json.stderr
+    );
+    assert_eq!(text.code, want_code, "{name}: text run exit code\n{}", text.stdout);
+    let status = match want_code {
+        0 => "ok",
+        1 => "warning",
+        _ => "critical",
+    };
+    assert_eq!(doc["status"], status, "{name}");
+    assert_eq!(doc["node"], "fixture");
+    Scenario {
+        name,
+        doc,
+        code: json.code,
+    }
+}
+
+fn compare_golden(path: &Path, got: &str) {
+    if update_goldens() {
+        std::fs::write(path, got).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        return;
+    }
+    let want = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with PROXYWATCH_UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    if want != got {
+        let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
+        let i = w
+            .iter()
+            .zip(&g)
+            .position(|(a, b)| a != b)
+            .unwrap_or(w.len().min(g.len()));
+        let lo = i.saturating_sub(3);
+        panic!(
+            "{} differs from the output at line {}\n--- expected\n{}\n--- got\n{}\n\
+             (if the change is intended: PROXYWATCH_UPDATE_GOLDEN=1 cargo test --test fixture_nodes)",
+            path.display(),
+            i + 1,
+            w[lo..(i + 4).min(w.len())].join("\n"),
+            g[lo..(i + 4).min(g.len())].join("\n"),
+        );
+    }
+}
+
+/// Replaces the fields that change from run to run (times, durations), nothing else.
+fn normalize_json(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| {
+                    let v = match k.as_str() {
+                        "collected_at" => Value::String("<collected_at>".into()),
+                        "duration_seconds" | "last_run_seconds" | "last_success_seconds" if v.is_number() => {
+                            Value::from(0)
+                        }
+                        _ => normalize_json(v),
+                    };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(normalize_json).collect()),
+        other => other,
+    }
+}
+
+/// Text report: the time in the first line and each probe's "N.N ms".
+fn normalize_text(text: &str) -> String {
+    let mut out = String::new();
+    let mut in_probes = false;
+    for (i, line) in text.lines().enumerate() {
+        let mut line = line.to_string();
+        if i == 0 {
+            if let Some(at) = line.rfind(" at ") {
+                line.replace_range(at + 4.., "<collected_at>");
+            }
+        } else if line == "probes:" {
+            in_probes = true;
+        } else if line.is_empty() {
+            in_probes = false;
+        } else if in_probes {
+            if let Some(ms) = line.find(" ms") {
+                let start = line[..ms].rfind(' ').map_or(0, |s| s + 1);
+                if line[start..ms].parse::<f64>().is_ok() {
+                    // Same width, so the error text after it wraps identically.
+                    let width = ms - start;
+                    line.replace_range(start..ms, &format!("{:>width$}", "0.0"));
+                }
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Sums a column of a /proc/net/stat/nf_conntrack file (the test's own reading of it).
+fn stat_column(text: &str, column: &str) -> (u64, usize) {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let idx = header
+        .iter()
+        .position(|c| *c == column)
+        .unwrap_or_else(|| panic!("no {column}"));
+    let mut sum = 0;
+    let mut nonzero_rows = 0;
+    for l in lines {
+        let v = u64::from_str_radix(l.split_whitespace().nth(idx).unwrap(), 16).unwrap();
+        sum += v;
+        nonzero_rows += usize::from(v > 0);
+    }
+    (sum, nonzero_rows)
+}
+
+/// Sums `name=` over the lines of a `conntrack -S` capture.
+fn conntrack_s_field(text: &str, name: &str) -> u64 {
+    let prefix = format!("{name}=");
+    text.lines()
+        .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix(prefix.as_str())))
+        .map(|v| v.parse::<u64>().unwrap())
+        .sum()
+}
+
+fn module_states(s: &Scenario) -> &serde_json::Map<String, Value> {
+    s.doc["facts"]["modules"]["modules"].as_object().expect("module facts")
+}
+
+#[test]
+fn every_scenario_directory_has_a_test() {
+    let mut dirs: Vec<String> = std::fs::read_dir(nodes_dir())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    assert_eq!(dirs, SCENARIOS);
+}
+
+#[test]
+fn healthy_iptables() {
+    let s = scenario("healthy-iptables", 0);
+    s.assert_file_probes_ok();
+    // Info only: with --kube-proxy.mode auto, absent IPVS modules are worth a mention.
+    assert!(s.severities("warning").is_empty() && s.severities("critical").is_empty());
+    assert_eq!(s.severities("info"), ["ipvs_modules_missing"]);
+    let m = module_states(&s);
+    assert_eq!(
+        (&m["nf_conntrack"], &m["br_netfilter"]),
+        (&"loaded".into(), &"loaded".into())
+    );
+    assert_eq!(m["ip_vs"], "missing");
+    let release = s.file("proc/sys/kernel/osrelease");
+    assert_eq!(s.doc["facts"]["node"]["kernel_release"], release.trim());
+    let builtin = format!("/lib/modules/{}/modules.builtin", release.trim());
+    assert!(s.doc["facts"]["modules"]["sources"]
+        .as_array()
+        .unwrap()
+        .contains(&builtin.into()));
+    let ct = &s.doc["facts"]["conntrack"];
+    let (entries, max) = (s.number(COUNT), s.number(MAX));
+    assert_eq!((ct["entries"].as_u64(), ct["max"].as_u64()), (Some(entries), Some(max)));
+    assert!(
+        (0.19..0.21).contains(&(entries as f64 / max as f64)),
+        "fixture is 20 % full"
+    );
+    assert_eq!(ct["stats_source"], "/proc/net/stat/nf_conntrack");
+    // kube-proxy's sizing rule, computed here from the fixture's CPU list.
+    let cpus = s.doc["facts"]["node"]["cpus"].as_u64().unwrap();
+    assert_eq!(
+        s.file("sys/devices/system/cpu/online").trim(),
+        format!("0-{}", cpus - 1)
+    );
+    assert!(max >= (32_768 * cpus).max(131_072));
+    let sys = &s.doc["facts"]["sysctls"]["values"];
+    for (k, v) in [
+        ("net.ipv4.ip_forward", 1),
+        ("net.bridge.bridge-nf-call-iptables", 1),
+        ("net.netfilter.nf_conntrack_tcp_timeout_established", 86_400),
+        ("net.netfilter.nf_conntrack_tcp_timeout_close_wait", 3_600),
+    ] {
+        assert_eq!(sys[k], v, "{k}");
+    }
+    assert_eq!(s.code, 0);
+}
+
+#[test]
+fn ipvs_modules_loaded() {
+    let s = scenario("ipvs-modules-loaded", 0);
+    s.assert_file_probes_ok();
+    let m = module_states(&s);
+    for name in [
+        "ip_vs",
+        "ip_vs_rr",
+        "ip_vs_wrr",
+        "ip_vs_sh",
+        "nf_conntrack",
+        "br_netfilter",
+    ] {
+        assert_eq!(m[name], "loaded", "{name}");
+    }
+    assert!(s.finding("ipvs_modules_missing").is_none());
+    let sys = &s.doc["facts"]["sysctls"]["values"];
+    for name in [
+        "conntrack",
+        "conn_reuse_mode",
+        "expire_nodest_conn",
+        "expire_quiescent_template",
+    ] {
+        let want = s.number(&format!("proc/sys/net/ipv4/vs/{name}"));
+        assert_eq!(sys[format!("net.ipv4.vs.{name}")].as_u64(), Some(want), "{name}");
+    }
+    // Old (4.18) stat layout: summed by header name.
+    let stat = s.file(STAT);
+    let stats = &s.doc["facts"]["conntrack"]["stats"];
+    for col in ["searched", "ignore", "invalid", "search_restart"] {
+        assert_eq!(stats[col].as_u64(), Some(stat_column(&stat, col).0), "{col}");
+    }
+    // Declared IPVS mode changes nothing when the modules are there.
+    let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
+    assert_eq!(code, 0, "{:#}", doc["findings"]);
+}
+
+#[test]
+fn conntrack_near_full_drops() {
+    let s = scenario("conntrack-near-full-drops", 2);
+    s.assert_file_probes_ok();
+    let (entries, max) = (s.number(COUNT), s.number(MAX));
+    let fill = s.must_find("conntrack_table_fill");
+    assert_eq!(fill["severity"], "critical");
+    assert_eq!(fill["evidence"]["entries"].as_u64(), Some(entries));
+    assert_eq!(fill["evidence"]["max"].as_u64(), Some(max));
+    let ratio = fill["evidence"]["fill_ratio"].as_f64().unwrap();
+    assert!(
+        (ratio - entries as f64 / max as f64).abs() < 1e-3 && ratio > 0.96,
+        "{ratio}"
+    );
+    // One reading: drops since boot are information, not an alarm.
+    let stat = s.file(STAT);
+    let (drop, drop_cpus) = stat_column(&stat, "drop");
+    let (early, early_cpus) = stat_column(&stat, "early_drop");
+    assert!(drop_cpus >= 2 && early_cpus >= 2, "fixture drops on several CPUs");
+    let drops = s.must_find("conntrack_drops");
+    assert_eq!(drops["severity"], "info");
+    assert_eq!(drops["evidence"]["drop_total"].as_u64(), Some(drop));
+    assert_eq!(drops["evidence"]["early_drop_total"].as_u64(), Some(early));
+    assert_eq!(s.severities("critical"), ["conntrack_table_fill"]);
+}
+
+#[test]
+fn ip_forward_off() {
+    let s = scenario("ip-forward-off", 2);
+    s.assert_file_probes_ok();
+    assert_eq!(s.number("proc/sys/net/ipv4/ip_forward"), 0);
+    let f = s.must_find("sysctl_ip_forward");
+    assert_eq!(f["severity"], "critical");
+    assert_eq!(f["evidence"]["net.ipv4.ip_forward"], 0);
+    assert_eq!(s.severities("critical"), ["sysctl_ip_forward"]);
+}
+
+#[test]
+fn old_kernel_no_stat_file() {
+    let s = scenario("old-kernel-no-stat-file", 0);
+    s.assert_file_probes_ok();
+    assert!(!scenario_dir(s.name).join(STAT).exists());
+    let ct = &s.doc["facts"]["conntrack"];
+    assert_eq!(ct["stats_source"], "conntrack -S");
+    let capture = s.file("exec/conntrack-S.txt");
+    for (field, column) in [
+        ("drop", "drop"),
+        ("insert_failed", "insert_failed"),
+        ("error", "icmp_error"),
+        ("ignore", "ignore"),
+    ] {
+        let want = conntrack_s_field(&capture, field);
+        assert!(want > 0, "{field}: the capture has non-zero values");
+        assert_eq!(ct["stats"][column].as_u64(), Some(want), "{field} -> {column}");
+    }
+    let drops = s.must_find("conntrack_drops");
+    assert_eq!(
+        drops["evidence"]["drop_total"].as_u64(),
+        Some(conntrack_s_field(&capture, "drop"))
+    );
+    // 16 CPUs and nf_conntrack_max = 32768 x 16: sized as kube-proxy would.
+    assert_eq!(s.doc["facts"]["node"]["cpus"], 16);
+    assert!(s.finding("conntrack_max_below_recommended").is_none());
+}
+
+#[test]
+fn old_kernel_stand_in_refuses_other_arguments() {
+    // The stand-in must fail loudly if the agent ever calls it differently.
+    let exec = scenario_dir("old-kernel-no-stat-file").join("exec");
+    let run = |args: &[&str]| {
+        Command::new(exec.join("conntrack"))
+            .env_clear()
+            .args(args)
+            .output()
+            .expect("run stand-in")
+    };
+    let ok = run(&["-S"]);
+    assert!(ok.status.success());
+    assert_eq!(
+        String::from_utf8(ok.stdout).unwrap(),
+        read(&exec.join("conntrack-S.txt"))
+    );
+    assert_eq!(run(&["-L"]).status.code(), Some(2));
+    assert_eq!(run(&[]).status.code(), Some(2));
+}
+
+#[test]
+fn no_conntrack() {
+    let s = scenario("no-conntrack", 0);
+    assert_eq!(s.probe_status("conntrack"), "absent");
+    assert!(s.doc["probes"]["conntrack"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("nf_conntrack"));
+    assert!(s.doc["facts"]["conntrack"].is_null());
+    assert!(s.finding("probe_failed").is_none(), "absent is not failed");
+    for p in ["modules", "node", "sysctls"] {
+        assert_eq!(s.probe_status(p), "ok", "{p}");
+    }
+    assert_eq!(module_states(&s)["nf_conntrack"], "missing");
+    assert!(s.doc["facts"]["sysctls"]["values"]["net.netfilter.nf_conntrack_max"].is_null());
+}
+
+#[test]
+fn garbage_stat_file() {
+    let s = scenario("garbage-stat-file", 1);
+    assert_eq!(s.probe_status("conntrack"), "failed");
+    let err = s.doc["probes"]["conntrack"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("garbage-stat-file/proc/net/stat/nf_conntrack: line 3:"),
+        "{err}"
+    );
+    assert!(s.doc["facts"]["conntrack"].is_null());
+    let f = s.must_find("probe_failed");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["conntrack"], err);
+    assert!(s.severities("critical").is_empty());
+    // Every other probe as on the healthy node this one is a copy of.
+    let healthy = run_json("healthy-iptables", &[]);
+    for (p, o) in s.doc["probes"].as_object().unwrap() {
+        if p != "conntrack" {
+            assert_eq!(o["status"], healthy.0["probes"][p]["status"], "{p}");
+        }
+    }
+    for p in ["modules", "node", "sysctls"] {
+        assert_eq!(s.probe_status(p), "ok", "{p}");
+    }
+}
+
+#[test]
+fn builtin_modules_no_proc_modules() {
+    let s = scenario("builtin-modules-no-proc-modules", 0);
+    s.assert_file_probes_ok();
+    let dir = scenario_dir(s.name);
+    assert!(!dir.join("proc/modules").exists() && !dir.join("lib/modules").exists());
+    assert_eq!(s.doc["facts"]["modules"]["sources"], serde_json::json!(["/sys/module"]));
+    let m = module_states(&s);
+    assert_eq!(m["nf_conntrack"], "builtin");
+    // br_netfilter has no /sys/module entry here; its sysctl proves it is built in.
+    assert_eq!(m["br_netfilter"], "builtin");
+    for name in ["ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh"] {
+        assert_eq!(m[name], "missing", "{name}");
+    }
+    assert_eq!(s.must_find("ipvs_modules_missing")["severity"], "info");
+    // The captured kernel defaults (432000 s / 60 s) are not kube-proxy's.
+    assert_eq!(s.must_find("sysctl_conntrack_tcp_timeouts")["severity"], "info");
+    // Declared IPVS mode makes the missing modules critical.
+    let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
+    assert_eq!(code, 2, "{:#}", doc["findings"]);
+    let f = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "ipvs_modules_missing")
+        .unwrap();
+    assert_eq!(f["severity"], "critical");
+}
+
+// ---------------------------------------------------------------------------
+// Bad input on the real binary, generated from a healthy node copy.
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+/// One broken file: what to write, which probes it must fail, and the line the error names.
+struct Breakage {
+    what: &'static str,
+    file: &'static str,
+    content: Vec<u8>,
+    fails: &'static [&'static str],
+    line: Option<usize>,
+}
+
+fn breakages(healthy_stat: &str) -> Vec<Breakage> {
+    let header = healthy_stat.lines().next().unwrap();
+    let row = healthy_stat.lines().nth(1).unwrap();
+    let b = |what, file, content: String, fails, line| Breakage {
+        what,
+        file,
+        content: content.into_bytes(),
+        fails,
+        line,
+    };
+    let ct: &[&str] = &["conntrack"];
+    let sys: &[&str] = &["sysctls"];
+    // A row repeated past the read limit: valid text, too much of it.
+    let mut huge = format!("{header}\n");
+    while huge.len() <= 4 << 20 {
+        huge.push_str(row);
+        huge.push('\n');
+    }
+    vec![
+        b("empty stat file", STAT, String::new(), ct, None),
+        b("header only", STAT, format!("{header}\n"), ct, None),
+        b(
+            "row cut short",
+            STAT,
+            format!("{header}\n{row}\n{}\n", &row[..20]),
+            ct,
+            Some(3),
+        ),
+        b(
+            "non-hex value",
+            STAT,
+            format!("{header}\n{}\n", row.replacen("00000000", "0000xyz0", 1)),
+            ct,
+            Some(2),
+        ),
+        b(
+            "malformed column name",
+            STAT,
+            format!("{}\n{row}\n", header.replacen("drop", "Drop-Count", 1)),
+            ct,
+            Some(1),
+        ),
+        b(
+            "row wider than header",
+            STAT,
+            format!("{header}\n{row} 00000001\n"),
+            ct,
+            Some(2),
+        ),
+        b(
+            "not a stat file at all",
+            STAT,
+            "\u{0}\u{1}binary\u{fffd}\n".into(),
+            ct,
+            Some(1),
+        ),
+        b("huge stat file", STAT, huge, ct, None),
+        b(
+            "non-numeric ip_forward",
+            "proc/sys/net/ipv4/ip_forward",
+            "yes\n".into(),
+            sys,
+            Some(1),
+        ),
+        b(
+            "two values in a sysctl",
+            "proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established",
+            "86400 3600\n".into(),
+            sys,
+            Some(1),
+        ),
+        b(
+            "empty sysctl",
+            "proc/sys/net/bridge/bridge-nf-call-iptables",
+            String::new(),
+            sys,
+            Some(1),
+        ),
+        // Both the conntrack and the sysctls probe read nf_conntrack_max.
+        b(
+            "non-numeric nf_conntrack_max",
+            MAX,
+            "lots\n".into(),
+            &["conntrack", "sysctls"],
+            None,
+        ),
+    ]
+}
+
+#[test]
+fn bad_input_fails_only_the_affected_probe() {
+    let base = scenario_dir("healthy-iptables");
+    let exec = base.join("exec");
+    let tmp = tempfile::tempdir().unwrap();
+    let pristine = tmp.path().join("pristine");
+    copy_tree(&base, &pristine);
+    let baseline = check(tmp.path(), &pristine, &exec, "json", &[]);
+    assert_eq!(baseline.code, 0, "{}", baseline.stdout);
+    let baseline: Value = serde_json::from_str(&baseline.stdout).unwrap();
+    for p in FILE_PROBES {
+        assert_eq!(baseline["probes"][p]["status"], "ok", "baseline {p}");
+    }
+
+    for (i, br) in breakages(&read(&base.join(STAT))).into_iter().enumerate() {
+        let root = tmp.path().join(format!("case{i}"));
+        copy_tree(&base, &root);
+        let path = root.join(br.file);
+        std::fs::write(&path, &br.content).unwrap();
+        let what = br.what;
+        let r = check(tmp.path(), &root, &exec, "json", &[]);
+        let doc: Value = serde_json::from_str(&r.stdout)
+            .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}\n{}", r.stdout, r.stderr));
+        assert!(r.code == 1 || r.code == 2, "{what}: exit {}", r.code);
+        for (p, o) in doc["probes"].as_object().unwrap() {
+            if br.fails.contains(&p.as_str()) {
+                assert_eq!(o["status"], "failed", "{what}: {p}: {o:#}");
+                let err = o["error"].as_str().unwrap();
+                assert!(
+                    err.contains(&path.display().to_string()),
+                    "{what}: {p}: error names the file: {err}"
+                );
+                if let Some(line) = br.line {
+                    assert!(
+                        err.contains(&format!(": line {line}:")),
+                        "{what}: {p}: line {line}: {err}"
+                    );
+                }
+                assert!(doc["facts"][p].is_null(), "{what}: {p}: no facts from a failed probe");
+            } else {
+                assert_eq!(o["status"], baseline["probes"][p]["status"], "{what}: {p}: {o:#}");
+            }
+        }
+        let failed = doc["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == "probe_failed");
+        assert!(
+            failed.is_some_and(|f| f["severity"] == "warning"),
+            "{what}: probe_failed finding"
+        );
+    }
+}
+
+#[test]
+fn well_formed_unknown_stat_column_is_counted_not_refused() {
+    // New kernels add columns (clashres, chainlength): an unknown, well-formed
+    // column must not fail the probe, and its values are summed like the others.
+    let base = scenario_dir("healthy-iptables");
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&base, tmp.path());
+    let stat = read(&base.join(STAT));
+    let mut lines = stat.lines();
+    let mut out = format!("{} future_counter\n", lines.next().unwrap());
+    for (i, l) in lines.enumerate() {
+        out.push_str(&format!("{l} {:08x}\n", i + 5));
+    }
+    std::fs::write(tmp.path().join(STAT), out).unwrap();
+    let r = check(tmp.path(), tmp.path(), &base.join("exec"), "json", &[]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(doc["probes"]["conntrack"]["status"], "ok");
+    // Two CPU rows: 5 + 6.
+    assert_eq!(doc["facts"]["conntrack"]["stats"]["future_counter"], 11);
+}
+
+#[test]
+fn command_that_closes_stdout_before_exiting_is_not_killed() {
+    // GNU cat (and any tool using gnulib's close_stdout) closes stdout and stderr
+    // a moment before it exits; with `/bin/cat` as the stand-in, `conntrack -S` failed with
+    // "signal: 9 (SIGKILL)" in about half the runs. The sleep makes that window
+    // deterministic: the command succeeded, so the probe must too.
+    let base = scenario_dir("old-kernel-no-stat-file");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("node");
+    copy_tree(&base, &root);
+    let script = root.join("exec/conntrack");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n\
+         while IFS= read -r l || [ -n \"$l\" ]; do printf '%s\\n' \"$l\"; done < \"${0%/*}/conntrack-S.txt\"\n\
+         exec >&- 2>&-\n\
+         /bin/sleep 0.3\n",
+    )
+    .unwrap();
+    let r = check(tmp.path(), &root, &root.join("exec"), "json", &[]);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        doc["probes"]["conntrack"]["status"], "ok",
+        "{:#}",
+        doc["probes"]["conntrack"]
+    );
+    assert_eq!(doc["facts"]["conntrack"]["stats_source"], "conntrack -S");
+}
