@@ -155,6 +155,58 @@ pub struct Common {
     #[arg(long = "ipvs.timeout", env = "PROXYWATCH_IPVS_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub ipvs_timeout: Duration,
 
+    /// kube-proxy's metrics server (serves /metrics and /proxyMode).
+    #[arg(
+        long = "kube-proxy.metrics-url",
+        env = "PROXYWATCH_KUBE_PROXY_METRICS_URL",
+        default_value = "http://127.0.0.1:10249"
+    )]
+    pub kube_proxy_metrics_url: String,
+
+    /// kube-proxy's health server (serves /healthz).
+    #[arg(
+        long = "kube-proxy.healthz-url",
+        env = "PROXYWATCH_KUBE_PROXY_HEALTHZ_URL",
+        default_value = "http://127.0.0.1:10256"
+    )]
+    pub kube_proxy_healthz_url: String,
+
+    /// How often the kube-proxy probe runs.
+    #[arg(long = "kube-proxy.interval", env = "PROXYWATCH_KUBE_PROXY_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub kube_proxy_interval: Duration,
+
+    /// Timeout of each request to kube-proxy.
+    #[arg(long = "kube-proxy.timeout", env = "PROXYWATCH_KUBE_PROXY_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub kube_proxy_timeout: Duration,
+
+    /// Largest kube-proxy response body read, in bytes.
+    #[arg(long = "kube-proxy.max-body-bytes", env = "PROXYWATCH_KUBE_PROXY_MAX_BODY_BYTES", default_value_t = 16 << 20)]
+    pub kube_proxy_max_body_bytes: usize,
+
+    /// kube-proxy sync p99 that raises a warning (the runbook: > 1 s means rule churn).
+    #[arg(long = "kube-proxy.sync-warning", env = "PROXYWATCH_KUBE_PROXY_SYNC_WARNING", default_value = "1s", value_parser = parse_duration)]
+    pub kube_proxy_sync_warning: Duration,
+
+    /// kube-proxy sync p99 that raises a critical finding (the runbook: > 5 s after scaling).
+    #[arg(long = "kube-proxy.sync-critical", env = "PROXYWATCH_KUBE_PROXY_SYNC_CRITICAL", default_value = "5s", value_parser = parse_duration)]
+    pub kube_proxy_sync_critical: Duration,
+
+    /// Network programming p99 that raises a warning.
+    #[arg(long = "kube-proxy.programming-warning", env = "PROXYWATCH_KUBE_PROXY_PROGRAMMING_WARNING", default_value = "1s", value_parser = parse_duration)]
+    pub kube_proxy_programming_warning: Duration,
+
+    /// Network programming p99 that raises a critical finding.
+    #[arg(long = "kube-proxy.programming-critical", env = "PROXYWATCH_KUBE_PROXY_PROGRAMMING_CRITICAL", default_value = "5s", value_parser = parse_duration)]
+    pub kube_proxy_programming_critical: Duration,
+
+    /// How long changes may wait queued without a sync before a warning.
+    #[arg(long = "kube-proxy.queued-warning", env = "PROXYWATCH_KUBE_PROXY_QUEUED_WARNING", default_value = "60s", value_parser = parse_duration)]
+    pub kube_proxy_queued_warning: Duration,
+
+    /// A kube-proxy restart within this long raises a warning.
+    #[arg(long = "kube-proxy.restart-window", env = "PROXYWATCH_KUBE_PROXY_RESTART_WINDOW", default_value = "15m", value_parser = parse_duration)]
+    pub kube_proxy_restart_window: Duration,
+
     /// Cap on one command's output (rule-set dumps), in bytes; beyond it the command is killed.
     #[arg(long = "exec.max-output-bytes", env = "PROXYWATCH_EXEC_MAX_OUTPUT_BYTES", default_value_t = 256 << 20)]
     pub max_output_bytes: u64,
@@ -173,6 +225,15 @@ pub struct Common {
 }
 
 impl Common {
+    pub fn kube_proxy_endpoints(&self) -> crate::probe::kube_proxy::Endpoints {
+        crate::probe::kube_proxy::Endpoints {
+            metrics_url: self.kube_proxy_metrics_url.clone(),
+            healthz_url: self.kube_proxy_healthz_url.clone(),
+            timeout: self.kube_proxy_timeout,
+            max_body_bytes: self.kube_proxy_max_body_bytes,
+        }
+    }
+
     pub fn thresholds(&self) -> Result<Thresholds, String> {
         if self.conntrack_fill_warning > self.conntrack_fill_critical {
             return Err(format!(
@@ -188,6 +249,12 @@ impl Common {
             iptables_rules_critical: self.iptables_rules_critical,
             iptables_save_warning_seconds: self.iptables_save_warning.as_secs_f64(),
             iptables_save_critical_seconds: self.iptables_save_critical.as_secs_f64(),
+            kube_proxy_sync_warning_seconds: self.kube_proxy_sync_warning.as_secs_f64(),
+            kube_proxy_sync_critical_seconds: self.kube_proxy_sync_critical.as_secs_f64(),
+            kube_proxy_programming_warning_seconds: self.kube_proxy_programming_warning.as_secs_f64(),
+            kube_proxy_programming_critical_seconds: self.kube_proxy_programming_critical.as_secs_f64(),
+            kube_proxy_queued_warning_seconds: self.kube_proxy_queued_warning.as_secs_f64(),
+            kube_proxy_restart_window_seconds: self.kube_proxy_restart_window.as_secs_f64(),
         })
     }
 
@@ -203,6 +270,11 @@ impl Common {
                     ProbeName::Iptables => (self.iptables_interval, self.iptables_timeout),
                     ProbeName::Nftables => (self.nftables_interval, self.nftables_timeout),
                     ProbeName::Ipvs => (self.ipvs_interval, self.ipvs_timeout),
+                    // Three requests in parallel, each bounded; the run gets a margin over one.
+                    ProbeName::KubeProxy => (
+                        self.kube_proxy_interval,
+                        self.kube_proxy_timeout * 2 + Duration::from_secs(1),
+                    ),
                 };
                 Schedule {
                     probe,

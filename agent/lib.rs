@@ -17,6 +17,7 @@ pub mod config;
 pub mod evaluate;
 pub mod exec;
 pub mod expose;
+pub mod fetch;
 pub mod host;
 pub mod probe;
 pub mod scheduler;

@@ -94,6 +94,7 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
         host,
         runner: Runner::new(common.max_children),
         max_output_bytes: common.max_output_bytes,
+        kube_proxy: common.kube_proxy_endpoints(),
     });
     let aggregator = Aggregator::new(&node, thresholds, PROBES, common.conntrack_window.as_secs_f64());
     Ok(Setup { ctx, aggregator })

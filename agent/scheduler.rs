@@ -40,6 +40,7 @@ pub struct Aggregator {
     snapshot: Snapshot,
     thresholds: Thresholds,
     conntrack_window: CounterWindow,
+    kube_proxy: crate::probe::kube_proxy::Tracker,
     waiting_for: BTreeSet<ProbeName>,
 }
 
@@ -50,6 +51,7 @@ impl Aggregator {
             snapshot: Snapshot::new(node),
             thresholds,
             conntrack_window: CounterWindow::new(window_seconds, 4096),
+            kube_proxy: Default::default(),
             waiting_for: probes.iter().copied().collect(),
         }
     }
@@ -61,8 +63,10 @@ impl Aggregator {
         let previous_success = self.snapshot.probes.get(&p).and_then(|o| o.last_success_seconds);
         let (status, error) = match report.result {
             Ok(Probed::Present(mut update)) => {
-                if let FactUpdate::Conntrack(ct) = &mut update {
-                    ct.window = self.conntrack_window.push(mono, &ct.stats);
+                match &mut update {
+                    FactUpdate::Conntrack(ct) => ct.window = self.conntrack_window.push(mono, &ct.stats),
+                    FactUpdate::KubeProxy(kp) => self.kube_proxy.update(kp, now),
+                    _ => {}
                 }
                 self.snapshot.facts.apply(update);
                 (ProbeStatus::Ok, None)

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::probe::conntrack::ConntrackFacts;
 use crate::probe::iptables::IptablesFacts;
 use crate::probe::ipvs::IpvsFacts;
+use crate::probe::kube_proxy::KubeProxyFacts;
 use crate::probe::modules::ModuleFacts;
 use crate::probe::nftables::NftablesFacts;
 use crate::probe::node::NodeFacts;
@@ -31,6 +32,8 @@ pub struct Facts {
     pub nftables: Option<NftablesFacts>,
     #[serde(default)]
     pub ipvs: Option<IpvsFacts>,
+    #[serde(default)]
+    pub kube_proxy: Option<KubeProxyFacts>,
 }
 
 /// The facts one probe run produced.
@@ -43,6 +46,7 @@ pub enum FactUpdate {
     Iptables(IptablesFacts),
     Nftables(NftablesFacts),
     Ipvs(IpvsFacts),
+    KubeProxy(KubeProxyFacts),
 }
 
 impl Facts {
@@ -55,6 +59,7 @@ impl Facts {
             FactUpdate::Iptables(f) => self.iptables = Some(f),
             FactUpdate::Nftables(f) => self.nftables = Some(f),
             FactUpdate::Ipvs(f) => self.ipvs = Some(f),
+            FactUpdate::KubeProxy(f) => self.kube_proxy = Some(f),
         }
     }
 
@@ -68,6 +73,7 @@ impl Facts {
             ProbeName::Iptables => self.iptables = None,
             ProbeName::Nftables => self.nftables = None,
             ProbeName::Ipvs => self.ipvs = None,
+            ProbeName::KubeProxy => self.kube_proxy = None,
         }
     }
 }

@@ -9,6 +9,7 @@ mod conntrack;
 mod iptables;
 mod ipvs;
 mod kernel;
+mod kube_proxy;
 mod probes;
 
 use serde::{Deserialize, Serialize};
@@ -118,6 +119,13 @@ pub fn effective_mode(s: &Snapshot, t: &Thresholds) -> ModeDecision {
     if t.proxy_mode != ProxyMode::Unknown {
         return decided(t.proxy_mode, "flag");
     }
+    if let Some(mode) = s.facts.kube_proxy.as_ref().and_then(|k| k.mode.as_deref()) {
+        if let Ok(m) = mode.parse::<ProxyMode>() {
+            if m != ProxyMode::Unknown {
+                return decided(m, "kube-proxy");
+            }
+        }
+    }
     if let Some(ipvs) = &s.facts.ipvs {
         if ipvs.virtual_servers > 0 && ipvs.interface.as_ref().is_some_and(|i| i.exists) {
             return decided(ProxyMode::Ipvs, "inferred: IPVS virtual servers and kube-ipvs0 exist");
@@ -152,6 +160,15 @@ pub struct Thresholds {
     /// iptables-save wall time, in seconds, that raises a warning / a critical finding.
     pub iptables_save_warning_seconds: f64,
     pub iptables_save_critical_seconds: f64,
+    /// kube-proxy sync / network programming p99, in seconds, that raise a warning / a critical finding.
+    pub kube_proxy_sync_warning_seconds: f64,
+    pub kube_proxy_sync_critical_seconds: f64,
+    pub kube_proxy_programming_warning_seconds: f64,
+    pub kube_proxy_programming_critical_seconds: f64,
+    /// Seconds a queued change may wait without a sync.
+    pub kube_proxy_queued_warning_seconds: f64,
+    /// A restart this recent (seconds) is a warning.
+    pub kube_proxy_restart_window_seconds: f64,
 }
 
 impl Default for Thresholds {
@@ -164,6 +181,12 @@ impl Default for Thresholds {
             iptables_rules_critical: 100_000,
             iptables_save_warning_seconds: 1.0,
             iptables_save_critical_seconds: 5.0,
+            kube_proxy_sync_warning_seconds: 1.0,
+            kube_proxy_sync_critical_seconds: 5.0,
+            kube_proxy_programming_warning_seconds: 1.0,
+            kube_proxy_programming_critical_seconds: 5.0,
+            kube_proxy_queued_warning_seconds: 60.0,
+            kube_proxy_restart_window_seconds: 900.0,
         }
     }
 }
@@ -193,6 +216,12 @@ pub const CHECKS: &[Check] = &[
     Check { id: "ipvs_virtual_servers_without_backends", run: ipvs::without_backends },
     Check { id: "ipvs_interface_out_of_sync", run: ipvs::interface_out_of_sync },
     Check { id: "ipvs_scheduler", run: ipvs::scheduler },
+    Check { id: "kube_proxy_unhealthy", run: kube_proxy::unhealthy },
+    Check { id: "kube_proxy_sync_slow", run: kube_proxy::sync_slow },
+    Check { id: "kube_proxy_network_programming_slow", run: kube_proxy::network_programming_slow },
+    Check { id: "kube_proxy_sync_stale", run: kube_proxy::sync_stale },
+    Check { id: "kube_proxy_restarted", run: kube_proxy::restarted },
+    Check { id: "kube_proxy_resources_near_limit", run: kube_proxy::resources_near_limit },
     Check { id: "probe_failed", run: probes::failed },
 ];
 

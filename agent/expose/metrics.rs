@@ -344,6 +344,102 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
         }
     }
 
+    // kube-proxy itself.
+    if let Some(k) = &s.facts.kube_proxy {
+        let one = |name: &str, help: &str, v: f64| {
+            out.gauge(name, help, &[]).with_label_values(&[] as &[&str]).set(v);
+        };
+        one(
+            "proxywatch_kube_proxy_up",
+            "1 when kube-proxy's /metrics answered, 0 when it did not.",
+            if k.metrics_up { 1.0 } else { 0.0 },
+        );
+        if let Some(mode) = &k.mode {
+            out.gauge(
+                "proxywatch_kube_proxy_mode",
+                "1 for kube-proxy's mode, from its /proxyMode.",
+                &["mode"],
+            )
+            .with_label_values(&[mode.as_str()])
+            .set(1.0);
+        }
+        for (name, help, l) in [
+            (
+                "proxywatch_kube_proxy_sync_duration_seconds",
+                "kube-proxy rule sync duration quantiles over the window since the previous read.",
+                &k.sync,
+            ),
+            (
+                "proxywatch_kube_proxy_network_programming_duration_seconds",
+                "kube-proxy network programming latency quantiles over the window since the previous read.",
+                &k.network_programming,
+            ),
+        ] {
+            if let Some(l) = l {
+                let g = out.gauge(name, help, &["quantile"]);
+                // No sync in the window: no value, rather than a misleading 0.
+                if let Some(v) = l.p50_window {
+                    g.with_label_values(&["0.5"]).set(v);
+                }
+                if let Some(v) = l.p99_window {
+                    g.with_label_values(&["0.99"]).set(v);
+                }
+            }
+        }
+        if let Some(age) = k.last_sync_age_seconds {
+            one(
+                "proxywatch_kube_proxy_last_sync_age_seconds",
+                "Seconds since kube-proxy's last successful sync.",
+                age,
+            );
+        }
+        if let Some(q) = k.queued_unsynced_seconds {
+            one(
+                "proxywatch_kube_proxy_queued_unsynced_seconds",
+                "Seconds queued changes have waited for a sync; 0 when none waits.",
+                q,
+            );
+        }
+        if let Some(p) = &k.process {
+            one(
+                "proxywatch_kube_proxy_process_resident_memory_bytes",
+                "Resident memory of the kube-proxy process.",
+                p.resident_memory_bytes as f64,
+            );
+            out.register(
+                prometheus::CounterVec::new(
+                    Opts::new(
+                        "proxywatch_kube_proxy_process_cpu_seconds_total",
+                        "User and system CPU time of the kube-proxy process.",
+                    ),
+                    &[],
+                )
+                .expect("valid metric"),
+            )
+            .with_label_values(&[] as &[&str])
+            .inc_by(p.cpu_seconds_total);
+            one(
+                "proxywatch_kube_proxy_process_start_time_seconds",
+                "Start time of the kube-proxy process, Unix seconds.",
+                p.start_time_seconds,
+            );
+        }
+        out.counter(
+            "proxywatch_kube_proxy_restarts_total",
+            "kube-proxy restarts seen since the agent started.",
+            &[],
+        )
+        .with_label_values(&[] as &[&str])
+        .inc_by(k.restarts);
+        if let Some(p) = &k.agent_process {
+            one(
+                "proxywatch_agent_resident_memory_bytes",
+                "Resident memory of the proxywatch agent itself.",
+                p.resident_memory_bytes as f64,
+            );
+        }
+    }
+
     // Findings: every known check, always present.
     let sev = out.gauge(
         "proxywatch_finding_severity",

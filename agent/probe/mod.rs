@@ -7,6 +7,8 @@
 pub mod conntrack;
 pub mod iptables;
 pub mod ipvs;
+pub mod kube_proxy;
+pub mod kube_proxy_text;
 pub mod modules;
 pub mod nftables;
 pub mod node;
@@ -34,6 +36,7 @@ pub enum ProbeName {
     Iptables,
     Nftables,
     Ipvs,
+    KubeProxy,
 }
 
 pub const PROBES: &[ProbeName] = &[
@@ -44,6 +47,7 @@ pub const PROBES: &[ProbeName] = &[
     ProbeName::Iptables,
     ProbeName::Nftables,
     ProbeName::Ipvs,
+    ProbeName::KubeProxy,
 ];
 
 impl ProbeName {
@@ -56,6 +60,7 @@ impl ProbeName {
             ProbeName::Iptables => "iptables",
             ProbeName::Nftables => "nftables",
             ProbeName::Ipvs => "ipvs",
+            ProbeName::KubeProxy => "kube_proxy",
         }
     }
 }
@@ -90,6 +95,8 @@ pub enum ProbeError {
     Panicked(String),
     #[error("netlink: {0} (needs the host network namespace)")]
     Netlink(String),
+    #[error(transparent)]
+    Fetch(#[from] crate::fetch::FetchError),
     #[error("previous run still blocked after {0:?}; not started again")]
     StillRunning(Duration),
 }
@@ -101,6 +108,8 @@ pub struct ProbeContext {
     pub runner: Runner,
     /// Cap on one command's stdout (rule-set dumps); beyond it the command is killed.
     pub max_output_bytes: u64,
+    /// Where kube-proxy's endpoints are.
+    pub kube_proxy: kube_proxy::Endpoints,
 }
 
 /// Runs one probe once. File probes run on the blocking pool; `timeout`
@@ -139,6 +148,7 @@ pub async fn run(name: ProbeName, ctx: Arc<ProbeContext>, timeout: Duration) -> 
             let netlink = ctx.host.root() == std::path::Path::new("/");
             probed(ipvs::probe(host, &ctx.runner, timeout, netlink).await, FactUpdate::Ipvs)
         }
+        ProbeName::KubeProxy => probed(kube_proxy::probe(host, &ctx.kube_proxy).await, FactUpdate::KubeProxy),
     }
 }
 

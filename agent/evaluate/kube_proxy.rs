@@ -1,0 +1,239 @@
+//! kube-proxy checks: sync latency (the runbook's baseline), health, staleness,
+//! restarts and resources.
+
+use super::{Finding, Severity, Thresholds};
+use crate::probe::kube_proxy::{KubeProxyFacts, Latency};
+use crate::snapshot::Snapshot;
+
+fn kp(s: &Snapshot) -> Option<&KubeProxyFacts> {
+    s.facts.kube_proxy.as_ref()
+}
+
+fn grade(v: f64, warning: f64, critical: f64) -> Severity {
+    if v >= critical {
+        Severity::Critical
+    } else if v >= warning {
+        Severity::Warning
+    } else {
+        Severity::Ok
+    }
+}
+
+fn latency(id: &str, what: &str, l: &Latency, warning: f64, critical: f64, remediation: &[&str]) -> Option<Finding> {
+    let p99 = l.p99()?;
+    let scope = match l.window_seconds {
+        Some(w) if l.count_window.is_some() => format!("over the last {w:.0} s"),
+        _ => "since kube-proxy started".to_string(),
+    };
+    Some(
+        Finding::new(
+            id,
+            grade(p99, warning, critical),
+            format!("kube-proxy {what} p99 is {p99:.2} s {scope}"),
+        )
+        .evidence("p99_seconds", p99)
+        .evidence("p50_seconds", l.p50_window.or(l.p50_since_start))
+        .evidence("count_window", l.count_window)
+        .evidence("p99_since_start_seconds", l.p99_since_start)
+        .evidence("warning_at_seconds", warning)
+        .evidence("critical_at_seconds", critical)
+        .remediation(remediation),
+    )
+}
+
+const SLOW_SYNC: &[&str] = &[
+    "p99 above 1 s means rule churn; above 5 s after scaling, iptables' O(n) rewrite is the bottleneck (see proxywatch_iptables_rules).",
+    "Switch to IPVS or nftables mode, or raise iptables.syncPeriod / minSyncPeriod in the kube-proxy ConfigMap, then kubectl -n kube-system rollout restart ds kube-proxy; verify within 15 minutes that p99 drops.",
+    "Roll back: restore the ConfigMap backup and restart kube-proxy again.",
+];
+
+pub fn sync_slow(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+    latency(
+        "kube_proxy_sync_slow",
+        "rule sync",
+        kp(s)?.sync.as_ref()?,
+        t.kube_proxy_sync_warning_seconds,
+        t.kube_proxy_sync_critical_seconds,
+        SLOW_SYNC,
+    )
+}
+
+pub fn network_programming_slow(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+    latency(
+        "kube_proxy_network_programming_slow",
+        "network programming",
+        kp(s)?.network_programming.as_ref()?,
+        t.kube_proxy_programming_warning_seconds,
+        t.kube_proxy_programming_critical_seconds,
+        &[
+            "Network programming latency is the time from a Service or EndpointSlice change to rules on this node: high values mean new pods get traffic late and removed pods keep getting it.",
+            "It includes the sync time (see kube_proxy_sync_slow) and kube-proxy's own queueing: check its CPU (throttling) and the API server's latency.",
+        ],
+    )
+}
+
+pub fn unhealthy(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    let k = kp(s)?;
+    let h = k.healthz.as_ref()?;
+    let answered = h.status_code != 0;
+    let (severity, summary) = if answered && h.status_code != 200 {
+        (
+            Severity::Critical,
+            format!(
+                "kube-proxy /healthz answers {}: its rules are stale (last updated {})",
+                h.status_code,
+                h.last_updated.as_deref().unwrap_or("unknown")
+            ),
+        )
+    } else if !answered && k.process.is_some() && !k.metrics_up {
+        (
+            Severity::Critical,
+            "kube-proxy runs but neither /healthz nor /metrics answers".to_string(),
+        )
+    } else {
+        (Severity::Ok, "kube-proxy /healthz answers 200".to_string())
+    };
+    Some(
+        Finding::new("kube_proxy_unhealthy", severity, summary)
+            .evidence("healthz_status", h.status_code)
+            .evidence("healthz_error", h.error.clone())
+            .evidence("staleness_seconds", h.staleness_seconds)
+            .evidence("metrics_error", k.metrics_error.clone())
+            .remediation(&[
+                "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100: look for failed syncs (iptables-restore errors) or lost API server connections.",
+                "If it is wedged, delete the pod so the DaemonSet recreates it; services keep working on the old rules meanwhile.",
+            ]),
+    )
+}
+
+pub fn sync_stale(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+    let k = kp(s)?;
+    let waited = k.queued_unsynced_seconds?;
+    Some(
+        Finding::new(
+            "kube_proxy_sync_stale",
+            if waited > t.kube_proxy_queued_warning_seconds { Severity::Warning } else { Severity::Ok },
+            format!("changes have waited {waited:.0} s for a kube-proxy sync"),
+        )
+        .evidence("queued_unsynced_seconds", waited)
+        .evidence("last_sync_age_seconds", k.last_sync_age_seconds)
+        .evidence("warning_at_seconds", t.kube_proxy_queued_warning_seconds)
+        .remediation(&[
+            "kube-proxy queued rule changes but has not synced them: syncs are failing or blocked (xtables lock held by another process, a slow iptables-restore).",
+            "Check kube-proxy's logs and kubeproxy_sync_proxy_rules_iptables_restore_failures_total; look for other processes holding /run/xtables.lock.",
+        ]),
+    )
+}
+
+pub fn restarted(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+    let k = kp(s)?;
+    let recent = k
+        .last_restart_seconds
+        .is_some_and(|r| s.collected_at - r <= t.kube_proxy_restart_window_seconds);
+    Some(
+        Finding::new(
+            "kube_proxy_restarted",
+            if recent { Severity::Warning } else { Severity::Ok },
+            format!(
+                "kube-proxy restarted {} time(s) since the agent started, the latest within {:.0} min",
+                k.restarts,
+                t.kube_proxy_restart_window_seconds / 60.0
+            ),
+        )
+        .evidence("restarts", k.restarts)
+        .evidence("last_restart_seconds", k.last_restart_seconds)
+        .remediation(&[
+            "A restart reprograms every rule and briefly interrupts new connections; repeated restarts usually mean OOM kills or failing liveness probes.",
+            "kubectl -n kube-system describe pod <kube-proxy pod>: look at Last State (OOMKilled?) and events.",
+        ]),
+    )
+}
+
+pub fn resources_near_limit(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+    let p = kp(s)?.process.as_ref()?;
+    let limit = p.memory_limit_bytes?;
+    let ratio = p.resident_memory_bytes as f64 / limit as f64;
+    Some(
+        Finding::new(
+            "kube_proxy_resources_near_limit",
+            if ratio >= 0.9 { Severity::Warning } else { Severity::Ok },
+            format!(
+                "kube-proxy uses {:.0}% of its memory limit ({} of {} bytes)",
+                ratio * 100.0,
+                p.resident_memory_bytes,
+                limit
+            ),
+        )
+        .evidence("resident_memory_bytes", p.resident_memory_bytes)
+        .evidence("memory_limit_bytes", limit)
+        .evidence("cpu_limit_cores", p.cpu_limit_cores)
+        .remediation(&[
+            "kube-proxy near its limit gets OOM-killed (and reprograms every rule on restart): raise the DaemonSet's memory limit, sized for the rule set (kubectl top pod -n kube-system -l k8s-app=kube-proxy).",
+            "Roll back: revert the DaemonSet change with kubectl rollout undo ds/kube-proxy -n kube-system.",
+        ]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::healthy;
+    use super::*;
+    use crate::probe::kube_proxy::{HealthzFacts, ProcessFacts};
+
+    fn with(k: KubeProxyFacts) -> Snapshot {
+        let mut s = healthy();
+        s.collected_at = 10_000.0;
+        s.facts.kube_proxy = Some(k);
+        s
+    }
+
+    #[test]
+    fn sync_p99_thresholds_use_the_window() {
+        let t = Thresholds::default();
+        let mut k = KubeProxyFacts {
+            sync: Some(Latency {
+                p99_since_start: Some(0.2),
+                count_since_start: 100.0,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(sync_slow(&with(k.clone()), &t).unwrap().severity, Severity::Ok);
+        let l = k.sync.as_mut().unwrap();
+        l.p99_window = Some(6.0);
+        l.count_window = Some(10.0);
+        l.window_seconds = Some(15.0);
+        let f = sync_slow(&with(k.clone()), &t).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert!(f.summary.contains("over the last 15 s"), "{}", f.summary);
+        k.sync.as_mut().unwrap().p99_window = Some(1.5);
+        assert_eq!(sync_slow(&with(k), &t).unwrap().severity, Severity::Warning);
+    }
+
+    #[test]
+    fn health_restarts_and_memory() {
+        let t = Thresholds::default();
+        let k = KubeProxyFacts {
+            healthz: Some(HealthzFacts {
+                status_code: 503,
+                last_updated: Some("2026-11-29 22:00:00 +0000 UTC".into()),
+                ..Default::default()
+            }),
+            restarts: 2,
+            last_restart_seconds: Some(9_900.0),
+            process: Some(ProcessFacts {
+                resident_memory_bytes: 95,
+                memory_limit_bytes: Some(100),
+                ..Default::default()
+            }),
+            queued_unsynced_seconds: Some(120.0),
+            ..Default::default()
+        };
+        let s = with(k);
+        assert_eq!(unhealthy(&s, &t).unwrap().severity, Severity::Critical);
+        assert_eq!(restarted(&s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(restarted(&s, &t).unwrap().evidence["restarts"], 2);
+        assert_eq!(resources_near_limit(&s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(sync_stale(&s, &t).unwrap().severity, Severity::Warning);
+    }
+}

@@ -1,0 +1,666 @@
+//! The conntrack probe against the real kernel, through the real binary.
+//!
+//! Every test works inside a network namespace of its own (a fresh netns has an
+//! empty conntrack table and its own statistics), so exact values can be
+//! asserted. Needs root, `ip` and `conntrack`; some tests also need `nft`,
+//! `python3` (raw sockets for invalid packets) and `promtool`. See docs/testing.md.
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Netns;
+use proxywatch::probe::conntrack::{parse_conntrack_s, parse_stat};
+use serde_json::Value;
+
+const STAT: &str = "/proc/net/stat/nf_conntrack";
+const COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
+const MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
+const BUCKETS: &str = "/proc/sys/net/netfilter/nf_conntrack_buckets";
+
+/// Port the agent listens on inside a test's own namespace: every port is free there.
+const NS_PORT: u16 = 9877;
+
+/// How long to poll for a value before giving up. Generous: only a hang reaches it.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------
+// Helpers: the namespace's kernel state, read with ordinary tools.
+
+fn text(out: std::process::Output) -> String {
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// Reads a file as seen from inside the namespace (`/proc/net` and `/proc/sys/net` are per netns).
+fn ns_read(ns: &Netns, path: &str) -> String {
+    text(ns.exec_ok("cat", &[path]))
+}
+
+fn ns_number(ns: &Netns, path: &str) -> u64 {
+    let s = ns_read(ns, path);
+    s.trim().parse().unwrap_or_else(|e| panic!("{path}: {s:?}: {e}"))
+}
+
+/// Sums `/proc/net/stat/nf_conntrack` text over CPUs per column (`entries`, a
+/// global count, excepted). Independent of the crate's parser, so a bug there
+/// cannot hide in both the agent and the expected value.
+fn sum_stat_text(text: &str) -> BTreeMap<String, u64> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
+    assert_eq!(header.first(), Some(&"entries"), "{text}");
+    let mut sums = BTreeMap::new();
+    let mut rows = 0;
+    for line in lines {
+        let values: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(values.len(), header.len(), "{text}");
+        for (col, v) in header.iter().zip(values).skip(1) {
+            *sums.entry(col.to_string()).or_insert(0) += u64::from_str_radix(v, 16).unwrap();
+        }
+        rows += 1;
+    }
+    assert!(rows > 0, "no CPU rows: {text}");
+    sums
+}
+
+/// The `invalid` column of each CPU row.
+fn ns_invalid_rows(ns: &Netns) -> Vec<u64> {
+    let text = ns_read(ns, STAT);
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let col = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .position(|c| c == "invalid")
+        .expect("an invalid column");
+    lines
+        .map(|l| u64::from_str_radix(l.split_whitespace().nth(col).unwrap(), 16).unwrap())
+        .collect()
+}
+
+/// The namespace's `/proc/net/stat/nf_conntrack`, summed over CPUs.
+fn ns_stats(ns: &Netns) -> BTreeMap<String, u64> {
+    sum_stat_text(&ns_read(ns, STAT))
+}
+
+/// The `entries` column of the stat file (the same global count on every row).
+fn ns_stat_entries(ns: &Netns) -> Vec<u64> {
+    ns_read(ns, STAT)
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| u64::from_str_radix(l.split_whitespace().next().unwrap(), 16).unwrap())
+        .collect()
+}
+
+/// `conntrack -C` inside the namespace.
+fn ns_conntrack_count(ns: &Netns) -> u64 {
+    let s = text(ns.exec_ok("conntrack", &["-C"]));
+    s.trim().parse().unwrap_or_else(|e| panic!("conntrack -C: {s:?}: {e}"))
+}
+
+/// Inserts `tcp` ESTABLISHED TCP entries and `udp` UDP entries with distinct
+/// source ports starting at `first_port`; returns how many were inserted.
+fn insert_entries(ns: &Netns, first_port: u16, tcp: u16, udp: u16) -> u64 {
+    for i in 0..tcp {
+        let sport = (first_port + i).to_string();
+        ns.exec_ok(
+            "conntrack",
+            &[
+                "-I",
+                "-p",
+                "tcp",
+                "-s",
+                "10.0.0.1",
+                "-d",
+                "10.0.0.2",
+                "--sport",
+                &sport,
+                "--dport",
+                "80",
+                "--state",
+                "ESTABLISHED",
+                "-t",
+                "600",
+                "-u",
+                "ASSURED",
+            ],
+        );
+    }
+    for i in 0..udp {
+        let sport = (first_port + tcp + i).to_string();
+        ns.exec_ok(
+            "conntrack",
+            &[
+                "-I", "-p", "udp", "-s", "10.0.0.1", "-d", "10.0.0.3", "--sport", &sport, "--dport", "53", "-t", "600",
+            ],
+        );
+    }
+    u64::from(tcp + udp)
+}
+
+/// Sends `n` raw TCP SYN|FIN packets (an invalid flag combination) to a closed
+/// port on 127.0.0.1, with a correct checksum so only the flags are wrong. The
+/// sender hops over the CPUs, so the per-CPU rows all get counts to sum.
+const SYN_FIN: &str = r#"
+import os, socket, struct, sys
+n, port = int(sys.argv[1]), int(sys.argv[2])
+cpus = sorted(os.sched_getaffinity(0))
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+lo = socket.inet_aton("127.0.0.1")
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    t = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while t >> 16:
+        t = (t & 0xffff) + (t >> 16)
+    return ~t & 0xffff
+for i in range(n):
+    os.sched_setaffinity(0, {cpus[i % len(cpus)]})
+    hdr = struct.pack("!HHIIBBHHH", 40000 + i, port, 1000 + i, 0, 5 << 4, 0x03, 65535, 0, 0)
+    pseudo = lo + lo + struct.pack("!BBH", 0, socket.IPPROTO_TCP, len(hdr))
+    hdr = hdr[:16] + struct.pack("!H", csum(pseudo + hdr)) + hdr[18:]
+    s.sendto(hdr, ("127.0.0.1", 0))
+"#;
+
+/// Makes conntrack see the namespace's traffic (a `ct` expression registers its
+/// hooks) and counts, on the output path, the packets it marks invalid.
+fn track_and_count_invalid(ns: &Netns) {
+    ns.exec_ok("nft", &["add", "table", "inet", "pwt"]);
+    ns.exec_ok(
+        "nft",
+        &["add chain inet pwt out { type filter hook output priority 0; policy accept; }"],
+    );
+    ns.exec_ok("nft", &["add rule inet pwt out ct state invalid counter"]);
+}
+
+/// Packets the output chain's `ct state invalid counter` has seen.
+fn nft_invalid_counter(ns: &Netns) -> u64 {
+    let listing = text(ns.exec_ok("nft", &["list", "chain", "inet", "pwt", "out"]));
+    let after = listing
+        .split("counter packets ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no counter in:\n{listing}"));
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Sends `n` SYN|FIN packets inside the namespace; returns the kernel's
+/// summed `invalid` counter before and after.
+fn send_invalid(ns: &Netns, n: u32) -> (u64, u64) {
+    let before = ns_stats(ns)["invalid"];
+    ns.exec_ok("python3", &["-c", SYN_FIN, &n.to_string(), "9"]);
+    (before, ns_stats(ns)["invalid"])
+}
+
+/// `proxywatch check --format json` inside the namespace.
+fn check_json(ns: &Netns, extra: &[&str]) -> Value {
+    let bin = common::binary();
+    let mut args = vec!["check", "--format", "json"];
+    args.extend_from_slice(extra);
+    let out = ns
+        .command(bin.to_str().unwrap(), &args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    // Exit 0/1/2 are verdicts (a bare netns has ip_forward=0: critical); 3 means the agent failed.
+    assert!(
+        matches!(out.status.code(), Some(0..=2)),
+        "check: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("check --format json: {e}\n{}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn json_stats(doc: &Value) -> BTreeMap<String, u64> {
+    doc["facts"]["conntrack"]["stats"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no facts.conntrack.stats in {doc:#}"))
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect()
+}
+
+/// The value of an unlabelled series in Prometheus text.
+fn metric(body: &str, name: &str) -> Option<u64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map(|v| v.trim().parse::<f64>().unwrap_or_else(|e| panic!("{name} {v:?}: {e}")) as u64)
+}
+
+// ---------------------------------------------------------------------------
+// The agent as a server: a child process killed (by its PID) and reaped on drop.
+
+struct Server {
+    child: Option<Child>,
+    ns: Option<String>,
+    port: u16,
+    log: PathBuf,
+    _logdir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts `proxywatch serve` on 127.0.0.1:`port`, inside `ns` when given.
+    /// `ip netns exec` execs the agent, so the child's PID is the agent's.
+    fn start(ns: Option<&Netns>, port: u16) -> Server {
+        let logdir = tempfile::tempdir().unwrap();
+        let log = logdir.path().join("serve.log");
+        let bin = common::binary();
+        let listen = format!("127.0.0.1:{port}");
+        let args = [
+            "serve",
+            "--listen",
+            &listen,
+            "--conntrack.interval",
+            "200ms",
+            "--log.level",
+            "debug",
+        ];
+        let mut cmd = match ns {
+            Some(ns) => ns.command(bin.to_str().unwrap(), &args),
+            None => {
+                let mut c = Command::new(&bin);
+                c.args(args);
+                c
+            }
+        };
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn proxywatch serve");
+        Server {
+            child: Some(child),
+            ns: ns.map(|n| n.name.clone()),
+            port,
+            log,
+            _logdir: logdir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET over HTTP/1.0 from inside the server's namespace (bash's /dev/tcp, so
+    /// no client needs installing). None when nothing answers.
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        let script = format!(
+            "exec 3<>/dev/tcp/127.0.0.1/{} && printf 'GET {path} HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && cat <&3",
+            self.port
+        );
+        let args = ["10", "bash", "-c", script.as_str()];
+        let mut cmd = match &self.ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "timeout"]).args(args);
+                c
+            }
+            None => {
+                let mut c = Command::new("timeout");
+                c.args(args);
+                c
+            }
+        };
+        let out = cmd.stdin(Stdio::null()).stderr(Stdio::null()).output().unwrap();
+        if !out.status.success() {
+            return None;
+        }
+        let resp = String::from_utf8(out.stdout).expect("UTF-8 response");
+        let (head, body) = resp.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_string()))
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().unwrap()
+    }
+
+    /// Polls `/metrics` until the first snapshot is published; returns its body.
+    /// Err when the agent exited first (e.g. the port was taken).
+    fn first_metrics(&mut self) -> Result<String, String> {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.exited() {
+                return Err(format!(
+                    "serve exited with {st} before its first snapshot:\n{}",
+                    self.log()
+                ));
+            }
+            match self.get("/metrics") {
+                Some((200, body)) => return Ok(body),
+                Some((503, body)) => assert!(body.contains("no snapshot yet"), "{body}"),
+                Some((code, body)) => panic!("/metrics answered {code}: {body}"),
+                None => {}
+            }
+            if start.elapsed() > DEADLINE {
+                panic!("no snapshot within {DEADLINE:?}:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn metrics(&self) -> String {
+        match self.get("/metrics") {
+            Some((200, body)) => body,
+            other => panic!("/metrics: {other:?}\n{}", self.log()),
+        }
+    }
+
+    /// SIGTERM by PID, then reap; SIGKILL if it has not exited within the deadline.
+    fn terminate(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        // Not reaped yet, so the PID is still this child's.
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let start = Instant::now();
+        while start.elapsed() < DEADLINE {
+            if let Ok(Some(st)) = child.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        child.wait().ok()
+    }
+
+    /// Stops the agent and asserts it shut down cleanly on SIGTERM.
+    fn stop(mut self) {
+        let st = self.terminate().expect("a child to stop");
+        assert!(st.success(), "serve exited with {st} on SIGTERM:\n{}", self.log());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// `promtool check metrics` on a body: exit 0 and nothing printed.
+fn promtool_check(body: &str, what: &str) {
+    use std::io::Write;
+    assert!(
+        body.contains("# TYPE proxywatch_conntrack_entries gauge") && metric(body, "proxywatch_node_ready").is_some(),
+        "{what}: not a proxywatch scrape:\n{body}"
+    );
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "{what}: promtool {}:\n{said}",
+        out.status
+    );
+}
+
+fn free_loopback_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+// ---------------------------------------------------------------------------
+// Tests.
+
+/// `check` inside a fresh namespace reports exactly the entries inserted, the
+/// global limit and buckets, and the namespace's statistics.
+#[test]
+fn check_counts_exactly_the_entries_of_its_namespace() {
+    if !common::can_run(&["ip", "conntrack"]) {
+        return;
+    }
+    // nf_conntrack_max and _buckets are global (read-only in a child netns):
+    // hold the lock so no other test changes them between our reads.
+    let _lock = common::global_lock();
+    let ns = Netns::new("ct");
+    assert_eq!(ns_conntrack_count(&ns), 0, "a new namespace starts with an empty table");
+    let n = insert_entries(&ns, 20000, 33, 4);
+    assert_eq!(n, 37);
+    assert_eq!(ns_conntrack_count(&ns), n);
+    assert_eq!(ns_number(&ns, COUNT), n);
+    let rows = ns_stat_entries(&ns);
+    assert!(
+        !rows.is_empty() && rows.iter().all(|&e| e == n),
+        "stat file entries {rows:?}"
+    );
+
+    let (max, buckets, before) = (ns_number(&ns, MAX), ns_number(&ns, BUCKETS), ns_stats(&ns));
+    let doc = check_json(&ns, &[]);
+    let (max_after, buckets_after, after) = (ns_number(&ns, MAX), ns_number(&ns, BUCKETS), ns_stats(&ns));
+    assert_eq!(
+        (max, buckets),
+        (max_after, buckets_after),
+        "limit changed under the lock"
+    );
+
+    let ct = &doc["facts"]["conntrack"];
+    assert_eq!(ct["entries"], n, "{ct:#}");
+    assert_eq!(ct["max"], max, "{ct:#}");
+    assert!(max > 0);
+    assert_eq!(ct["buckets"], buckets, "{ct:#}");
+    assert_eq!(ct["stats_source"], STAT);
+    let agent = json_stats(&doc);
+    assert_eq!(
+        agent.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "every stat column, `entries` excepted"
+    );
+    for (col, v) in &agent {
+        assert!(
+            before[col] <= *v && *v <= after[col],
+            "{col}: agent {v}, kernel {} before and {} after",
+            before[col],
+            after[col]
+        );
+    }
+    // conntrack -I counts in `insert`, so the stats really are this namespace's.
+    assert!(agent["insert"] >= n, "insert {} < {n}", agent["insert"]);
+}
+
+/// Packets the kernel marks invalid show up in `proxywatch_conntrack_stat_invalid_total`.
+#[test]
+fn invalid_packets_are_counted() {
+    if !common::can_run(&["ip", "conntrack", "nft", "python3", "bash", "timeout"]) {
+        return;
+    }
+    let ns = Netns::new("ctinv");
+    track_and_count_invalid(&ns);
+    let sent = 7;
+    let (before, after) = send_invalid(&ns, sent);
+    assert_eq!(before, 0, "a new namespace starts with no invalid packets");
+    let seen = nft_invalid_counter(&ns);
+    assert!(
+        seen >= u64::from(sent),
+        "nft saw {seen} invalid packets on output, sent {sent}"
+    );
+    assert!(after >= seen, "kernel invalid {after} < nft's {seen}");
+    let rows = ns_invalid_rows(&ns);
+    if rows.len() > 1 {
+        assert!(
+            rows.iter().filter(|&&v| v > 0).count() > 1,
+            "invalid per CPU {rows:?}: the sum must span rows"
+        );
+    }
+
+    let mut server = Server::start(Some(&ns), NS_PORT);
+    server.first_metrics().unwrap_or_else(|e| panic!("{e}"));
+    // Read the kernel around the scrape: the agent's traffic on lo is tracked too.
+    let k_before = ns_stats(&ns)["invalid"];
+    let body = server.metrics();
+    let k_after = ns_stats(&ns)["invalid"];
+    let agent = metric(&body, "proxywatch_conntrack_stat_invalid_total")
+        .unwrap_or_else(|| panic!("no proxywatch_conntrack_stat_invalid_total in:\n{body}"));
+    assert!(
+        k_before <= agent && agent <= k_after,
+        "agent {agent}, kernel {k_before} before the scrape and {k_after} after"
+    );
+    assert!(agent >= after, "agent {agent} < {after} counted right after sending");
+    server.stop();
+}
+
+/// `serve` follows the namespace's table as entries come and go.
+#[test]
+fn serve_follows_the_table() {
+    if !common::can_run(&["ip", "conntrack", "bash", "timeout"]) {
+        return;
+    }
+    let ns = Netns::new("ctserve");
+    let mut server = Server::start(Some(&ns), NS_PORT);
+    let first = server.first_metrics().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(metric(&first, "proxywatch_conntrack_entries"), Some(0), "{first}");
+    // /readyz exists now; a bare namespace has ip_forward=0, so it may say "not ready".
+    let (code, body) = server.get("/readyz").expect("/readyz answers");
+    assert!(
+        code == 200 || body.starts_with("not ready: critical findings"),
+        "{code} {body}"
+    );
+
+    // Poll until the agent reports the kernel's count (or the deadline), then assert the value.
+    let follow = |server: &Server, want: u64| {
+        let start = Instant::now();
+        loop {
+            let got = metric(&server.metrics(), "proxywatch_conntrack_entries");
+            if got == Some(want) || start.elapsed() > DEADLINE {
+                assert_eq!(got, Some(want), "agent vs conntrack -C\n{}", server.log());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let n = insert_entries(&ns, 30000, 20, 5);
+    assert_eq!(ns_conntrack_count(&ns), n);
+    follow(&server, n);
+
+    ns.exec_ok("conntrack", &["-D", "-p", "udp"]);
+    let left = ns_conntrack_count(&ns);
+    assert_eq!(left, 20);
+    follow(&server, left);
+    server.stop();
+}
+
+/// promtool accepts `/metrics`, in a namespace with non-zero counters and in the root namespace.
+#[test]
+fn promtool_accepts_metrics() {
+    if !common::can_run(&["ip", "conntrack", "nft", "python3", "bash", "timeout", "promtool"]) {
+        return;
+    }
+    {
+        let ns = Netns::new("ctprom");
+        track_and_count_invalid(&ns);
+        send_invalid(&ns, 3);
+        insert_entries(&ns, 40000, 5, 2);
+        let mut server = Server::start(Some(&ns), NS_PORT);
+        let body = server.first_metrics().unwrap_or_else(|e| panic!("{e}"));
+        // At least the 7 inserted: the namespace's tracked loopback HTTP adds its own entries.
+        assert!(metric(&body, "proxywatch_conntrack_entries") >= Some(7), "{body}");
+        assert!(
+            metric(&body, "proxywatch_conntrack_stat_invalid_total") > Some(0),
+            "{body}"
+        );
+        promtool_check(&body, "netns /metrics");
+        server.stop();
+    }
+    // The root namespace: read-only, but its rule sets are global state other tests change.
+    let _lock = common::global_lock();
+    let mut tries = 0;
+    let (server, body) = loop {
+        let mut server = Server::start(None, free_loopback_port());
+        match server.first_metrics() {
+            Ok(body) => break (server, body),
+            // Another process took the port between our probe and the agent's bind.
+            Err(e) if tries < 3 && e.contains("listening on") => tries += 1,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    promtool_check(&body, "root namespace /metrics");
+    server.stop();
+}
+
+/// Without the proc file the agent asks `conntrack -S`; both sources agree on the real kernel.
+#[test]
+fn conntrack_s_fallback_matches_the_proc_file() {
+    if !common::can_run(&["ip", "conntrack", "nft", "python3"]) {
+        return;
+    }
+    let ns = Netns::new("ctstat");
+    track_and_count_invalid(&ns);
+    let (_, invalid) = send_invalid(&ns, 5);
+    assert!(invalid >= 5, "invalid {invalid}");
+    let n = insert_entries(&ns, 50000, 6, 0);
+
+    // Nothing runs in the namespace now, so the counters hold still; re-read if they moved.
+    let (proc_stats, tool_stats) = (0..5)
+        .find_map(|_| {
+            let raw = ns_read(&ns, STAT);
+            let tool = parse_conntrack_s("conntrack -S", &text(ns.exec_ok("conntrack", &["-S"])))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let proc = parse_stat(STAT, &raw).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                proc,
+                sum_stat_text(&raw),
+                "the crate's parse_stat vs a plain sum of\n{raw}"
+            );
+            (ns_stats(&ns) == proc).then_some((proc, tool))
+        })
+        .expect("counters kept moving in an idle namespace");
+    let common_cols: Vec<&String> = tool_stats.keys().filter(|k| proc_stats.contains_key(*k)).collect();
+    for col in [
+        "invalid",
+        "drop",
+        "early_drop",
+        "insert_failed",
+        "found",
+        "insert",
+        "search_restart",
+        "icmp_error",
+        "clashres",
+        "chainlength",
+    ] {
+        assert!(
+            common_cols.iter().any(|c| *c == col),
+            "{col} not in both: {tool_stats:?} / {proc_stats:?}"
+        );
+    }
+    for col in &common_cols {
+        assert_eq!(tool_stats[*col], proc_stats[*col], "{col}: conntrack -S vs {STAT}");
+    }
+    assert_eq!(proc_stats["invalid"], invalid);
+    assert!(proc_stats["insert"] >= n);
+
+    // The agent's own fallback: a host root with the count and limit but no stat file.
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("proc/sys/net/netfilter");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in [COUNT, MAX] {
+        std::fs::write(root.path().join(&f[1..]), ns_read(&ns, f)).unwrap();
+    }
+    let doc = check_json(&ns, &["--host-root", root.path().to_str().unwrap()]);
+    let ct = &doc["facts"]["conntrack"];
+    assert_eq!(ct["stats_source"], "conntrack -S", "{ct:#}");
+    assert_eq!(ct["entries"], n);
+    let agent = json_stats(&doc);
+    assert_eq!(agent.keys().collect::<Vec<_>>(), tool_stats.keys().collect::<Vec<_>>());
+    for col in &common_cols {
+        assert_eq!(agent[*col], proc_stats[*col], "{col}: agent (conntrack -S) vs {STAT}");
+    }
+}
