@@ -46,7 +46,7 @@ pub enum FactUpdate {
     Iptables(IptablesFacts),
     Nftables(NftablesFacts),
     Ipvs(IpvsFacts),
-    KubeProxy(KubeProxyFacts),
+    KubeProxy(Box<KubeProxyFacts>),
 }
 
 impl Facts {
@@ -59,7 +59,7 @@ impl Facts {
             FactUpdate::Iptables(f) => self.iptables = Some(f),
             FactUpdate::Nftables(f) => self.nftables = Some(f),
             FactUpdate::Ipvs(f) => self.ipvs = Some(f),
-            FactUpdate::KubeProxy(f) => self.kube_proxy = Some(f),
+            FactUpdate::KubeProxy(f) => self.kube_proxy = Some(*f),
         }
     }
 

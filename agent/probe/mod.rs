@@ -148,7 +148,9 @@ pub async fn run(name: ProbeName, ctx: Arc<ProbeContext>, timeout: Duration) -> 
             let netlink = ctx.host.root() == std::path::Path::new("/");
             probed(ipvs::probe(host, &ctx.runner, timeout, netlink).await, FactUpdate::Ipvs)
         }
-        ProbeName::KubeProxy => probed(kube_proxy::probe(host, &ctx.kube_proxy).await, FactUpdate::KubeProxy),
+        ProbeName::KubeProxy => probed(kube_proxy::probe(host, &ctx.kube_proxy).await, |f| {
+            FactUpdate::KubeProxy(Box::new(f))
+        }),
     }
 }
 
