@@ -1,0 +1,64 @@
+# syntax=docker/dockerfile:1
+#
+# proxywatch node agent image.
+#   docker build -t ghcr.io/proxywatch/proxywatch:0.1.0 .
+# Checked by tests/manifests/check.sh (hadolint + checkov); there is no Docker
+# engine in CI, so the image itself is not built there.
+
+# ---------------------------------------------------------------- build stage
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+# Everything not excluded by .dockerignore (sources, Cargo.toml, Cargo.lock).
+COPY . .
+# --locked: build exactly Cargo.lock. The registry and target/ are BuildKit
+# cache mounts (not part of any layer), so the binary is copied out in the
+# same step.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked \
+    && install -D -m 0755 target/release/proxywatch /out/proxywatch
+
+# ---------------------------------------------------------------- runtime stage
+# Debian 12.12 "bookworm" slim: the same Debian release (glibc) as the builder.
+FROM debian:12.12-slim
+
+LABEL org.opencontainers.image.title="proxywatch" \
+      org.opencontainers.image.description="Node agent that tells whether a Kubernetes node's kube-proxy data plane is healthy" \
+      org.opencontainers.image.source="https://github.com/proxywatch/proxywatch" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# The tools the agent runs against the node's netns:
+#   iptables  iptables-save for both backends (iptables-nft-save, iptables-legacy-save)
+#   nftables  nft list ruleset (kube-proxy nftables mode)
+#   ipvsadm   IPVS virtual servers (kube-proxy ipvs mode)
+#   conntrack conntrack -S / -C
+#   tini      PID 1: reaps the children above and forwards signals
+# Versions are bookworm's current ones; bump them when a Debian update
+# supersedes one (apt-get then fails loudly instead of drifting).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        iptables=1.8.9-2 \
+        nftables=1.0.6-2+deb12u2 \
+        ipvsadm=1:1.31-1+b1 \
+        conntrack=1:1.4.7-1+b2 \
+        tini=0.19.0-1+b3 \
+    && rm -rf /var/lib/apt/lists/*
+
+COPY --from=build /out/proxywatch /usr/local/bin/proxywatch
+
+# Root on purpose: the agent needs CAP_NET_ADMIN and CAP_NET_RAW (netfilter,
+# conntrack and IPVS state), and Linux clears the capability sets on exec for a
+# non-root uid, so the agent and the iptables-save/ipvsadm/conntrack children
+# would lose them. The DaemonSet drops every other capability, forbids
+# privilege escalation and mounts the root filesystem read-only.
+# hadolint ignore=DL3002
+USER 0
+
+EXPOSE 9877
+
+# Health is checked by the kubelet (httpGet /healthz in the DaemonSet), which
+# ignores Docker HEALTHCHECKs; the image has no curl/wget to run one anyway.
+HEALTHCHECK NONE
+
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/proxywatch"]
+CMD ["serve", "--listen=0.0.0.0:9877"]

@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Checks of the deployment files: manifests/, the Dockerfile, the alert rules and
+# their runbook, the Grafana dashboard.
+#
+#   bash tests/manifests/check.sh
+#
+# Installs what it needs (pinned) on a fresh Debian 12 machine, as root:
+#   - Python tools in a venv under $PROXYWATCH_CHECK_CACHE (default
+#     ~/.cache/proxywatch-check), from tests/manifests/requirements.txt, with uv
+#     (much faster than pip; installed by pip, pinned);
+#   - promtool from Debian's prometheus package, extracted from the .deb
+#     (not installed: no service is started, no dependency pulled in).
+# kustomize: `kubectl kustomize` when kubectl is there (it is on this project's
+# machines), else the Python renderer render_overlay.py; both when possible,
+# and their outputs must agree.
+#
+# Exits non-zero if any check fails; the last line is "N passed, M failed".
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CACHE=${PROXYWATCH_CHECK_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/proxywatch-check}
+UV_VERSION=0.13.8
+PROMETHEUS_DEB_VERSION=2.42.0+ds-5+deb12u1   # Debian 12 (bookworm)
+KUBE_VERSIONS=(1.32.0 1.37.0)               # oldest still common, newest in kubernetes-validate
+WORK=$(mktemp -d /tmp/proxywatch-check.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+passed=0
+failed=0
+failures=()
+START=$(date +%s)
+
+log() { printf '\n=== %s\n' "$*"; }
+# step NAME CMD...: run a check, record the result, never abort the script.
+step() {
+    local name=$1
+    shift
+    log "$name"
+    if "$@"; then
+        echo "--- PASS: $name"
+        passed=$((passed + 1))
+    else
+        echo "--- FAIL: $name"
+        failed=$((failed + 1))
+        failures+=("$name")
+    fi
+}
+die() {
+    echo "check.sh: $*" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+}
+
+# ---------------------------------------------------------------- tools
+log "setting up tools in $CACHE"
+mkdir -p "$CACHE"
+REQ_HASH=$( (cat "$HERE/requirements.txt"; echo "uv=$UV_VERSION"; python3 --version) | sha256sum | cut -c1-12)
+VENV=$CACHE/venv-$REQ_HASH
+if [ ! -x "$VENV/bin/checkov" ] || [ ! -f "$VENV/.complete" ]; then
+    rm -rf "$VENV"
+    t0=$(date +%s)
+    python3 -m venv "$VENV" || die "python3 -m venv failed (apt-get install python3-venv?)"
+    "$VENV/bin/pip" install -q --disable-pip-version-check --cache-dir "$CACHE/pip" "uv==$UV_VERSION" \
+        || die "pip install uv failed"
+    UV_CACHE_DIR="$CACHE/uv" "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -r "$HERE/requirements.txt" \
+        || die "installing $HERE/requirements.txt failed"
+    touch "$VENV/.complete"
+    echo "venv ready in $(($(date +%s) - t0)) s"
+fi
+PY=$VENV/bin/python
+export PATH="$VENV/bin:$PATH"
+
+PROMTOOL=
+# PROXYWATCH_CHECK_NO_SYSTEM_PROMTOOL=1 ignores a promtool on PATH (to test the download).
+if [ -z "${PROXYWATCH_CHECK_NO_SYSTEM_PROMTOOL:-}" ] && command -v promtool >/dev/null 2>&1 && promtool --version 2>&1 | grep -q "revision: $PROMETHEUS_DEB_VERSION"; then
+    PROMTOOL=$(command -v promtool)
+elif [ -x "$CACHE/prometheus-$PROMETHEUS_DEB_VERSION/usr/bin/promtool" ]; then
+    PROMTOOL=$CACHE/prometheus-$PROMETHEUS_DEB_VERSION/usr/bin/promtool
+else
+    t0=$(date +%s)
+    dl=$WORK/deb
+    mkdir -p "$dl"
+    version=$PROMETHEUS_DEB_VERSION
+    if ! apt-cache show "prometheus=$version" >/dev/null 2>&1; then
+        apt-get update -qq >/dev/null 2>&1 || true
+    fi
+    if ! apt-cache show "prometheus=$version" >/dev/null 2>&1; then
+        # A Debian update superseded the pinned version: take the current one
+        # of the same release, loudly.
+        version=$(apt-cache policy prometheus | awk '/Candidate:/ {print $2}')
+        echo "WARNING: prometheus=$PROMETHEUS_DEB_VERSION is gone from the archive, using $version; update PROMETHEUS_DEB_VERSION"
+    fi
+    [ -n "$version" ] && [ "$version" != "(none)" ] || die "no prometheus package in the apt sources"
+    (cd "$dl" && apt-get download -q "prometheus=$version" >/dev/null 2>&1) || die "apt-get download prometheus=$version failed"
+    dpkg-deb -x "$dl"/prometheus_*.deb "$WORK/prometheus" || die "dpkg-deb -x failed"
+    mkdir -p "$CACHE/prometheus-$PROMETHEUS_DEB_VERSION/usr/bin"
+    install -m 0755 "$WORK/prometheus/usr/bin/promtool" "$CACHE/prometheus-$PROMETHEUS_DEB_VERSION/usr/bin/promtool"
+    PROMTOOL=$CACHE/prometheus-$PROMETHEUS_DEB_VERSION/usr/bin/promtool
+    echo "promtool $version extracted in $(($(date +%s) - t0)) s"
+fi
+
+KUSTOMIZE=()
+if command -v kubectl >/dev/null 2>&1 && kubectl kustomize --help >/dev/null 2>&1; then
+    KUSTOMIZE=(kubectl kustomize)
+elif command -v kustomize >/dev/null 2>&1; then
+    KUSTOMIZE=(kustomize build)
+fi
+
+echo "python:     $("$PY" --version)"
+echo "promtool:   $("$PROMTOOL" --version 2>&1 | head -1) ($PROMTOOL)"
+echo "checkov:    $(checkov --version 2>/dev/null)"
+echo "hadolint:   $(hadolint --version)"
+echo "kubernetes-validate: $(kubernetes-validate --version 2>&1)"
+echo "kustomize:  ${KUSTOMIZE[*]:-none (Python fallback renderer only)}"
+echo "tools ready after $(($(date +%s) - START)) s"
+
+cd "$ROOT" || die "cannot cd to $ROOT"
+
+# ---------------------------------------------------------------- render the overlay
+OVERLAY=$WORK/overlay.yaml
+render_overlay() {
+    # The rbac-proxy overlay is a kustomize Component: render it from a
+    # kustomization outside the repository (kustomize refuses relative roots
+    # that contain each other, and absolute resource paths).
+    local k=$WORK/kz
+    mkdir -p "$k"
+    local rel
+    rel=$("$PY" -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$ROOT/manifests" "$k")
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s/overlays/rbac-proxy\n' \
+        "$rel" "$rel" >"$k/kustomization.yaml"
+    "$PY" "$HERE/render_overlay.py" "$WORK/overlay-py.yaml" || return 1
+    if [ ${#KUSTOMIZE[@]} -gt 0 ]; then
+        echo "+ ${KUSTOMIZE[*]} (manifests/ + component overlays/rbac-proxy)"
+        "${KUSTOMIZE[@]}" "$k" >"$OVERLAY" || return 1
+        "${KUSTOMIZE[@]}" manifests >"$WORK/base-kustomize.yaml" || return 1
+        echo "+ comparing with render_overlay.py"
+        "$PY" "$HERE/same_objects.py" "$OVERLAY" "$WORK/overlay-py.yaml" || return 1
+        echo "kustomize and render_overlay.py agree ($(grep -c '^kind:' "$OVERLAY") objects)"
+    else
+        echo "NOTE: no kubectl/kustomize on this machine: using render_overlay.py's output only"
+        cp "$WORK/overlay-py.yaml" "$OVERLAY"
+    fi
+}
+step "render manifests/ + overlays/rbac-proxy (kustomize and Python renderer)" render_overlay
+[ -s "$OVERLAY" ] || cp "$WORK/overlay-py.yaml" "$OVERLAY" 2>/dev/null || true
+
+# ---------------------------------------------------------------- YAML / structure
+step "YAML/JSON syntax, labels, namespaces, DaemonSet policy, CRD schemas, dashboard structure" \
+    "$PY" "$HERE/lint_files.py" "$OVERLAY"
+
+# ---------------------------------------------------------------- kubernetes-validate
+BASE_FILES=(manifests/namespace.yaml manifests/serviceaccount.yaml manifests/daemonset.yaml manifests/service.yaml
+    manifests/overlays/rbac-proxy/clusterrole.yaml manifests/overlays/rbac-proxy/clusterrolebinding.yaml
+    manifests/overlays/rbac-proxy/clusterrole-metrics-reader.yaml)
+k8s_validate() {
+    local v out rc=0
+    echo "NOTE: ServiceMonitor, PodMonitor and PrometheusRule are CRDs without a schema in kubernetes-validate;"
+    echo "      they are checked by lint_files.py's schemas and by promtool instead (skipped here)."
+    for v in "${KUBE_VERSIONS[@]}"; do
+        echo "+ kubernetes-validate --strict --quiet -k $v ${BASE_FILES[*]} <rendered overlay>"
+        out=$(kubernetes-validate --strict --quiet -k "$v" "${BASE_FILES[@]}" "$OVERLAY" 2>&1) || rc=1
+        echo "$out" | grep -v "Couldn't find schema for kind \(ServiceMonitor\|PodMonitor\|PrometheusRule\)" || true
+        if echo "$out" | grep -q "^ERROR"; then rc=1; fi
+        echo "$((${#BASE_FILES[@]} + 1)) files validated against Kubernetes $v"
+    done
+    return $rc
+}
+step "kubernetes-validate --strict (Kubernetes ${KUBE_VERSIONS[*]})" k8s_validate
+
+# ---------------------------------------------------------------- rules
+RULES_DIR=$WORK/rules
+mkdir -p "$RULES_DIR"
+extract_and_check_rules() {
+    "$PY" "$HERE/extract_rules.py" manifests/prometheusrule.yaml "$RULES_DIR/proxywatch-rules.yaml" &&
+        "$PROMTOOL" check rules "$RULES_DIR/proxywatch-rules.yaml"
+}
+step "promtool check rules (spec of manifests/prometheusrule.yaml)" extract_and_check_rules
+test_rules() {
+    cp "$HERE/alerts_test.yaml" "$RULES_DIR/alerts_test.yaml" &&
+        (cd "$RULES_DIR" && "$PROMTOOL" test rules alerts_test.yaml)
+}
+step "promtool test rules tests/manifests/alerts_test.yaml" test_rules
+step "alerts: severity, summary/description, runbook anchors in docs/alerts.md, job selectors, test coverage" \
+    "$PY" "$HERE/check_rules_meta.py"
+
+# ---------------------------------------------------------------- metric names
+step "metric names of the rules and the dashboard are in known_metrics.txt (and finding ids known)" \
+    "$PY" "$HERE/metric_names.py" --known-list "$HERE/known_metrics.txt" --finding-ids "$HERE/known_finding_ids.txt"
+metric_names_selftest() {
+    # metric_names.py against a synthetic /metrics built from the known lists
+    # must pass, and must fail once one metric used by the rules is missing.
+    local m=$WORK/metrics.txt
+    "$PY" - "$HERE/known_metrics.txt" "$HERE/known_finding_ids.txt" >"$m" <<'EOF'
+import sys
+names = [l.strip() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
+ids = [l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")]
+for n in names:
+    base = n[:-len("_total")] if n.endswith("_total") else n
+    print(f"# HELP {n} synthetic\n# TYPE {base} {'counter' if n.endswith('_total') else 'gauge'}")
+    if n == "proxywatch_finding_severity":
+        for i in ids:
+            print(f'{n}{{id="{i}"}} 0')
+    else:
+        print(f"{n} 1")
+EOF
+    "$PY" "$HERE/metric_names.py" "$m" >/dev/null || { echo "complete synthetic /metrics was rejected"; return 1; }
+    grep -v 'proxywatch_conntrack_stat_drop_total' "$m" >"$m.missing"
+    if "$PY" "$HERE/metric_names.py" "$m.missing" >/dev/null 2>&1; then
+        echo "metric_names.py accepted a /metrics without proxywatch_conntrack_stat_drop_total"
+        return 1
+    fi
+    echo "metric_names.py: accepts a complete /metrics, rejects one with a missing metric"
+}
+step "metric_names.py self-test (/metrics file mode)" metric_names_selftest
+
+# ---------------------------------------------------------------- checkov, hadolint
+run_checkov() {
+    # --skip-download: no calls to the Prisma Cloud API (no network in CI).
+    checkov --quiet --compact --skip-download --framework kubernetes dockerfile \
+        -f manifests/*.yaml manifests/overlays/rbac-proxy/*.yaml "$OVERLAY" Dockerfile
+}
+step "checkov (manifests, rendered overlay, Dockerfile; suppressions only inline)" run_checkov
+step "hadolint Dockerfile" hadolint --failure-threshold style Dockerfile
+
+# ---------------------------------------------------------------- summary
+log "summary ($(($(date +%s) - START)) s)"
+for f in "${failures[@]+"${failures[@]}"}"; do
+    echo "FAILED: $f"
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Structural checks of manifests/ that the schema validators do not do.
+
+usage: lint_files.py [RENDERED_OVERLAY.yaml]
+
+  - every YAML file parses, with no duplicate keys;
+  - every object has the app.kubernetes.io/name=proxywatch label, and an
+    explicit namespace "proxywatch" when it is namespaced;
+  - the DaemonSet keeps the properties the project relies on (security
+    context, probes, host namespaces, resources, ...), in the base and in the
+    rendered rbac-proxy overlay;
+  - ServiceMonitor, PodMonitor and PrometheusRule validate against the small
+    strict JSON schemas below, written from the prometheus-operator API
+    reference (monitoring.coreos.com/v1) for the fields this repository uses;
+  - the Grafana dashboard is valid JSON with a datasource variable, unique panel
+    ids, and a query in every panel.
+Needs PyYAML and jsonschema (both in check.sh's venv).
+"""
+import glob
+import json
+import os
+import sys
+
+import jsonschema
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+errors = []
+
+
+class StrictLoader(yaml.SafeLoader):
+    pass
+
+
+def _no_dupes(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_dupes)
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return [d for d in yaml.load_all(f, Loader=StrictLoader) if d is not None]
+
+
+# ---------------------------------------------------------------- CRD schemas
+def obj(props, required=()):
+    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
+
+
+STR = {"type": "string"}
+STRMAP = {"type": "object", "additionalProperties": {"type": "string"}}
+DURATION = {"type": "string", "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"}
+LABEL_SELECTOR = obj({"matchLabels": STRMAP, "matchExpressions": {"type": "array"}})
+NS_SELECTOR = obj({"any": {"type": "boolean"}, "matchNames": {"type": "array", "items": STR}})
+RELABEL = obj({
+    "action": {"enum": ["replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod", "labelmap", "LabelMap",
+                        "labeldrop", "LabelDrop", "labelkeep", "LabelKeep", "lowercase", "Lowercase", "uppercase", "Uppercase",
+                        "keepequal", "KeepEqual", "dropequal", "DropEqual"]},
+    "sourceLabels": {"type": "array", "items": STR}, "separator": STR, "targetLabel": STR,
+    "regex": STR, "modulus": {"type": "integer"}, "replacement": STR})
+TLS = obj({"insecureSkipVerify": {"type": "boolean"}, "serverName": STR, "caFile": STR, "certFile": STR, "keyFile": STR,
+           "ca": {"type": "object"}, "cert": {"type": "object"}, "keySecret": {"type": "object"}})
+ENDPOINT_COMMON = {
+    "path": STR, "scheme": {"enum": ["http", "https"]}, "interval": DURATION, "scrapeTimeout": DURATION,
+    "honorLabels": {"type": "boolean"}, "honorTimestamps": {"type": "boolean"},
+    "relabelings": {"type": "array", "items": RELABEL}, "metricRelabelings": {"type": "array", "items": RELABEL},
+    "tlsConfig": TLS, "bearerTokenSecret": {"type": "object"}, "authorization": {"type": "object"},
+    "params": {"type": "object"}, "followRedirects": {"type": "boolean"}, "enableHttp2": {"type": "boolean"},
+    "filterRunning": {"type": "boolean"}, "proxyUrl": STR}
+SM_ENDPOINT = obj(dict(ENDPOINT_COMMON, port=STR, targetPort={"type": ["string", "integer"]}, bearerTokenFile=STR))
+PM_ENDPOINT = obj(dict(ENDPOINT_COMMON, port=STR, targetPort={"type": ["string", "integer"]}))
+META = {"type": "object", "required": ["name", "namespace"]}
+SCHEMAS = {
+    "ServiceMonitor": obj({"apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "ServiceMonitor"}, "metadata": META,
+                           "spec": obj({"jobLabel": STR, "targetLabels": {"type": "array", "items": STR},
+                                        "podTargetLabels": {"type": "array", "items": STR},
+                                        "endpoints": {"type": "array", "minItems": 1, "items": SM_ENDPOINT},
+                                        "selector": LABEL_SELECTOR, "namespaceSelector": NS_SELECTOR,
+                                        "sampleLimit": {"type": "integer"}}, ["selector", "endpoints"])},
+                          ["apiVersion", "kind", "metadata", "spec"]),
+    "PodMonitor": obj({"apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "PodMonitor"}, "metadata": META,
+                       "spec": obj({"jobLabel": STR, "podTargetLabels": {"type": "array", "items": STR},
+                                    "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": PM_ENDPOINT},
+                                    "selector": LABEL_SELECTOR, "namespaceSelector": NS_SELECTOR,
+                                    "sampleLimit": {"type": "integer"}}, ["selector", "podMetricsEndpoints"])},
+                      ["apiVersion", "kind", "metadata", "spec"]),
+    "PrometheusRule": obj({"apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "PrometheusRule"}, "metadata": META,
+                           "spec": obj({"groups": {"type": "array", "minItems": 1, "items": obj({
+                               "name": STR, "interval": DURATION, "limit": {"type": "integer"}, "query_offset": DURATION,
+                               "labels": STRMAP, "partial_response_strategy": STR,
+                               "rules": {"type": "array", "items": {"oneOf": [
+                                   obj({"alert": STR, "expr": STR, "for": DURATION, "keep_firing_for": DURATION,
+                                        "labels": STRMAP, "annotations": STRMAP}, ["alert", "expr"]),
+                                   obj({"record": STR, "expr": STR, "labels": STRMAP}, ["record", "expr"])]}}},
+                               ["name", "rules"])}}, ["groups"])},
+                          ["apiVersion", "kind", "metadata", "spec"]),
+}
+
+
+def check_crd(o, where):
+    schema = SCHEMAS.get(o.get("kind"))
+    if schema is None:
+        return False
+    for e in jsonschema.Draft7Validator(schema).iter_errors(o):
+        errors.append(f"{where}: {o['kind']}/{o['metadata'].get('name')}: {'/'.join(map(str, e.absolute_path))}: {e.message}")
+    return True
+
+
+# ---------------------------------------------------------------- DaemonSet policy
+def get(o, path):
+    for p in path.split("."):
+        if isinstance(o, list):
+            o = o[int(p)]
+        elif isinstance(o, dict):
+            o = o.get(p)
+        else:
+            return None
+    return o
+
+
+def check_daemonset(ds, where, overlay):
+    pod = ds["spec"]["template"]["spec"]
+    agent = [c for c in pod["containers"] if c["name"] == "proxywatch"][0]
+    expect = {
+        "spec.updateStrategy.type": "RollingUpdate",
+        "spec.template.spec.hostNetwork": True,
+        "spec.template.spec.hostPID": True,
+        "spec.template.spec.dnsPolicy": "ClusterFirstWithHostNet",
+        "spec.template.spec.priorityClassName": "system-node-critical",
+        "spec.template.spec.automountServiceAccountToken": False,
+        "spec.template.spec.tolerations": [{"operator": "Exists"}],
+    }
+    for path, want in expect.items():
+        if get(ds, path) != want:
+            errors.append(f"{where}: DaemonSet {path} = {get(ds, path)!r}, expected {want!r}")
+    if not get(ds, "spec.updateStrategy.rollingUpdate.maxUnavailable"):
+        errors.append(f"{where}: DaemonSet needs rollingUpdate.maxUnavailable")
+    for c in pod["containers"]:
+        sc = c.get("securityContext", {})
+        n = c["name"]
+        for key, want in (("allowPrivilegeEscalation", False), ("readOnlyRootFilesystem", True)):
+            if sc.get(key) != want:
+                errors.append(f"{where}: container {n}: securityContext.{key} must be {want}")
+        if sc.get("privileged"):
+            errors.append(f"{where}: container {n} must not be privileged")
+        if get(sc, "seccompProfile.type") != "RuntimeDefault":
+            errors.append(f"{where}: container {n}: seccompProfile must be RuntimeDefault")
+        if get(sc, "capabilities.drop") != ["ALL"]:
+            errors.append(f"{where}: container {n}: capabilities.drop must be [ALL]")
+        if not get(c, "resources.requests.memory") or not get(c, "resources.limits.memory"):
+            errors.append(f"{where}: container {n}: memory request and limit required")
+    sc = agent["securityContext"]
+    if sorted(get(sc, "capabilities.add") or []) != ["NET_ADMIN", "NET_RAW"]:
+        errors.append(f"{where}: agent capabilities.add must be exactly NET_ADMIN, NET_RAW")
+    if sc.get("runAsUser") != 0:
+        errors.append(f"{where}: agent must run as uid 0 (capabilities)")
+    for probe in ("livenessProbe", "readinessProbe"):
+        if get(agent, f"{probe}.httpGet.path") != "/healthz":
+            errors.append(f"{where}: agent {probe} must be httpGet /healthz (never /readyz)")
+    listen = [a for a in agent.get("args", []) if a.startswith("--listen=")]
+    want_listen = "--listen=127.0.0.1:9877" if overlay else "--listen=0.0.0.0:9877"
+    if agent.get("args", [None])[0] != "serve" or listen != [want_listen]:
+        errors.append(f"{where}: agent args must be serve {want_listen}, got {agent.get('args')}")
+    env = {e["name"]: e for e in agent.get("env", [])}
+    if get(env.get("PROXYWATCH_NODE_NAME", {}), "valueFrom.fieldRef.fieldPath") != "spec.nodeName":
+        errors.append(f"{where}: PROXYWATCH_NODE_NAME must come from spec.nodeName")
+    host_paths = [v for v in pod.get("volumes", []) if "hostPath" in v]
+    if [v["hostPath"]["path"] for v in host_paths] != ["/lib/modules"]:
+        errors.append(f"{where}: the only hostPath volume must be /lib/modules, got {host_paths}")
+    for m in agent.get("volumeMounts", []):
+        if m["name"] in {v["name"] for v in host_paths} and not m.get("readOnly"):
+            errors.append(f"{where}: hostPath mount {m['mountPath']} must be readOnly")
+    if overlay:
+        names = [c["name"] for c in pod["containers"]]
+        if "kube-rbac-proxy" not in names:
+            errors.append(f"{where}: overlay must add the kube-rbac-proxy sidecar")
+        ports = [p["containerPort"] for c in pod["containers"] for p in c.get("ports", [])]
+        if len(ports) != len(set(ports)):
+            errors.append(f"{where}: duplicate containerPorts under hostNetwork: {ports}")
+
+
+# ---------------------------------------------------------------- dashboard
+def check_dashboard(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except ValueError as e:
+        errors.append(f"{path}: invalid JSON: {e}")
+        return 0
+    vars_ = {v["name"]: v for v in d.get("templating", {}).get("list", [])}
+    if vars_.get("datasource", {}).get("type") != "datasource" or vars_["datasource"].get("query") != "prometheus":
+        errors.append(f"{path}: needs a 'datasource' template variable of type datasource (prometheus)")
+    for key in ("title", "uid", "panels", "schemaVersion"):
+        if key not in d:
+            errors.append(f"{path}: missing {key}")
+    ids, n = set(), 0
+    for p in d.get("panels", []):
+        if p["id"] in ids:
+            errors.append(f"{path}: duplicate panel id {p['id']}")
+        ids.add(p["id"])
+        if p.get("type") == "row":
+            continue
+        n += 1
+        if get(p, "datasource.uid") != "${datasource}":
+            errors.append(f"{path}: panel {p.get('title')!r} does not use the $datasource variable")
+        if not p.get("targets") or not all(t.get("expr") for t in p["targets"]):
+            errors.append(f"{path}: panel {p.get('title')!r} has no query")
+        if "gridPos" not in p:
+            errors.append(f"{path}: panel {p.get('title')!r} has no gridPos")
+    fill = [p for p in d.get("panels", []) if "conntrack_entries_limit" in json.dumps(p.get("targets", [])) and "fill" in p.get("title", "").lower()]
+    steps = [s.get("value") for p in fill for s in get(p, "fieldConfig.defaults.thresholds.steps") or []]
+    if not fill or 0.8 not in steps or 0.95 not in steps:
+        errors.append(f"{path}: the conntrack fill panel needs 0.8 and 0.95 thresholds")
+    return n
+
+
+def main():
+    overlay_file = sys.argv[1] if len(sys.argv) > 1 else None
+    yaml_files = sorted(glob.glob(os.path.join(ROOT, "manifests", "**", "*.yaml"), recursive=True)
+                        + glob.glob(os.path.join(ROOT, "tests", "manifests", "*.yaml")))
+    n_obj = n_crd = 0
+    for path in yaml_files:
+        rel = os.path.relpath(path, ROOT)
+        try:
+            docs = load(path)
+        except yaml.YAMLError as e:
+            errors.append(f"{rel}: {e}")
+            continue
+        if not rel.startswith("manifests/") or rel.endswith("kustomization.yaml") or not all(isinstance(d, dict) for d in docs):
+            continue  # tests, kustomizations and JSON 6902 patches (lists)
+        for o in docs:
+            n_obj += 1
+            kind, meta = o.get("kind"), o.get("metadata", {})
+            if get(o, "metadata.labels")  is None or meta["labels"].get("app.kubernetes.io/name") != "proxywatch":
+                errors.append(f"{rel}: {kind}/{meta.get('name')}: missing label app.kubernetes.io/name=proxywatch")
+            if kind not in CLUSTER_SCOPED and meta.get("namespace") != "proxywatch":
+                errors.append(f"{rel}: {kind}/{meta.get('name')}: namespace must be set explicitly to proxywatch")
+            if check_crd(o, rel):
+                n_crd += 1
+            if kind == "DaemonSet":
+                check_daemonset(o, rel, overlay=False)
+    if overlay_file:
+        for o in load(overlay_file):
+            if check_crd(o, "rendered overlay"):
+                n_crd += 1
+            if o["kind"] == "DaemonSet":
+                check_daemonset(o, "rendered overlay", overlay=True)
+    n_panels = check_dashboard(os.path.join(ROOT, "manifests", "dashboards", "proxywatch.json"))
+    print(f"{len(yaml_files)} YAML files parsed (no duplicate keys); {n_obj} objects labelled and namespaced; "
+          f"{n_crd} prometheus-operator objects schema-checked; DaemonSet policy checked"
+          f"{' (base + overlay)' if overlay_file else ''}; dashboard: {n_panels} panels")
+    for e in errors:
+        print(f"ERROR: {e}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

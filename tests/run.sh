@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The test command (README "Test it"): installs the system packages the tests
+# need when they are missing (as root, on Debian), then runs every test.
+#
+#   sudo bash tests/run.sh
+#
+# Stages, in order; the first failure stops the run with its exit code:
+#   1. system packages   iptables (nft + legacy), nftables, conntrack, ipvsadm,
+#                        iproute2, prometheus (server + promtool), python3
+#   2. cargo fmt --check, cargo clippy -D warnings
+#   3. cargo test        unit tests, fixture nodes, real-kernel tests in
+#                        network namespaces, the end-to-end Prometheus test
+#   4. manifests         tests/manifests/check.sh (promtool rules tests,
+#                        kubernetes-validate, checkov, hadolint, dashboard)
+# Set PROXYWATCH_SKIP_MANIFESTS=1 to skip stage 4 when iterating locally.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "tests/run.sh: missing packages: ${missing[*]}; run as root to install them" >&2
+        exit 1
+    fi
+    echo "=== installing ${missing[*]}"
+    apt-get update -qq
+    # The prometheus package would start its server through systemd where there is one;
+    # tests start their own on loopback ports, so keep services from starting.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    rm -f /usr/sbin/policy-rc.d
+fi
+
+echo "=== cargo fmt --check"
+cargo fmt --all -- --check
+echo "=== cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+
+echo "=== cargo test"
+# One test binary at a time (cargo's default); tests that share global state
+# also take a file lock (tests/common).
+CI=${CI:-} cargo test --locked --all-targets 2>&1
+
+if [ "${PROXYWATCH_SKIP_MANIFESTS:-}" != 1 ]; then
+    echo "=== manifests, Dockerfile, alert rules"
+    bash tests/manifests/check.sh
+fi
