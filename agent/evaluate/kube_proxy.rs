@@ -25,12 +25,13 @@ fn latency(id: &str, what: &str, l: &Latency, warning: f64, critical: f64, remed
         Some(w) if l.count_window.is_some() => format!("over the last {w:.0} s"),
         _ => "since kube-proxy started".to_string(),
     };
+    let mut severity = grade(p99, warning, critical);
+    if l.count_window.is_none() {
+        // Since start may cover days of history: worth a warning, not a readiness flip.
+        severity = severity.min(Severity::Warning);
+    }
     Some(
-        Finding::new(
-            id,
-            grade(p99, warning, critical),
-            format!("kube-proxy {what} p99 is {p99:.2} s {scope}"),
-        )
+        Finding::new(id, severity, format!("kube-proxy {what} p99 is {p99:.2} s {scope}"))
         .evidence("p99_seconds", p99)
         .evidence("p50_seconds", l.p50_window.or(l.p50_since_start))
         .evidence("count_window", l.count_window)
@@ -199,6 +200,9 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(sync_slow(&with(k.clone()), &t).unwrap().severity, Severity::Ok);
+        // A slow history since start, without a window yet: a warning at most.
+        k.sync.as_mut().unwrap().p99_since_start = Some(9.0);
+        assert_eq!(sync_slow(&with(k.clone()), &t).unwrap().severity, Severity::Warning);
         let l = k.sync.as_mut().unwrap();
         l.p99_window = Some(6.0);
         l.count_window = Some(10.0);
