@@ -1,0 +1,908 @@
+//! End to end with a real Prometheus (issue #7): on a real kernel whose
+//! conntrack table is full and dropping packets, the alerts of
+//! `manifests/prometheusrule.yaml` (the file users deploy) fire, the agent
+//! reports the node not ready, and everything resolves once the pressure is
+//! relieved; a second, healthy node scraped by the same Prometheus never alerts.
+//!
+//! Layout (every namespace is created by the test and deleted on drop):
+//!
+//! ```text
+//!  sick ns                                   healthy ns
+//!  ├─ lo: prometheus 127.0.0.1:9090          ├─ proxywatch serve 169.254.77.2:9877
+//!  │      proxywatch serve 127.0.0.1:9877    │
+//!  ├─ mon0 169.254.77.1/30 ── veth ───────── mon1 169.254.77.2/30
+//!  └─ prs0 169.254.78.1/30 ── veth ───────── prs1 169.254.78.2/30   sink ns
+//!       (pressure: UDP flows, each a new conntrack entry)
+//! ```
+//!
+//! One Prometheus scrapes both agents (job `proxywatch`, instances `pwt-sick`
+//! and `pwt-healthy`), which is how a cluster sees two nodes. It lives in the sick
+//! namespace because that is where its traffic can be exempted from conntrack
+//! (see `SICK_NFT`); the healthy namespace is reached over a veth with
+//! link-local addresses that exist only in these namespaces.
+//!
+//! Needs root, `ip`, `conntrack`, `nft`, `prometheus` (Debian 12's 2.42) and
+//! `python3` with PyYAML (tests/manifests/extract_rules.py). It lowers the
+//! global `nf_conntrack_max` for about a minute, restored by a guard, under
+//! `common::global_lock()`. Takes about 3.5 minutes: the alert `for:` and range
+//! durations are the production ones. Logs of Prometheus, the agents and the
+//! flow generator are kept in `target/e2e-logs/e2e_prometheus/` and tailed to
+//! stderr on failure. See docs/see-it-work.md.
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{Netns, SysctlGuard};
+use serde_json::Value;
+
+const COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
+const MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
+const STAT: &str = "/proc/net/stat/nf_conntrack";
+
+/// Every port is free inside the test's own namespaces.
+const PROMETHEUS: &str = "127.0.0.1:9090";
+const SICK_AGENT: &str = "127.0.0.1:9877";
+const HEALTHY_AGENT: &str = "169.254.77.2:9877";
+const SINK_ADDR: &str = "169.254.78.2";
+
+const SICK: &str = "pwt-sick";
+const HEALTHY: &str = "pwt-healthy";
+
+/// Prometheus intervals; the scrape timeout is what `scrape_duration_seconds` must stay under.
+const SCRAPE_INTERVAL_S: u64 = 1;
+const SCRAPE_TIMEOUT_S: f64 = 1.0;
+
+/// The lowered limit sits this far above the largest count on the machine, so
+/// only the namespace the test fills reaches it.
+const HEADROOM: u64 = 256;
+/// Slots left free after filling with ASSURED entries: real flows take them,
+/// then the kernel drops the next ones.
+const FREE_SLOTS: u64 = 8;
+
+/// Deadlines of the polls: generous, only a failure reaches them. The values
+/// are asserted, never the time they took.
+const START_DEADLINE: Duration = Duration::from_secs(30);
+/// ProxywatchConntrackTableFull has `for: 1m`.
+const FIRE_DEADLINE: Duration = Duration::from_secs(180);
+/// ProxywatchConntrackDropping counts increases over `[2m]`.
+const RESOLVE_DEADLINE: Duration = Duration::from_secs(240);
+
+// ---------------------------------------------------------------------------
+// Logs kept as CI output.
+
+/// `target/e2e-logs/<name>`, next to the test binary (`target/<profile>/deps/`),
+/// emptied at the start of a run.
+fn log_dir(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let dir = target.join("e2e-logs").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+/// On a panic, prints where the logs are and the tail of each (they stay on disk).
+struct LogReport {
+    files: Vec<PathBuf>,
+}
+
+impl Drop for LogReport {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for f in &self.files {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
+            eprintln!("\n===== {} (last {} lines) =====", f.display(), tail.len());
+            for l in tail {
+                eprintln!("{l}");
+            }
+        }
+        eprintln!("\n(complete logs kept in the files above)");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Processes: each started by the test, stopped by its own PID, always reaped.
+
+struct Proc {
+    what: &'static str,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Runs `program args` in `ns` (`ip netns exec` execs it: the child's PID is
+    /// the program's), stdout and stderr to `log`.
+    fn spawn(what: &'static str, ns: &Netns, program: &str, args: &[&str], log: PathBuf) -> Proc {
+        let out = File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let child = ns
+            .command(program, args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+        Proc {
+            what,
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn assert_running(&mut self) {
+        if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+            panic!("{} exited with {st}; log {}", self.what, self.log.display());
+        }
+    }
+
+    /// SIGTERM by PID, wait up to 10 s, then SIGKILL; always reaped.
+    fn terminate(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        // Not reaped yet, so the PID is still this child's.
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(st)) = child.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        child.wait().ok()
+    }
+
+    /// Stops the process and asserts a clean exit on SIGTERM.
+    fn stop(mut self) {
+        let st = self.terminate().expect("a child to stop");
+        assert!(
+            st.success(),
+            "{} exited with {st} on SIGTERM; log {}",
+            self.what,
+            self.log.display()
+        );
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP inside a namespace: a thread enters it with setns(2) (only that thread
+// changes namespace) and speaks HTTP/1.0 over a plain TcpStream.
+
+fn http_get_in(ns: &Netns, addr: &str, path: &str) -> Result<(u16, String), String> {
+    let nspath = format!("/run/netns/{}", ns.name);
+    let addr: SocketAddr = addr.parse().unwrap();
+    let path = path.to_string();
+    std::thread::spawn(move || -> Result<(u16, String), String> {
+        let f = File::open(&nspath).map_err(|e| format!("{nspath}: {e}"))?;
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| format!("setns {nspath}: {e}"))?;
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("{addr}: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| format!("{addr}: {e}"))?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).map_err(|e| format!("{addr}{path}: {e}"))?;
+        let resp = String::from_utf8(raw).map_err(|e| format!("{addr}{path}: {e}"))?;
+        let (head, body) = resp
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| format!("{addr}{path}: no header end in {resp:?}"))?;
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("{addr}{path}: bad status line {head:?}"))?;
+        Ok((code, body.to_string()))
+    })
+    .join()
+    .expect("HTTP thread panicked")
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// An instant vector: each series' labels and value.
+type Series = Vec<(BTreeMap<String, String>, f64)>;
+
+/// Prometheus' HTTP API, reached inside the sick namespace.
+struct Prom<'a> {
+    ns: &'a Netns,
+}
+
+impl Prom<'_> {
+    fn api(&self, path: &str) -> Result<Value, String> {
+        let (code, body) = http_get_in(self.ns, PROMETHEUS, path)?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| format!("{path}: {code} {e}: {body}"))?;
+        if code != 200 || v["status"] != "success" {
+            return Err(format!("{path}: {code} {body}"));
+        }
+        Ok(v["data"].clone())
+    }
+
+    /// An instant query: each series' labels and value.
+    fn query(&self, q: &str) -> Series {
+        self.try_query(q).unwrap_or_else(|e| panic!("query {q}: {e}"))
+    }
+
+    fn try_query(&self, q: &str) -> Result<Series, String> {
+        let data = self.api(&format!("/api/v1/query?query={}", percent_encode(q)))?;
+        if data["resultType"] != "vector" {
+            return Err(format!("{q}: not a vector: {data}"));
+        }
+        Ok(data["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let labels = s["metric"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                    .collect();
+                let v = s["value"][1].as_str().unwrap().parse::<f64>().unwrap();
+                (labels, v)
+            })
+            .collect())
+    }
+
+    /// The value per instance.
+    fn by_instance(&self, q: &str) -> BTreeMap<String, f64> {
+        self.query(q)
+            .into_iter()
+            .map(|(l, v)| (l.get("instance").cloned().unwrap_or_default(), v))
+            .collect()
+    }
+
+    /// One series' value, if present.
+    fn value(&self, q: &str) -> Option<f64> {
+        let r = self.query(q);
+        assert!(r.len() <= 1, "{q}: more than one series: {r:?}");
+        r.first().map(|(_, v)| *v)
+    }
+
+    /// `/api/v1/alerts`: (alertname, instance) -> state (pending or firing).
+    fn alerts(&self) -> BTreeMap<(String, String), String> {
+        let data = self.api("/api/v1/alerts").unwrap_or_else(|e| panic!("{e}"));
+        data["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let l = |k: &str| a["labels"][k].as_str().unwrap_or_default().to_string();
+                (
+                    (l("alertname"), l("instance")),
+                    a["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Polling and the kernel's state.
+
+/// Calls `f` until it returns Ok, or panics after `deadline` with its last Err.
+fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(last) if start.elapsed() > deadline => {
+                panic!("{what}: not within {deadline:?}; last seen: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
+fn number(text: &str, what: &str) -> u64 {
+    text.trim().parse().unwrap_or_else(|e| panic!("{what}: {text:?}: {e}"))
+}
+
+/// A conntrack sysctl as seen from inside `ns` (`nf_conntrack_count` is per namespace).
+fn ns_number(ns: &Netns, path: &str) -> u64 {
+    number(&String::from_utf8(ns.exec_ok("cat", &[path]).stdout).unwrap(), path)
+}
+
+/// A column of the namespace's `/proc/net/stat/nf_conntrack`, summed over CPUs
+/// (its own sum, independent of the crate's parser).
+fn ns_stat(ns: &Netns, column: &str) -> u64 {
+    let text = String::from_utf8(ns.exec_ok("cat", &[STAT]).stdout).unwrap();
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let col = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .position(|c| c == column)
+        .unwrap_or_else(|| panic!("no {column} column in {text}"));
+    lines
+        .map(|l| u64::from_str_radix(l.split_whitespace().nth(col).unwrap(), 16).unwrap())
+        .sum()
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+// ---------------------------------------------------------------------------
+// The set-up.
+
+/// nftables in the sick namespace. The `ct state` rule registers conntrack's
+/// hooks (a namespace without any conntrack user tracks nothing), so the
+/// pressure flows over prs0 are tracked like a node's traffic is.
+///
+/// The monitoring paths are exempt with `notrack` at raw priority (before
+/// conntrack looks at the packet): Prometheus scrapes the sick agent over lo
+/// and the healthy agent over mon0. Tracked, a scrape's new connection would
+/// need a table slot, and a full table drops its SYN: `up` would go to 0 and
+/// the alert series would vanish exactly when they must fire. On a real node
+/// Prometheus runs elsewhere, and its connections to the agent are tracked in the
+/// node's table too: a full table can make the node unscrapable, which is
+/// what ProxywatchAbsent is for. Here that is kept out of the way, so the
+/// test shows the conntrack alerts themselves.
+const SICK_NFT: &str = r#"
+table inet pwt {
+    chain raw_prerouting {
+        type filter hook prerouting priority raw; policy accept;
+        iifname { "lo", "mon0" } notrack
+    }
+    chain raw_output {
+        type filter hook output priority raw; policy accept;
+        oifname { "lo", "mon0" } notrack
+    }
+    chain output {
+        type filter hook output priority filter; policy accept;
+        ct state new counter
+    }
+}
+"#;
+
+/// The healthy namespace tracks its traffic (the scrapes it answers), as a
+/// node does; its table stays nearly empty.
+const HEALTHY_NFT: &str = r#"
+table inet pwt {
+    chain input {
+        type filter hook input priority filter; policy accept;
+        ct state new counter
+    }
+}
+"#;
+
+/// Sends bursts of UDP datagrams to the sink, each from a new socket bound to
+/// a new source port: each is a new flow, which needs a new conntrack entry.
+/// With the table full the kernel drops them (sendto fails with EPERM).
+const FLOWS: &str = r#"
+import socket, sys, time
+dst, port = sys.argv[1], 9999
+sport, sent, refused = 20000, 0, 0
+while True:
+    for _ in range(16):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sport = 20000 + (sport - 19999) % 20000
+        try:
+            s.bind(("0.0.0.0", sport))
+            s.sendto(b"pressure", (dst, port))
+            sent += 1
+        except OSError:
+            refused += 1
+        s.close()
+    print(f"sent {sent} refused {refused}", flush=True)
+    time.sleep(0.5)
+"#;
+
+fn nft_load(ns: &Netns, ruleset: &str) {
+    let mut child = ns
+        .command("nft", &["-f", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(ruleset.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "nft -f in {}: {}",
+        ns.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A veth pair between two namespaces, with an address on each end.
+fn veth(a: &Netns, a_if: &str, a_addr: &str, b: &Netns, b_if: &str, b_addr: &str) {
+    common::run(
+        "ip",
+        &[
+            "link", "add", a_if, "netns", &a.name, "type", "veth", "peer", "name", b_if, "netns", &b.name,
+        ],
+    );
+    for (ns, ifname, addr) in [(a, a_if, a_addr), (b, b_if, b_addr)] {
+        ns.exec_ok("ip", &["addr", "add", addr, "dev", ifname]);
+        ns.exec_ok("ip", &["link", "set", ifname, "up"]);
+    }
+}
+
+fn start_agent(ns: &Netns, node: &str, listen: &str, dir: &Path) -> Proc {
+    let bin = common::binary();
+    Proc::spawn(
+        "proxywatch serve",
+        ns,
+        bin.to_str().unwrap(),
+        &[
+            "serve",
+            "--listen",
+            listen,
+            "--node-name",
+            node,
+            "--conntrack.interval",
+            "500ms",
+            "--conntrack.window",
+            "30s",
+        ],
+        dir.join(format!("agent-{node}.log")),
+    )
+}
+
+/// Waits for the agent's first snapshot (before it, /metrics is 503 and a
+/// scrape would count as down), then asserts the node is ready.
+fn wait_ready(agent: &mut Proc, ns: &Netns, addr: &str) {
+    wait_for(
+        &format!("first snapshot of the agent at {addr}"),
+        START_DEADLINE,
+        || {
+            agent.assert_running();
+            match http_get_in(ns, addr, "/metrics")? {
+                (200, _) => Ok(()),
+                (code, body) => Err(format!("{code} {body}")),
+            }
+        },
+    );
+    let (code, body) = http_get_in(ns, addr, "/readyz").unwrap();
+    assert_eq!(code, 200, "{addr}/readyz before any pressure: {body}");
+}
+
+/// The agent's active findings: id -> severity.
+fn findings(ns: &Netns, addr: &str) -> BTreeMap<String, String> {
+    let (code, body) = http_get_in(ns, addr, "/findings").unwrap();
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["id"].as_str().unwrap().to_string(),
+                f["severity"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn prometheus_config(rules: &Path) -> String {
+    format!(
+        r#"# Written by tests/e2e_prometheus.rs.
+global:
+  scrape_interval: {SCRAPE_INTERVAL_S}s
+  scrape_timeout: {SCRAPE_TIMEOUT_S}s
+  evaluation_interval: 1s
+rule_files:
+  - {rules}
+scrape_configs:
+  # The rules select job="proxywatch"; instance is the node name, as with the ServiceMonitor.
+  - job_name: proxywatch
+    static_configs:
+      - targets: ["{SICK_AGENT}"]
+        labels:
+          instance: {SICK}
+      - targets: ["{HEALTHY_AGENT}"]
+        labels:
+          instance: {HEALTHY}
+"#,
+        rules = rules.display()
+    )
+}
+
+/// The largest conntrack count on the machine: the root namespace's and every
+/// named namespace's (best effort: another test's namespace may vanish meanwhile).
+fn largest_count() -> u64 {
+    let root = number(&std::fs::read_to_string(COUNT).unwrap(), COUNT);
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let others = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter_map(|name| {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &name, "cat", COUNT])
+                .stderr(Stdio::null())
+                .output()
+                .ok()?;
+            String::from_utf8(out.stdout).ok()?.trim().parse::<u64>().ok()
+        })
+        .max()
+        .unwrap_or(0);
+    root.max(others)
+}
+
+/// Inserts `n` ASSURED, ESTABLISHED TCP entries with a one-hour timeout:
+/// early_drop never evicts ASSURED entries, so they hold the table full.
+fn fill_assured(ns: &Netns, n: u64) {
+    let script = format!(
+        "i=0; while [ $i -lt {n} ]; do \
+           conntrack -I -p tcp -s 10.0.0.1 -d 10.0.0.2 --sport $((10000 + i)) --dport 80 \
+             --state ESTABLISHED -u ASSURED -t 3600 2>/dev/null || exit 1; \
+           i=$((i + 1)); \
+         done"
+    );
+    ns.exec_ok("sh", &["-c", &script]);
+}
+
+// ---------------------------------------------------------------------------
+
+/// The kernel's conntrack table fills and drops packets; through a real
+/// Prometheus with the deployed rules, ProxywatchConntrackTableFull and
+/// ProxywatchConntrackDropping fire and the node is not ready; after relief
+/// they resolve and it is ready again. Scrapes never failed nor timed out, and
+/// the healthy node scraped alongside never had an alert fire.
+#[test]
+fn conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheus() {
+    if !common::can_run(&["ip", "conntrack", "nft", "prometheus", "python3"]) {
+        return;
+    }
+    // nf_conntrack_max is global: no other test may read or change it meanwhile.
+    let _lock = common::global_lock();
+    let dir = log_dir("e2e_prometheus");
+    let _report = LogReport {
+        files: [
+            "prometheus.log",
+            "agent-pwt-sick.log",
+            "agent-pwt-healthy.log",
+            "flows.log",
+        ]
+        .iter()
+        .map(|f| dir.join(f))
+        .collect(),
+    };
+    eprintln!("logs: {}", dir.display());
+
+    // ---- namespaces
+    let sick = Netns::new("e2e-sick");
+    let healthy = Netns::new("e2e-healthy");
+    let sink = Netns::new("e2e-sink");
+    veth(&sick, "mon0", "169.254.77.1/30", &healthy, "mon1", "169.254.77.2/30");
+    veth(&sick, "prs0", "169.254.78.1/30", &sink, "prs1", "169.254.78.2/30");
+    nft_load(&sick, SICK_NFT);
+    nft_load(&healthy, HEALTHY_NFT);
+    // A fresh namespace has ip_forward=0, a critical finding of its own; a node has 1.
+    // (Per namespace: gone with it.)
+    for ns in [&sick, &healthy] {
+        ns.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    }
+
+    // ---- the agents, then Prometheus
+    let mut sick_agent = start_agent(&sick, SICK, SICK_AGENT, &dir);
+    let mut healthy_agent = start_agent(&healthy, HEALTHY, HEALTHY_AGENT, &dir);
+    wait_ready(&mut sick_agent, &sick, SICK_AGENT);
+    wait_ready(&mut healthy_agent, &healthy, HEALTHY_AGENT);
+
+    // The same file users deploy: its spec is the rules file.
+    let rules = dir.join("proxywatch-rules.yaml");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/prometheusrule.yaml");
+    let extract = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests/extract_rules.py");
+    common::run(
+        "python3",
+        &[
+            extract.to_str().unwrap(),
+            manifest.to_str().unwrap(),
+            rules.to_str().unwrap(),
+        ],
+    );
+    let config = dir.join("prometheus.yml");
+    std::fs::write(&config, prometheus_config(&rules)).unwrap();
+    let tsdb = tempfile::tempdir().unwrap();
+    let mut prometheus = Proc::spawn(
+        "prometheus",
+        &sick,
+        "prometheus",
+        &[
+            &format!("--config.file={}", config.display()),
+            &format!("--storage.tsdb.path={}", tsdb.path().display()),
+            &format!("--web.listen-address={PROMETHEUS}"),
+            "--web.enable-lifecycle",
+        ],
+        dir.join("prometheus.log"),
+    );
+    let prom = Prom { ns: &sick };
+    wait_for(
+        "Prometheus ready, both targets up, rules loaded",
+        START_DEADLINE,
+        || {
+            prometheus.assert_running();
+            let up: BTreeMap<String, f64> = prom
+                .try_query(r#"up{job="proxywatch"}"#)?
+                .into_iter()
+                .map(|(l, v)| (l.get("instance").cloned().unwrap_or_default(), v))
+                .collect();
+            let want: BTreeMap<String, f64> = [(SICK.to_string(), 1.0), (HEALTHY.to_string(), 1.0)].into();
+            if up != want {
+                return Err(format!("up: {up:?}"));
+            }
+            let groups = prom.api("/api/v1/rules")?;
+            let names: BTreeSet<String> = groups["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|g| g["rules"].as_array().unwrap().iter())
+                .map(|r| r["name"].as_str().unwrap().to_string())
+                .collect();
+            for a in ["ProxywatchConntrackTableFull", "ProxywatchConntrackDropping"] {
+                if !names.contains(a) {
+                    return Err(format!("rule {a} not loaded: {names:?}"));
+                }
+            }
+            Ok(())
+        },
+    );
+    let t_start = unix_now();
+    let early: Vec<_> = prom.alerts().into_iter().filter(|(_, s)| s == "firing").collect();
+    assert!(early.is_empty(), "alerts firing before any pressure: {early:?}");
+
+    // ---- pressure: lower the global limit just above every count on the machine
+    let old_max = number(&std::fs::read_to_string(MAX).unwrap(), MAX);
+    let limit = largest_count() + HEADROOM;
+    assert!(limit < old_max, "limit {limit} not below the current {old_max}");
+    let max_guard = SysctlGuard::set(MAX, &limit.to_string());
+    assert_eq!(ns_number(&sick, MAX), limit, "the sick namespace sees the global limit");
+    let before = ns_number(&sick, COUNT);
+    fill_assured(&sick, limit - before - FREE_SLOTS);
+    assert_eq!(ns_number(&sick, COUNT), limit - FREE_SLOTS);
+    let flows = Proc::spawn(
+        "UDP flow generator",
+        &sick,
+        "python3",
+        &["-u", "-c", FLOWS, SINK_ADDR],
+        dir.join("flows.log"),
+    );
+    let kernel_drops = wait_for("the kernel dropping new flows", START_DEADLINE, || {
+        let d = ns_stat(&sick, "drop");
+        if d > 0 {
+            Ok(d)
+        } else {
+            Err(format!("drop {d}, count {}", ns_number(&sick, COUNT)))
+        }
+    });
+    eprintln!("table full at {limit} entries; the kernel dropped {kernel_drops} packets so far");
+
+    // Prometheus sees the kernel's numbers (read around the query: the flows' entries come and go).
+    wait_for(
+        "proxywatch_conntrack_entries in Prometheus = nf_conntrack_count",
+        START_DEADLINE,
+        || {
+            let k1 = ns_number(&sick, COUNT);
+            let p = prom.value(&format!(r#"proxywatch_conntrack_entries{{instance="{SICK}"}}"#));
+            let k2 = ns_number(&sick, COUNT);
+            if p == Some(k1 as f64) && k1 == k2 {
+                Ok(())
+            } else {
+                Err(format!("Prometheus {p:?}, kernel {k1} then {k2}"))
+            }
+        },
+    );
+    wait_for(
+        "proxywatch_conntrack_entries_limit in Prometheus = nf_conntrack_max",
+        START_DEADLINE,
+        || {
+            let p = prom.value(&format!(r#"proxywatch_conntrack_entries_limit{{instance="{SICK}"}}"#));
+            (p == Some(ns_number(&sick, MAX) as f64))
+                .then_some(())
+                .ok_or(format!("{p:?}"))
+        },
+    );
+
+    // Both alerts fire (TableFull after its `for: 1m`); the healthy node has none.
+    let firing = wait_for(
+        "ProxywatchConntrackTableFull and ProxywatchConntrackDropping firing",
+        FIRE_DEADLINE,
+        || {
+            prometheus.assert_running();
+            let alerts = prom.alerts();
+            let state = |a: &str| alerts.get(&(a.to_string(), SICK.to_string())).cloned();
+            if state("ProxywatchConntrackTableFull").as_deref() == Some("firing")
+                && state("ProxywatchConntrackDropping").as_deref() == Some("firing")
+            {
+                Ok(alerts)
+            } else {
+                Err(format!("{alerts:?}"))
+            }
+        },
+    );
+    let healthy_firing: Vec<_> = firing
+        .iter()
+        .filter(|((_, i), s)| i == HEALTHY && *s == "firing")
+        .collect();
+    assert!(healthy_firing.is_empty(), "the healthy node alerts: {healthy_firing:?}");
+
+    // The agent: not ready, for both reasons.
+    assert_eq!(
+        prom.value(&format!(r#"proxywatch_node_ready{{instance="{SICK}"}}"#)),
+        Some(0.0)
+    );
+    let (code, body) = http_get_in(&sick, SICK_AGENT, "/readyz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("conntrack table ") && body.contains("% full ("),
+        "readyz without the fill: {body}"
+    );
+    assert!(
+        body.contains("table full, dropping packet"),
+        "readyz without the drops: {body}"
+    );
+    let f = findings(&sick, SICK_AGENT);
+    assert_eq!(
+        f.get("conntrack_table_fill").map(String::as_str),
+        Some("critical"),
+        "{f:?}"
+    );
+    assert_eq!(f.get("conntrack_drops").map(String::as_str), Some("critical"), "{f:?}");
+    // Prometheus' drop counter is the kernel's, read later.
+    let p_drops = prom
+        .value(&format!(r#"proxywatch_conntrack_stat_drop_total{{instance="{SICK}"}}"#))
+        .expect("drop counter scraped");
+    let k_drops = ns_stat(&sick, "drop");
+    assert!(
+        p_drops > 0.0 && p_drops <= k_drops as f64,
+        "Prometheus drop {p_drops}, kernel {k_drops}"
+    );
+    assert_eq!(
+        prom.value(&format!(r#"proxywatch_node_ready{{instance="{HEALTHY}"}}"#)),
+        Some(1.0)
+    );
+
+    // ---- relief: stop the flows, flush the table, restore the limit
+    drop(flows); // SIGTERM by its PID, reaped
+    sick.exec_ok("conntrack", &["-F"]);
+    drop(max_guard);
+    assert_eq!(
+        number(&std::fs::read_to_string(MAX).unwrap(), MAX),
+        old_max,
+        "limit restored"
+    );
+    assert_eq!(ns_number(&sick, COUNT), 0, "flushed");
+    let drops_at_relief = ns_stat(&sick, "drop");
+
+    wait_for("both alerts resolved, the node ready again", RESOLVE_DEADLINE, || {
+        prometheus.assert_running();
+        let alerts = prom.alerts();
+        let left: Vec<_> = alerts
+            .keys()
+            .filter(|(a, i)| i == SICK && (a == "ProxywatchConntrackTableFull" || a == "ProxywatchConntrackDropping"))
+            .collect();
+        if !left.is_empty() {
+            return Err(format!("still active: {alerts:?}"));
+        }
+        let ready = prom.value(&format!(r#"proxywatch_node_ready{{instance="{SICK}"}}"#));
+        let (code, body) = http_get_in(&sick, SICK_AGENT, "/readyz")?;
+        if ready != Some(1.0) || code != 200 {
+            return Err(format!("node_ready {ready:?}, /readyz {code} {body}"));
+        }
+        Ok(())
+    });
+    assert_eq!(ns_stat(&sick, "drop"), drops_at_relief, "no drop after the relief");
+    assert_eq!(
+        prom.value(&format!(r#"proxywatch_conntrack_entries_limit{{instance="{SICK}"}}"#)),
+        Some(old_max as f64),
+        "the restored limit"
+    );
+    assert_eq!(
+        prom.value(&format!(r#"proxywatch_conntrack_entries{{instance="{SICK}"}}"#)),
+        Some(ns_number(&sick, COUNT) as f64)
+    );
+
+    // ---- over the whole run, from Prometheus' own records
+    let seconds = (unix_now() - t_start).ceil() as u64 + 1;
+    let range = format!("{seconds}s");
+    let both = |m: BTreeMap<String, f64>, what: &str| {
+        let instances: Vec<&str> = m.keys().map(String::as_str).collect();
+        assert_eq!(instances, [HEALTHY, SICK], "{what}: {m:?}");
+        m
+    };
+    let up_min = both(
+        prom.by_instance(&format!(r#"min_over_time(up{{job="proxywatch"}}[{range}])"#)),
+        "min up",
+    );
+    assert!(up_min.values().all(|&v| v == 1.0), "a scrape failed: min up {up_min:?}");
+    let samples = both(
+        prom.by_instance(&format!(r#"count_over_time(up{{job="proxywatch"}}[{range}])"#)),
+        "up samples",
+    );
+    assert!(
+        samples
+            .values()
+            .all(|&n| n >= (seconds / SCRAPE_INTERVAL_S) as f64 / 2.0),
+        "scraped throughout {range}: {samples:?}"
+    );
+    let slowest = both(
+        prom.by_instance(&format!(
+            r#"max_over_time(scrape_duration_seconds{{job="proxywatch"}}[{range}])"#
+        )),
+        "scrape duration",
+    );
+    assert!(
+        slowest.values().all(|&d| d < SCRAPE_TIMEOUT_S),
+        "a scrape took the timeout ({SCRAPE_TIMEOUT_S} s): {slowest:?}"
+    );
+    // The record of the firing alerts, for the sick node.
+    for a in ["ProxywatchConntrackTableFull", "ProxywatchConntrackDropping"] {
+        let fired = prom.value(&format!(
+            r#"max_over_time(ALERTS{{alertname="{a}",instance="{SICK}",alertstate="firing"}}[{range}])"#
+        ));
+        assert_eq!(fired, Some(1.0), "{a} in ALERTS");
+    }
+    // No false alarm: no alert ever fired for the healthy node...
+    let healthy_fired = prom.query(&format!(
+        r#"count_over_time(ALERTS{{instance="{HEALTHY}",alertstate="firing"}}[{range}])"#
+    ));
+    assert!(
+        healthy_fired.is_empty(),
+        "fired for the healthy node: {healthy_fired:?}"
+    );
+    // ...and the only one even pending was the sizing alert (`for: 1h`), true on
+    // every node while the test held the global nf_conntrack_max below
+    // kube-proxy's recommended value.
+    let pending: BTreeSet<String> = prom
+        .query(&format!(
+            r#"count by (alertname) (count_over_time(ALERTS{{instance="{HEALTHY}"}}[{range}]))"#
+        ))
+        .into_iter()
+        .map(|(l, _)| l["alertname"].clone())
+        .collect();
+    assert!(
+        pending.iter().all(|a| a == "ProxywatchConntrackMaxBelowRecommended"),
+        "pending for the healthy node: {pending:?}"
+    );
+    assert_eq!(
+        prom.value(&format!(
+            r#"min_over_time(proxywatch_node_ready{{instance="{HEALTHY}"}}[{range}])"#
+        )),
+        Some(1.0),
+        "the healthy node stayed ready"
+    );
+    assert_eq!(
+        prom.value(&format!(
+            r#"max_over_time(proxywatch_conntrack_stat_drop_total{{instance="{HEALTHY}"}}[{range}])"#
+        )),
+        Some(0.0),
+        "the healthy node never dropped"
+    );
+    eprintln!("done over {range}: min up {up_min:?}, slowest scrape {slowest:?} s, healthy pending {pending:?}");
+
+    // Clean shutdowns on SIGTERM.
+    prometheus.stop();
+    sick_agent.stop();
+    healthy_agent.stop();
+}
