@@ -17,7 +17,9 @@ use crate::scheduler::Schedule;
     about = "Tells whether this node's kube-proxy data plane is healthy.",
     long_about = "Tells whether this node's kube-proxy data plane is healthy: kernel modules, conntrack, sysctls.\n\
                   `serve` runs the probes in the background and serves /metrics, /snapshot, /findings, /healthz, /readyz.\n\
-                  `check` runs every probe once and prints the findings; exit code 0 ok, 1 warning, 2 critical, 3 the agent could not run."
+                  `check` runs every probe once and prints the findings; exit code 0 ok, 1 warning, 2 critical, 3 the agent could not run.\n\
+                  `baseline save FILE` records the snapshot before a change; `compare FILE` tells what changed since, \
+                  exit code 0 same or better, 1 worse, 3 could not run."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -30,6 +32,74 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run every probe once, print the findings, exit with a Nagios-style code.
     Check(CheckArgs),
+    /// Record this node's snapshot before a change (`baseline save FILE`).
+    Baseline(BaselineArgs),
+    /// Compare a saved baseline with the node now, another saved snapshot, or a running agent.
+    ///
+    /// Prints each fact's before, after and change, the findings that appeared or resolved, and a
+    /// verdict. Exit code: 0 same or better, 1 worse, 3 could not run (unreadable file, not a snapshot...).
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BaselineArgs {
+    #[command(subcommand)]
+    pub action: BaselineAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BaselineAction {
+    /// Run every probe once and write the /snapshot document to FILE (the same as `check --format json > FILE`).
+    Save(BaselineSaveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BaselineSaveArgs {
+    /// Where to write the snapshot (replaced atomically).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompareFormat {
+    /// For a person, 80 columns.
+    Text,
+    /// Every fact, the findings and the verdict, for tools.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The baseline: a snapshot saved by `baseline save` (or `check --format json`, or a /snapshot body).
+    #[arg(value_name = "FILE")]
+    pub baseline: PathBuf,
+
+    /// Compare against this saved snapshot instead of running the probes now.
+    #[arg(
+        long,
+        env = "PROXYWATCH_COMPARE_AGAINST",
+        value_name = "FILE2",
+        conflicts_with = "url"
+    )]
+    pub against: Option<PathBuf>,
+
+    /// Compare against a running agent's /snapshot (e.g. http://NODE:9877) instead of running the probes now.
+    #[arg(long, env = "PROXYWATCH_COMPARE_URL", value_name = "URL")]
+    pub url: Option<String>,
+
+    /// Timeout of the --url request.
+    #[arg(long = "url-timeout", env = "PROXYWATCH_COMPARE_URL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub url_timeout: Duration,
+
+    /// Output format.
+    #[arg(long, env = "PROXYWATCH_COMPARE_FORMAT", value_enum, default_value = "text")]
+    pub format: CompareFormat,
+
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[derive(Debug, Args)]
@@ -38,8 +108,66 @@ pub struct ServeArgs {
     #[arg(long, env = "PROXYWATCH_LISTEN", default_value = "127.0.0.1:9877")]
     pub listen: SocketAddr,
 
+    /// Time a client has to send its request headers; slower clients are cut off.
+    #[arg(long = "web.header-read-timeout", env = "PROXYWATCH_WEB_HEADER_READ_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+
+    /// Deadline of one request.
+    #[arg(long = "web.request-timeout", env = "PROXYWATCH_WEB_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Requests served at once; more are answered 503 at once instead of queueing.
+    #[arg(
+        long = "web.max-concurrent",
+        env = "PROXYWATCH_WEB_MAX_CONCURRENT",
+        default_value_t = 64
+    )]
+    pub max_concurrent: usize,
+
+    /// Open connections at once; more are closed on accept.
+    #[arg(
+        long = "web.max-connections",
+        env = "PROXYWATCH_WEB_MAX_CONNECTIONS",
+        default_value_t = 256
+    )]
+    pub max_connections: usize,
+
+    /// File holding a bearer token required on every endpoint but /healthz (off by default;
+    /// kube-rbac-proxy in front is the usual way).
+    #[arg(
+        long = "web.bearer-token-file",
+        env = "PROXYWATCH_WEB_BEARER_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub bearer_token_file: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub common: Common,
+}
+
+impl ServeArgs {
+    pub fn limits(&self) -> Result<crate::expose::server::Limits, String> {
+        let bearer_token = match &self.bearer_token_file {
+            None => None,
+            Some(path) => {
+                let t = std::fs::read_to_string(path)
+                    .map_err(|e| format!("--web.bearer-token-file {}: {e}", path.display()))?;
+                let t = t.trim().to_string();
+                if t.is_empty() {
+                    return Err(format!("--web.bearer-token-file {}: empty", path.display()));
+                }
+                Some(t)
+            }
+        };
+        Ok(crate::expose::server::Limits {
+            header_read_timeout: self.header_read_timeout,
+            request_timeout: self.request_timeout,
+            max_concurrent: self.max_concurrent,
+            max_connections: self.max_connections,
+            bearer_token,
+            ..Default::default()
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -86,6 +214,18 @@ pub struct Common {
     /// How far back conntrack counter increases (drop, early_drop, insert_failed) count toward findings.
     #[arg(long = "conntrack.window", env = "PROXYWATCH_CONNTRACK_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub conntrack_window: Duration,
+
+    /// How far back the conntrack growth trend (and time-to-full) is fitted; a robust fit, so one spike does not count.
+    #[arg(long = "conntrack.trend-window", env = "PROXYWATCH_CONNTRACK_TREND_WINDOW", default_value = "15m", value_parser = parse_duration)]
+    pub conntrack_trend_window: Duration,
+
+    /// Projected time until the conntrack table is full (at its current growth) that raises a warning.
+    #[arg(long = "conntrack.time-to-full-warning", env = "PROXYWATCH_CONNTRACK_TIME_TO_FULL_WARNING", default_value = "1h", value_parser = parse_duration)]
+    pub conntrack_time_to_full_warning: Duration,
+
+    /// Projected time until the conntrack table is full that raises a critical finding.
+    #[arg(long = "conntrack.time-to-full-critical", env = "PROXYWATCH_CONNTRACK_TIME_TO_FULL_CRITICAL", default_value = "10m", value_parser = parse_duration)]
+    pub conntrack_time_to_full_critical: Duration,
 
     /// How often the conntrack probe runs.
     #[arg(long = "conntrack.interval", env = "PROXYWATCH_CONNTRACK_INTERVAL", default_value = "5s", value_parser = parse_duration)]
@@ -241,9 +381,17 @@ impl Common {
                 self.conntrack_fill_warning, self.conntrack_fill_critical
             ));
         }
+        if self.conntrack_time_to_full_critical > self.conntrack_time_to_full_warning {
+            return Err(format!(
+                "--conntrack.time-to-full-critical ({:?}) must not exceed --conntrack.time-to-full-warning ({:?})",
+                self.conntrack_time_to_full_critical, self.conntrack_time_to_full_warning
+            ));
+        }
         Ok(Thresholds {
             conntrack_fill_warning: self.conntrack_fill_warning,
             conntrack_fill_critical: self.conntrack_fill_critical,
+            conntrack_time_to_full_warning_seconds: self.conntrack_time_to_full_warning.as_secs_f64(),
+            conntrack_time_to_full_critical_seconds: self.conntrack_time_to_full_critical.as_secs_f64(),
             proxy_mode: self.kube_proxy_mode,
             iptables_rules_warning: self.iptables_rules_warning,
             iptables_rules_critical: self.iptables_rules_critical,
@@ -353,6 +501,45 @@ mod tests {
         let cli = Cli::try_parse_from(["proxywatch", "check", "--conntrack.fill-warning", "0.99"]).unwrap();
         let Command::Check(c) = cli.command else { panic!() };
         assert!(c.common.thresholds().is_err(), "warning above critical is refused");
+    }
+
+    #[test]
+    fn baseline_and_compare() {
+        let cli = Cli::try_parse_from(["proxywatch", "baseline", "save", "/tmp/b.json"]).unwrap();
+        let Command::Baseline(BaselineArgs {
+            action: BaselineAction::Save(s),
+        }) = cli.command
+        else {
+            panic!()
+        };
+        assert_eq!(s.file, PathBuf::from("/tmp/b.json"));
+        let cli = Cli::try_parse_from([
+            "proxywatch",
+            "compare",
+            "b.json",
+            "--against",
+            "c.json",
+            "--format",
+            "json",
+        ])
+        .unwrap();
+        let Command::Compare(c) = cli.command else { panic!() };
+        assert_eq!(c.against, Some(PathBuf::from("c.json")));
+        assert_eq!(c.format, CompareFormat::Json);
+        assert!(Cli::try_parse_from([
+            "proxywatch",
+            "compare",
+            "b.json",
+            "--against",
+            "c",
+            "--url",
+            "http://x:1"
+        ])
+        .is_err());
+        assert!(
+            Cli::try_parse_from(["proxywatch", "compare"]).is_err(),
+            "FILE is required"
+        );
     }
 
     #[test]

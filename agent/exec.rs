@@ -17,6 +17,34 @@ const STDERR_KEEP: usize = 4096;
 /// A single output line longer than this is treated as garbage.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 
+/// Pids of the commands being run, so the PID-1 reaper leaves them to their waiter.
+static OWNED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// Whether `pid` is a command this runner started and still waits for.
+pub fn is_owned(pid: i32) -> bool {
+    OWNED.lock().map(|o| o.contains(&pid)).unwrap_or(true)
+}
+
+struct Owned(Option<i32>);
+
+impl Owned {
+    fn new(pid: Option<u32>) -> Self {
+        let pid = pid.map(|p| p as i32);
+        if let (Some(p), Ok(mut o)) = (pid, OWNED.lock()) {
+            o.push(p);
+        }
+        Owned(pid)
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if let (Some(p), Ok(mut o)) = (self.0, OWNED.lock()) {
+            o.retain(|&x| x != p);
+        }
+    }
+}
+
 /// Runs commands with a bound on how many run at once.
 #[derive(Debug, Clone)]
 pub struct Runner {
@@ -169,6 +197,7 @@ impl Runner {
         // The child leads its own group (process_group(0)), so its pid is the group id.
         let group = child.id().map(|p| nix::unistd::Pid::from_raw(p as i32));
         let _reaper = GroupGuard(group);
+        let _owned = Owned::new(child.id());
         let stdout = child.stdout.take().expect("stdout piped");
         let stderr = child.stderr.take().expect("stderr piped");
 
@@ -401,6 +430,11 @@ mod tests {
         let err = r.run_capture(&spec).await.unwrap_err();
         assert!(matches!(err, ExecError::Timeout { .. }), "{err}");
         let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        // SIGKILL is delivered asynchronously: give the kernel a moment under load.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while process_alive(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         assert!(!process_alive(pid), "grandchild {pid} survived");
     }
 

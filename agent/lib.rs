@@ -13,6 +13,7 @@
 //! publishes each new snapshot with its findings, rendered once; HTTP handlers
 //! only read the latest publication.
 
+pub mod compare;
 pub mod config;
 pub mod evaluate;
 pub mod exec;
@@ -20,7 +21,9 @@ pub mod expose;
 pub mod fetch;
 pub mod host;
 pub mod probe;
+pub mod reaper;
 pub mod scheduler;
 pub mod snapshot;
 pub mod timefmt;
+pub mod trend;
 pub mod window;

@@ -7,10 +7,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 
-use proxywatch::config::{Cli, Command, Common, Format};
+use proxywatch::compare;
+use proxywatch::config::{
+    BaselineAction, BaselineArgs, Cli, Command, Common, CompareArgs, CompareFormat, Format, ServeArgs,
+};
 use proxywatch::evaluate::{Severity, Thresholds};
 use proxywatch::exec::Runner;
-use proxywatch::expose::{http, report};
+use proxywatch::expose::{http, report, server};
 use proxywatch::host::Host;
 use proxywatch::probe::{ProbeContext, PROBES};
 use proxywatch::scheduler::{self, Aggregator};
@@ -34,6 +37,10 @@ fn main() -> ExitCode {
     let common = match &cli.command {
         Command::Serve(a) => &a.common,
         Command::Check(a) => &a.common,
+        Command::Baseline(BaselineArgs {
+            action: BaselineAction::Save(a),
+        }) => &a.common,
+        Command::Compare(a) => &a.common,
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -54,10 +61,17 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(args.listen, &args.common).await.map(|_| ExitCode::SUCCESS),
+            Command::Serve(args) => serve(&args).await.map(|_| ExitCode::SUCCESS),
             Command::Check(args) => check(args.format, &args.common).await,
+            Command::Baseline(BaselineArgs {
+                action: BaselineAction::Save(args),
+            }) => baseline_save(&args.file, &args.common).await,
+            Command::Compare(args) => compare_cmd(&args).await,
         }
     });
+    // Dropping the runtime cancels the probe tasks (their commands' groups are
+    // killed); a read stuck in the kernel must not hold the exit past this.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -96,7 +110,10 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
         max_output_bytes: common.max_output_bytes,
         kube_proxy: common.kube_proxy_endpoints(),
     });
-    let aggregator = Aggregator::new(&node, thresholds, PROBES, common.conntrack_window.as_secs_f64());
+    let aggregator = Aggregator::new(&node, thresholds, PROBES, common.conntrack_window.as_secs_f64()).with_trend(
+        common.conntrack_trend_window.as_secs_f64(),
+        common.conntrack_interval.as_secs_f64(),
+    );
     Ok(Setup { ctx, aggregator })
 }
 
@@ -117,18 +134,96 @@ async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
     }))
 }
 
-async fn serve(listen: std::net::SocketAddr, common: &Common) -> anyhow::Result<()> {
+/// Runs every probe once and returns the /snapshot document.
+async fn snapshot_now(common: &Common) -> anyhow::Result<bytes::Bytes> {
     let Setup { ctx, aggregator } = setup(common)?;
-    let latest = scheduler::spawn(ctx, common.schedules(), aggregator);
-    let listener = tokio::net::TcpListener::bind(listen)
+    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
+    Ok(publication.snapshot_json)
+}
+
+async fn baseline_save(file: &std::path::Path, common: &Common) -> anyhow::Result<ExitCode> {
+    let json = snapshot_now(common).await?;
+    let doc = compare::parse_document("snapshot", &String::from_utf8_lossy(&json))?;
+    // Write beside the target, then rename: a baseline is never half written.
+    let mut tmp = file.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    let written = std::fs::write(&tmp, &json).and_then(|()| std::fs::rename(&tmp, file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", file.display()));
+    }
+    let findings = doc["findings"].as_array().map_or(0, Vec::len);
+    eprintln!(
+        "proxywatch: baseline of node {} saved to {} (status {}, {findings} finding{})",
+        doc["node"].as_str().unwrap_or("?"),
+        file.display(),
+        doc["status"].as_str().unwrap_or("?"),
+        if findings == 1 { "" } else { "s" },
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_document(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {name}"))?;
+    Ok(compare::parse_document(&name, &text)?)
+}
+
+async fn compare_cmd(args: &CompareArgs) -> anyhow::Result<ExitCode> {
+    let before_name = args.baseline.display().to_string();
+    let before = read_document(&args.baseline)?;
+    let (after_name, after) = if let Some(path) = &args.against {
+        (path.display().to_string(), read_document(path)?)
+    } else if let Some(url) = &args.url {
+        // A bare agent address gets /snapshot; a full URL is used as given.
+        let url = match proxywatch::fetch::split_url(url) {
+            Some((_, "/")) => proxywatch::fetch::join(url, "/snapshot"),
+            Some(_) => url.clone(),
+            None => anyhow::bail!("--url {url}: expected http://HOST:PORT (the agent's address)"),
+        };
+        let got = proxywatch::fetch::get(&url, args.url_timeout, 64 << 20).await?;
+        anyhow::ensure!(
+            got.status == 200,
+            "{url}: HTTP {}: {}",
+            got.status,
+            got.body.lines().next().unwrap_or("")
+        );
+        let doc = compare::parse_document(&url, &got.body)?;
+        (url, doc)
+    } else {
+        let json = snapshot_now(&args.common).await?;
+        let doc = compare::parse_document("probes now", &String::from_utf8_lossy(&json))?;
+        ("probes now".to_string(), doc)
+    };
+    let c = compare::compare(&before_name, &before, &after_name, &after);
+    let mut stdout = std::io::stdout().lock();
+    match args.format {
+        CompareFormat::Text => stdout.write_all(compare::render_text(&c).as_bytes()),
+        CompareFormat::Json => {
+            let mut v = serde_json::to_vec_pretty(&c).context("serializing the comparison")?;
+            v.push(b'\n');
+            stdout.write_all(&v)
+        }
+    }
+    .context("writing the comparison")?;
+    Ok(ExitCode::from(c.verdict.exit_code()))
+}
+
+async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let common = &args.common;
+    let limits = args.limits().map_err(anyhow::Error::msg)?;
+    let Setup { ctx, aggregator } = setup(common)?;
+    proxywatch::reaper::start_if_pid1();
+    let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .with_context(|| format!("listening on {listen}"))?;
-    tracing::info!(%listen, "serving /metrics /snapshot /findings /healthz /readyz");
-    axum::serve(listener, http::router(latest))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let latest = scheduler::spawn(ctx, common.schedules(), aggregator);
+    tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
+    server::serve(listener, http::router(latest), limits, shutdown_signal())
         .await
         .context("serving HTTP")?;
-    tracing::info!("shut down");
+    tracing::info!("shutting down: probes cancelled, their commands killed");
     Ok(())
 }
 

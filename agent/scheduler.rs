@@ -16,6 +16,7 @@ use crate::expose::Publication;
 use crate::probe::{self, panic_message, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::snapshot::{FactUpdate, ProbeOutcome, ProbeStatus, Snapshot};
 use crate::timefmt::unix_seconds;
+use crate::trend::TrendHistory;
 use crate::window::CounterWindow;
 
 /// Which probes run, and how often.
@@ -35,11 +36,16 @@ pub struct RunReport {
     pub duration: Duration,
 }
 
+/// The conntrack trend's default fit window and how long its history is kept, in seconds.
+const DEFAULT_TREND_WINDOW: f64 = 900.0;
+const TREND_HISTORY: f64 = 3600.0;
+
 /// Folds probe results into the current snapshot. Pure apart from the times it is given.
 pub struct Aggregator {
     snapshot: Snapshot,
     thresholds: Thresholds,
     conntrack_window: CounterWindow,
+    conntrack_trend: TrendHistory,
     kube_proxy: crate::probe::kube_proxy::Tracker,
     waiting_for: BTreeSet<ProbeName>,
 }
@@ -51,9 +57,19 @@ impl Aggregator {
             snapshot: Snapshot::new(node),
             thresholds,
             conntrack_window: CounterWindow::new(window_seconds, 4096),
+            conntrack_trend: TrendHistory::new(DEFAULT_TREND_WINDOW, TREND_HISTORY, 720),
             kube_proxy: Default::default(),
             waiting_for: probes.iter().copied().collect(),
         }
+    }
+
+    /// Sets the conntrack trend's fit window; the history keeps the last hour (or
+    /// the window, if longer) at the probe's resolution, at most 4096 readings.
+    pub fn with_trend(mut self, window_seconds: f64, conntrack_interval_seconds: f64) -> Self {
+        let span = TREND_HISTORY.max(window_seconds);
+        let capacity = (span / conntrack_interval_seconds.max(0.001)).ceil() as usize + 1;
+        self.conntrack_trend = TrendHistory::new(window_seconds, span, capacity.min(4096));
+        self
     }
 
     /// Records one run. Returns the new publication once every probe has reported at least once.
@@ -64,7 +80,10 @@ impl Aggregator {
         let (status, error) = match report.result {
             Ok(Probed::Present(mut update)) => {
                 match &mut update {
-                    FactUpdate::Conntrack(ct) => ct.window = self.conntrack_window.push(mono, &ct.stats),
+                    FactUpdate::Conntrack(ct) => {
+                        ct.window = self.conntrack_window.push(mono, &ct.stats);
+                        ct.trend = self.conntrack_trend.push(mono, ct.entries, ct.max);
+                    }
                     FactUpdate::KubeProxy(kp) => self.kube_proxy.update(kp, now),
                     _ => {}
                 }
@@ -235,6 +254,40 @@ mod tests {
         let f = p.document.findings.iter().find(|f| f.id == "conntrack_drops").unwrap();
         assert_eq!(f.evidence["drop_increase"], 4);
         assert!(p.readiness().is_err());
+    }
+
+    #[test]
+    fn trend_over_the_history_raises_time_to_full() {
+        let mut a = Aggregator::new("n", Thresholds::default(), &[ProbeName::Conntrack], 60.0).with_trend(600.0, 5.0);
+        let ct = |entries: u64| {
+            FactUpdate::Conntrack(ConntrackFacts {
+                entries,
+                max: 100_000,
+                ..Default::default()
+            })
+        };
+        let p = a.record(ok(ProbeName::Conntrack, ct(10_000)), 1000.0, 0.0).unwrap();
+        assert!(p.document.facts.conntrack.as_ref().unwrap().trend.is_none());
+        // 100 entries/s for 10 minutes, with one reading spiking: 70 000 at t = 600 s,
+        // 30 000 to go, so about 300 s to full: critical (< 10 min).
+        let mut last = None;
+        for i in 1..=120 {
+            let t = i as f64 * 5.0;
+            let entries = if i == 60 { 95_000 } else { 10_000 + 100 * (t as u64) };
+            last = a.record(ok(ProbeName::Conntrack, ct(entries)), 1000.0 + t, t);
+        }
+        let p = last.unwrap();
+        let tr = p.document.facts.conntrack.as_ref().unwrap().trend.clone().unwrap();
+        assert!((tr.slope_per_second - 100.0).abs() < 0.5, "{tr:?}");
+        assert!((tr.seconds_to_full.unwrap() - 300.0).abs() < 5.0, "{tr:?}");
+        let f = p
+            .document
+            .findings
+            .iter()
+            .find(|f| f.id == "conntrack_time_to_full")
+            .unwrap();
+        assert_eq!(f.severity, crate::evaluate::Severity::Critical);
+        assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_conntrack_seconds_to_full 300"));
     }
 
     #[test]

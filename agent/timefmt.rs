@@ -26,6 +26,23 @@ pub fn rfc3339(unix: f64) -> String {
     )
 }
 
+/// A span for a sentence: `45 seconds`, `5 minutes`, `2 hours`, `3 days`
+/// (rounded to the unit; a minute or an hour from 90 seconds or 90 minutes on).
+pub fn human_duration(seconds: f64) -> String {
+    let s = seconds.max(0.0);
+    let (n, unit) = if s < 90.0 {
+        (s, "second")
+    } else if s < 90.0 * 60.0 {
+        (s / 60.0, "minute")
+    } else if s < 48.0 * 3600.0 {
+        (s / 3600.0, "hour")
+    } else {
+        (s / 86_400.0, "day")
+    };
+    let n = n.round() as u64;
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
 /// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian calendar).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -51,5 +68,16 @@ mod tests {
         assert_eq!(rfc3339(1_795_990_513.12), "2026-11-29T22:15:13.120Z");
         assert_eq!(rfc3339(951_782_400.0), "2000-02-29T00:00:00.000Z");
         assert_eq!(rfc3339(-1.0), "1969-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human_duration(1.0), "1 second");
+        assert_eq!(human_duration(45.2), "45 seconds");
+        assert_eq!(human_duration(300.0), "5 minutes");
+        assert_eq!(human_duration(304.9), "5 minutes");
+        assert_eq!(human_duration(3600.0), "60 minutes");
+        assert_eq!(human_duration(5400.0), "2 hours");
+        assert_eq!(human_duration(3.0 * 86_400.0), "3 days");
     }
 }

@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps)
+PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps chromium python3-yaml)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -36,6 +36,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     rm -f /usr/sbin/policy-rc.d
+fi
+
+# The e2e test extracts the alert rules with tests/manifests/extract_rules.py, which
+# needs PyYAML in whichever python3 comes first on PATH (Debian's or another).
+if ! python3 -c 'import yaml' 2>/dev/null; then
+    echo "=== installing PyYAML for $(command -v python3)"
+    python3 -m pip install --quiet 'PyYAML==6.0.2' || python3 -m pip install --quiet --break-system-packages 'PyYAML==6.0.2'
 fi
 
 echo "=== cargo fmt --check"

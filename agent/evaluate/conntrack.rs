@@ -3,6 +3,7 @@
 
 use super::{Finding, Severity, Thresholds};
 use crate::snapshot::Snapshot;
+use crate::timefmt::human_duration;
 
 /// kube-proxy's sizing rule: max(conntrack.min, conntrack.maxPerCore × cores),
 /// with its defaults min = 131072 and maxPerCore = 32768.
@@ -69,8 +70,8 @@ pub fn drops(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
                     "conntrack_drops",
                     severity,
                     format!(
-                        "table full, dropping packet: {drop} packets dropped and {early} entries evicted early in the last {:.0} s",
-                        w.seconds
+                        "table full, dropping packet: {drop} drops and {early} early evictions in the last {}",
+                        human_duration(w.seconds)
                     ),
                 )
                 .evidence("drop_increase", drop)
@@ -113,8 +114,8 @@ pub fn insert_failed(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
             "conntrack_insert_failed",
             if n > 0 { Severity::Warning } else { Severity::Ok },
             format!(
-                "{n} conntrack insertions failed in the last {:.0} s (the SNAT/DNAT race behind 5 s DNS timeouts)",
-                w.seconds
+                "{n} conntrack insert failures in the last {} (the SNAT/DNAT race behind 5 s DNS timeouts)",
+                human_duration(w.seconds)
             ),
         )
         .evidence("insert_failed_increase", n)
@@ -144,6 +145,55 @@ pub fn max_below_recommended(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
         .evidence("recommended", want)
         .evidence("cpus", cpus)
         .remediation(RAISE_MAX),
+    )
+}
+
+/// The table fills at its current growth rate within the thresholds (the trend
+/// is a robust fit over `--conntrack.trend-window`, computed by the scheduler).
+pub fn time_to_full(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+    let ct = s.facts.conntrack.as_ref()?;
+    let tr = ct.trend.as_ref()?;
+    let severity = match tr.seconds_to_full {
+        Some(secs) if secs < t.conntrack_time_to_full_critical_seconds => Severity::Critical,
+        Some(secs) if secs < t.conntrack_time_to_full_warning_seconds => Severity::Warning,
+        _ => Severity::Ok,
+    };
+    let summary = match tr.seconds_to_full {
+        Some(secs) => format!(
+            "conntrack table grows by {:.1} entries/s: full in about {} at this rate ({} of {} entries now, fitted over the last {})",
+            tr.slope_per_second,
+            human_duration(secs),
+            ct.entries,
+            ct.max,
+            human_duration(tr.window_seconds)
+        ),
+        None => format!(
+            "conntrack table is not growing ({:+.1} entries/s over the last {})",
+            tr.slope_per_second,
+            human_duration(tr.window_seconds)
+        ),
+    };
+    let mut steps = vec![
+        "Find what opens the connections now: conntrack -L -o extended | awk '{print $3, $7}' | sort | uniq -c | sort -rn | head (protocol and source), and stop the churn at its source.",
+    ];
+    steps.extend_from_slice(RAISE_MAX);
+    Some(
+        Finding::new("conntrack_time_to_full", severity, summary)
+            .evidence("slope_per_second", tr.slope_per_second)
+            .evidence("seconds_to_full", tr.seconds_to_full)
+            .evidence("window_seconds", tr.window_seconds)
+            .evidence("points", tr.points as u64)
+            .evidence("entries", ct.entries)
+            .evidence("max", ct.max)
+            .evidence(
+                "threshold_seconds",
+                if severity == Severity::Critical {
+                    t.conntrack_time_to_full_critical_seconds
+                } else {
+                    t.conntrack_time_to_full_warning_seconds
+                },
+            )
+            .remediation(&steps),
     )
 }
 
@@ -220,6 +270,60 @@ mod tests {
         w.increase.insert("insert_failed".into(), 2);
         s.facts.conntrack.as_mut().unwrap().window = Some(w);
         assert_eq!(insert_failed(&s, &t).unwrap().severity, Severity::Warning);
+    }
+
+    #[test]
+    fn time_to_full_reads_the_trend_fact() {
+        use crate::trend::ConntrackTrend;
+        let t = Thresholds::default();
+        let mut s = healthy();
+        assert!(time_to_full(&s, &t).is_none(), "no trend yet, no finding");
+        let mut trend = ConntrackTrend {
+            slope_per_second: 50.0,
+            seconds_to_full: Some(1800.0),
+            window_seconds: 900.0,
+            points: 181,
+        };
+        s.facts.conntrack.as_mut().unwrap().trend = Some(trend.clone());
+        let f = time_to_full(&s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(f.summary.contains("full in about 30 minutes"), "{}", f.summary);
+        assert_eq!(f.evidence["seconds_to_full"], 1800.0);
+        trend.seconds_to_full = Some(300.0);
+        s.facts.conntrack.as_mut().unwrap().trend = Some(trend.clone());
+        assert_eq!(time_to_full(&s, &t).unwrap().severity, Severity::Critical);
+        trend.seconds_to_full = Some(7200.0);
+        s.facts.conntrack.as_mut().unwrap().trend = Some(trend.clone());
+        assert_eq!(time_to_full(&s, &t).unwrap().severity, Severity::Ok);
+        trend.slope_per_second = -3.0;
+        trend.seconds_to_full = None;
+        s.facts.conntrack.as_mut().unwrap().trend = Some(trend);
+        let f = time_to_full(&s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Ok);
+        assert!(f.summary.contains("not growing"), "{}", f.summary);
+    }
+
+    #[test]
+    fn window_summaries_read_as_sentences() {
+        let t = Thresholds::default();
+        let mut s = healthy();
+        let ct = s.facts.conntrack.as_mut().unwrap();
+        ct.stats_source = Some("test".into());
+        let mut w = CounterDeltas {
+            seconds: 301.0,
+            ..Default::default()
+        };
+        w.increase.insert("drop".into(), 412);
+        w.increase.insert("insert_failed".into(), 7);
+        ct.window = Some(w);
+        assert_eq!(
+            drops(&s, &t).unwrap().summary,
+            "table full, dropping packet: 412 drops and 0 early evictions in the last 5 minutes"
+        );
+        assert!(insert_failed(&s, &t)
+            .unwrap()
+            .summary
+            .starts_with("7 conntrack insert failures in the last 5 minutes"));
     }
 
     #[test]

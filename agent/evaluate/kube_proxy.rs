@@ -32,13 +32,13 @@ fn latency(id: &str, what: &str, l: &Latency, warning: f64, critical: f64, remed
     }
     Some(
         Finding::new(id, severity, format!("kube-proxy {what} p99 is {p99:.2} s {scope}"))
-        .evidence("p99_seconds", p99)
-        .evidence("p50_seconds", l.p50_window.or(l.p50_since_start))
-        .evidence("count_window", l.count_window)
-        .evidence("p99_since_start_seconds", l.p99_since_start)
-        .evidence("warning_at_seconds", warning)
-        .evidence("critical_at_seconds", critical)
-        .remediation(remediation),
+            .evidence("p99_seconds", p99)
+            .evidence("p50_seconds", l.p50_window.or(l.p50_since_start))
+            .evidence("count_window", l.count_window)
+            .evidence("p99_since_start_seconds", l.p99_since_start)
+            .evidence("warning_at_seconds", warning)
+            .evidence("critical_at_seconds", critical)
+            .remediation(remediation),
     )
 }
 

@@ -152,6 +152,10 @@ pub struct Thresholds {
     pub conntrack_fill_warning: f64,
     /// conntrack entries / max at which it becomes critical.
     pub conntrack_fill_critical: f64,
+    /// Projected seconds until the conntrack table is full (from its growth
+    /// trend) below which a warning / a critical finding fires.
+    pub conntrack_time_to_full_warning_seconds: f64,
+    pub conntrack_time_to_full_critical_seconds: f64,
     /// The proxy mode declared by `--kube-proxy.mode`; Unknown means "auto".
     pub proxy_mode: ProxyMode,
     /// Rules in one nat table that raise a warning / a critical finding.
@@ -176,6 +180,8 @@ impl Default for Thresholds {
         Thresholds {
             conntrack_fill_warning: 0.80,
             conntrack_fill_critical: 0.95,
+            conntrack_time_to_full_warning_seconds: 3600.0,
+            conntrack_time_to_full_critical_seconds: 600.0,
             proxy_mode: ProxyMode::Unknown,
             iptables_rules_warning: 20_000,
             iptables_rules_critical: 100_000,
@@ -203,6 +209,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "conntrack_drops", run: conntrack::drops },
     Check { id: "conntrack_insert_failed", run: conntrack::insert_failed },
     Check { id: "conntrack_max_below_recommended", run: conntrack::max_below_recommended },
+    Check { id: "conntrack_time_to_full", run: conntrack::time_to_full },
     Check { id: "sysctl_ip_forward", run: kernel::ip_forward },
     Check { id: "sysctl_bridge_nf_call_iptables", run: kernel::bridge_nf_call_iptables },
     Check { id: "sysctl_conntrack_tcp_timeouts", run: kernel::conntrack_tcp_timeouts },

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -18,8 +18,10 @@ pub type Latest = watch::Receiver<Option<Arc<Publication>>>;
 const TEXT: &str = "text/plain; charset=utf-8";
 const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 const JSON: &str = "application/json";
+const HTML: &str = "text/html; charset=utf-8";
 
-const INDEX: &str = "proxywatch: is this node's kube-proxy data plane healthy?
+/// The route list, the start of `/` for curl.
+pub(crate) const INDEX: &str = "proxywatch: is this node's kube-proxy data plane healthy?
 
   /metrics   Prometheus metrics
   /snapshot  facts, probe outcomes and findings (JSON)
@@ -56,8 +58,44 @@ fn current(latest: &Latest) -> Option<Arc<Publication>> {
     latest.borrow().clone()
 }
 
-async fn index() -> Response {
-    ([(header::CONTENT_TYPE, TEXT)], INDEX).into_response()
+/// Whether the client asked for HTML (a browser's Accept header lists text/html).
+fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/html"))
+}
+
+const NOT_YET_HTML: &str = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+    <meta http-equiv=\"refresh\" content=\"2\">\n<title>proxywatch: starting</title>\n<link rel=\"icon\" href=\"data:,\">\n</head>\n\
+    <body>\n<main>\n<h1>proxywatch</h1>\n<p>No snapshot yet: the first probe round is still running. This page reloads itself.</p>\n</main>\n</body>\n</html>\n";
+
+/// `/`: the status page for a browser, the route index and a short status for curl.
+async fn index(State(latest): State<Latest>, headers: HeaderMap) -> Response {
+    let html = wants_html(&headers);
+    let (content_type, bytes) = match (current(&latest), html) {
+        (Some(p), true) => (HTML, p.page_html.clone()),
+        (Some(p), false) => (TEXT, p.index_text.clone()),
+        (None, true) => (HTML, bytes::Bytes::from_static(NOT_YET_HTML.as_bytes())),
+        (None, false) => (
+            TEXT,
+            bytes::Bytes::from(format!(
+                "{INDEX}\nstatus: no snapshot yet: the first probe round is still running\n"
+            )),
+        ),
+    };
+    let mut resp = body(content_type, bytes);
+    let h = resp.headers_mut();
+    h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    if html {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(super::page::CSP),
+        );
+        h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    }
+    resp
 }
 
 async fn metrics(State(latest): State<Latest>) -> Response {
@@ -180,5 +218,84 @@ mod tests {
         let f: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(f[0]["id"], "sysctl_ip_forward");
         assert_eq!(f[0]["severity"], "critical");
+    }
+
+    /// GET `path` with an Accept header; returns (status, content type, CSP, body).
+    async fn get_accept(app: &Router, path: &str, accept: &str) -> (StatusCode, String, String, String) {
+        let resp = app
+            .clone()
+            .oneshot(
+                Request::builder()
+                    .uri(path)
+                    .header(header::ACCEPT, accept)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let h = |name| {
+            resp.headers()
+                .get(name)
+                .map(|v: &HeaderValue| v.to_str().unwrap().to_string())
+                .unwrap_or_default()
+        };
+        let (status, ct, csp) = (
+            resp.status(),
+            h(header::CONTENT_TYPE),
+            h(header::CONTENT_SECURITY_POLICY),
+        );
+        assert_eq!(resp.headers()[header::VARY], "Accept");
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, ct, csp, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    const BROWSER: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8";
+
+    #[tokio::test]
+    async fn index_negotiates_html_for_browsers_text_for_curl() {
+        let (tx, rx) = watch::channel(None);
+        let app = router(rx);
+        // Before the first snapshot: both say so, neither fails.
+        let (st, ct, _, text) = get_accept(&app, "/", "*/*").await;
+        assert_eq!((st, ct.as_str()), (StatusCode::OK, TEXT));
+        assert!(text.contains("/metrics") && text.contains("no snapshot yet"), "{text}");
+        let (st, ct, _, html) = get_accept(&app, "/", BROWSER).await;
+        assert_eq!((st, ct.as_str()), (StatusCode::OK, HTML));
+        assert!(html.contains("No snapshot yet"), "{html}");
+
+        let mut s = crate::evaluate::test_support::healthy();
+        s.node = "<script>alert('x')</script>".into();
+        s.facts
+            .sysctls
+            .as_mut()
+            .unwrap()
+            .values
+            .insert("net.ipv4.ip_forward".into(), Some(0));
+        tx.send(Some(Arc::new(Publication::new(&s, &Thresholds::default()))))
+            .unwrap();
+
+        let (st, ct, csp, html) = get_accept(&app, "/", BROWSER).await;
+        assert_eq!((st, ct.as_str()), (StatusCode::OK, HTML));
+        assert!(csp.contains("default-src 'none'"), "{csp}");
+        assert!(html.starts_with("<!doctype html>"));
+        assert!(html.contains("id=\"finding-sysctl_ip_forward\""), "{html}");
+        assert!(!html.contains("<script>"), "the node name is escaped: {html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"),
+            "{html}"
+        );
+
+        // curl: the index plus a short status, no HTML.
+        for accept in ["*/*", "text/plain", "application/json"] {
+            let (st, ct, csp, text) = get_accept(&app, "/", accept).await;
+            assert_eq!((st, ct.as_str(), csp.as_str()), (StatusCode::OK, TEXT, ""), "{accept}");
+            assert!(text.starts_with(INDEX), "{text}");
+            assert!(
+                text.contains("status: CRITICAL on node <script>alert('x')</script> at "),
+                "{text}"
+            );
+            assert!(text.contains("  [critical] sysctl_ip_forward: "), "{text}");
+            assert!(!text.contains("<!doctype"), "{text}");
+        }
     }
 }

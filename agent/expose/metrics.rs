@@ -115,6 +115,22 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             .with_label_values(&[] as &[&str])
             .set(b as f64);
         }
+        if let Some(tr) = &ct.trend {
+            out.gauge(
+                "proxywatch_conntrack_entries_growth_per_second",
+                "Growth of the conntrack entry count, in entries per second: a Theil-Sen fit (robust to one spike) over --conntrack.trend-window. Absent until the agent's history covers half that window.",
+                &[],
+            )
+            .with_label_values(&[] as &[&str])
+            .set(tr.slope_per_second);
+            out.gauge(
+                "proxywatch_conntrack_seconds_to_full",
+                "Projected seconds until the conntrack table is full at its fitted growth rate. +Inf when the table is not growing (so `< 3600` alerts need no absent() guard and a flat table reads as 'never'); absent until the agent's history covers half of --conntrack.trend-window.",
+                &[],
+            )
+            .with_label_values(&[] as &[&str])
+            .set(tr.seconds_to_full.unwrap_or(f64::INFINITY));
+        }
         for (field, v) in &ct.stats {
             out.counter(
                 &format!("proxywatch_conntrack_stat_{field}_total"),
@@ -525,5 +541,38 @@ mod tests {
         );
         assert_eq!(value(&text, "proxywatch_node_ready"), Some(0.0));
         assert_eq!(value(&text, "proxywatch_findings{severity=\"critical\"}"), Some(1.0));
+        assert!(
+            !text.contains("proxywatch_conntrack_seconds_to_full"),
+            "no trend, no series"
+        );
+    }
+
+    #[test]
+    fn time_to_full_is_inf_when_not_growing() {
+        use crate::trend::ConntrackTrend;
+        let mut s = crate::evaluate::test_support::healthy();
+        let mut trend = ConntrackTrend {
+            slope_per_second: 12.5,
+            seconds_to_full: Some(1800.0),
+            window_seconds: 900.0,
+            points: 181,
+        };
+        s.facts.conntrack.as_mut().unwrap().trend = Some(trend.clone());
+        let text = render(&s, &[]);
+        assert_eq!(value(&text, "proxywatch_conntrack_seconds_to_full"), Some(1800.0));
+        assert_eq!(
+            value(&text, "proxywatch_conntrack_entries_growth_per_second"),
+            Some(12.5)
+        );
+        trend.slope_per_second = 0.0;
+        trend.seconds_to_full = None;
+        s.facts.conntrack.as_mut().unwrap().trend = Some(trend);
+        let text = render(&s, &[]);
+        // The encoder writes `inf`, which Prometheus' parser (Go's ParseFloat) reads as +Inf.
+        assert_eq!(
+            value(&text, "proxywatch_conntrack_seconds_to_full"),
+            Some(f64::INFINITY),
+            "{text}"
+        );
     }
 }

@@ -5,7 +5,9 @@
 pub mod http;
 pub mod json;
 pub mod metrics;
+pub mod page;
 pub mod report;
+pub mod server;
 
 use bytes::Bytes;
 
@@ -24,6 +26,10 @@ pub struct Publication {
     pub snapshot_json: Bytes,
     /// `/findings` body.
     pub findings_json: Bytes,
+    /// `/` for a browser: the status page (HTML).
+    pub page_html: Bytes,
+    /// `/` for everything else (curl): the index of routes and a short status.
+    pub index_text: Bytes,
 }
 
 impl Publication {
@@ -34,11 +40,15 @@ impl Publication {
         let document = Document::new(snapshot, findings, evaluate::effective_mode(snapshot, thresholds));
         let snapshot_json = Bytes::from(document.to_json());
         let findings_json = Bytes::from(serde_json::to_vec_pretty(&document.findings).expect("findings serialize"));
+        let page_html = Bytes::from(page::render(&document, snapshot.collected_at));
+        let index_text = Bytes::from(format!("{}\n{}", http::INDEX, page::text_status(&document)));
         Publication {
             document,
             metrics: Bytes::from(metrics),
             snapshot_json,
             findings_json,
+            page_html,
+            index_text,
         }
     }
 

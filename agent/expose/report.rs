@@ -20,7 +20,7 @@ fn tag(s: Severity) -> &'static str {
 }
 
 /// Appends `text` wrapped to WIDTH, the first line after `first`, others indented by `indent`.
-fn wrap(out: &mut String, first: &str, indent: usize, text: &str) {
+pub(crate) fn wrap(out: &mut String, first: &str, indent: usize, text: &str) {
     let pad = " ".repeat(indent);
     let mut line = first.to_string();
     let mut col = line.chars().count();

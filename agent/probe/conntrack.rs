@@ -38,6 +38,11 @@ pub struct ConntrackFacts {
     /// successive readings; absent after a single reading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<crate::window::CounterDeltas>,
+    /// Growth of the entry count over the recent trend window and the time until
+    /// the table is full, filled in by the scheduler from its history of readings;
+    /// absent until that history covers half the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trend: Option<crate::trend::ConntrackTrend>,
 }
 
 impl ConntrackFacts {

@@ -309,6 +309,8 @@ impl SaveParser {
     }
 
     fn add_rule(&mut self, rest: &str) -> Result<(), ParseError> {
+        // Trimmed so that `rest` starts with the chain name (the slice below relies on it).
+        let rest = rest.trim_start();
         let chain = rest.split_whitespace().next().unwrap_or("");
         if self.open.is_none() {
             return Err(self.err(format!("rule outside a table: -A {}", quote(rest))));
@@ -715,6 +717,16 @@ COMMIT
         let e = err(&text);
         assert_eq!(e.line, 3);
         assert!(e.to_string().len() < 300, "error message must stay short");
+    }
+
+    #[test]
+    fn extra_blank_after_dash_a_is_not_a_panic() {
+        // Found with fuzz/iptables_save: `-A` followed by more than one blank (here
+        // U+3000 or two spaces) before a multi-byte chain name sliced inside a character.
+        let c = parse("*t\n:X - [0:0]\n-A \u{3000}X -j KUBE-Y\nCOMMIT\n").unwrap();
+        assert_eq!((c.tables["t"].rules, c.kube_rules), (1, 1));
+        let c = parse("*t\n:éé - [0:0]\n-A  éé -j ACCEPT\nCOMMIT\n").unwrap();
+        assert_eq!((c.tables["t"].rules, c.kube_rules), (1, 0));
     }
 
     #[test]

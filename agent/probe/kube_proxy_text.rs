@@ -440,13 +440,7 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
             ));
         }
         if !after.is_empty() && !after.starts_with(is_blank) {
-            return Err(self.err(
-                line_no,
-                format!(
-                    "# {keyword}: invalid metric name {}",
-                    quote(&rest[..rest.len().min(80)])
-                ),
-            ));
+            return Err(self.err(line_no, format!("# {keyword}: invalid metric name {}", quote(rest))));
         }
         let after = skip_blanks(after);
         if is_help {
@@ -1704,6 +1698,16 @@ mod tests {
     }
 
     // --- exposition parser -------------------------------------------------------------------
+
+    #[test]
+    fn invalid_name_with_multibyte_text_is_an_error_not_a_panic() {
+        // Found by fuzz/kube_proxy_metrics: the message sliced the line at byte 80,
+        // inside a multi-byte character (here U+FFFD, what lossy decoding makes of bad bytes).
+        let text = format!("# HELP a{}\n", "\u{fffd}".repeat(30));
+        assert_eq!(err_line(&text), 1);
+        let text = format!("# TYPE a{} counter\n", "é".repeat(60));
+        assert_eq!(err_line(&text), 1);
+    }
 
     #[test]
     fn v1_21_fixture_parses_whole() {

@@ -1,0 +1,798 @@
+//! Baseline and compare: what changed on a node between two snapshots, and
+//! whether it got better or worse (the runbook's "capture a baseline, change
+//! one thing, verify").
+//!
+//! Pure functions over two `/snapshot` documents read as plain JSON, so a
+//! baseline saved by one agent version compares with a snapshot of another:
+//! unknown fields are ignored, facts one side lacks are reported as missing.
+//!
+//! The verdict: **worse** if a warning or critical finding appeared or got more
+//! severe, or the overall status got worse; **better** if the reverse happened
+//! and nothing got worse; otherwise **same**. Info findings are listed but do
+//! not decide the verdict (they count as ok in the overall status too).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::expose::report::wrap;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CompareError {
+    #[error("{name}: not JSON: {message}")]
+    NotJson { name: String, message: String },
+    #[error("{name}: not a proxywatch snapshot: {why}")]
+    NotSnapshot { name: String, why: String },
+}
+
+/// Parses a `/snapshot` document (`baseline save`, `check --format json`).
+/// Only the `facts` object is required; everything else is optional.
+pub fn parse_document(name: &str, text: &str) -> Result<Value, CompareError> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| CompareError::NotJson {
+        name: name.to_string(),
+        message: e.to_string(),
+    })?;
+    let not = |why: &str| CompareError::NotSnapshot {
+        name: name.to_string(),
+        why: why.to_string(),
+    };
+    let obj = doc.as_object().ok_or_else(|| not("a JSON object was expected"))?;
+    if !obj.get("facts").is_some_and(Value::is_object) {
+        return Err(not("no `facts` object"));
+    }
+    Ok(doc)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Better,
+    Same,
+    Worse,
+}
+
+impl Verdict {
+    /// For a change pipeline: 0 same or better, 1 worse (3, could not run, is main's).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Better | Verdict::Same => 0,
+            Verdict::Worse => 1,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Better => "better",
+            Verdict::Same => "same",
+            Verdict::Worse => "worse",
+        }
+    }
+}
+
+/// Where a document came from and what it says about itself.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Side {
+    /// File name, URL or "probes now".
+    pub source: String,
+    pub node: Option<String>,
+    pub collected_at: Option<String>,
+    pub status: Option<String>,
+    pub agent_version: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FactState {
+    Same,
+    Changed,
+    /// The fact is not in the before document (probe absent or failed, or an older agent).
+    MissingBefore,
+    /// The fact is not in the after document.
+    MissingAfter,
+}
+
+/// One fact on both sides.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FactChange {
+    pub name: String,
+    /// null when missing on that side (see `state`) or when the fact itself is null (an absent sysctl).
+    pub before: Value,
+    pub after: Value,
+    /// after - before, when both are numbers.
+    pub change: Option<f64>,
+    /// `%`, `s`, `/s` or empty.
+    pub unit: &'static str,
+    pub state: FactState,
+}
+
+/// A finding on one or both sides.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FindingChange {
+    pub id: String,
+    /// Severity before / after; None when the finding was not active on that side.
+    pub before: Option<String>,
+    pub after: Option<String>,
+    /// The newest summary (after's, or before's for a resolved finding).
+    pub summary: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub verdict: Verdict,
+    /// Why the verdict is what it is, one line each.
+    pub reasons: Vec<String>,
+    pub before: Side,
+    pub after: Side,
+    /// Every fact present on either side, in a fixed order.
+    pub facts: Vec<FactChange>,
+    pub appeared: Vec<FindingChange>,
+    pub resolved: Vec<FindingChange>,
+    pub severity_changed: Vec<FindingChange>,
+}
+
+fn rank(severity: Option<&str>) -> u8 {
+    match severity {
+        Some("critical") => 3,
+        Some("warning") => 2,
+        Some("info") => 1,
+        _ => 0,
+    }
+}
+
+fn side(source: &str, doc: &Value) -> Side {
+    let s = |v: &Value| v.as_str().map(str::to_string);
+    Side {
+        source: source.to_string(),
+        node: s(&doc["node"]),
+        collected_at: s(&doc["collected_at"]),
+        status: s(&doc["status"]),
+        agent_version: s(&doc["agent"]["version"]),
+    }
+}
+
+/// id -> (severity, summary) of the active findings; entries without an id are skipped.
+fn findings(doc: &Value) -> BTreeMap<String, (String, String)> {
+    doc["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| {
+            let id = f["id"].as_str()?.to_string();
+            let sev = f["severity"].as_str().unwrap_or("unknown").to_string();
+            Some((id, (sev, f["summary"].as_str().unwrap_or("").to_string())))
+        })
+        .collect()
+}
+
+/// A named fact: its value and unit.
+type Fact = (String, Value, &'static str);
+
+fn num(v: &Value) -> Option<Value> {
+    v.is_number().then(|| v.clone())
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let p = 10f64.powi(places);
+    (x * p).round() / p
+}
+
+/// The facts compared, in the order shown. Each reads the document defensively:
+/// a field missing or of another type (another agent version) is left out.
+fn extract(doc: &Value) -> Vec<Fact> {
+    let mut out: Vec<Fact> = Vec::new();
+    let mut put = |name: String, v: Option<Value>, unit: &'static str| {
+        if let Some(v) = v {
+            out.push((name, v, unit));
+        }
+    };
+    let f = &doc["facts"];
+    put("status".into(), doc["status"].as_str().map(Value::from), "");
+    put(
+        "proxy mode".into(),
+        doc["proxy_mode"]["mode"].as_str().map(Value::from),
+        "",
+    );
+
+    let ct = &f["conntrack"];
+    if ct.is_object() {
+        let fill = match (ct["entries"].as_f64(), ct["max"].as_f64()) {
+            (Some(e), Some(m)) if m > 0.0 => Some(Value::from(round(e / m * 100.0, 1))),
+            _ => None,
+        };
+        put("conntrack fill".into(), fill, "%");
+        put("conntrack entries".into(), num(&ct["entries"]), "");
+        put("conntrack max".into(), num(&ct["max"]), "");
+        put("conntrack buckets".into(), num(&ct["buckets"]), "");
+        for stat in ["drop", "early_drop", "insert_failed"] {
+            put(format!("conntrack {stat} (since boot)"), num(&ct["stats"][stat]), "");
+        }
+        put("conntrack growth".into(), num(&ct["trend"]["slope_per_second"]), "/s");
+        if ct["trend"].is_object() {
+            put(
+                "conntrack time to full".into(),
+                Some(ct["trend"]["seconds_to_full"].clone()),
+                "s",
+            );
+        }
+    }
+
+    let node = &f["node"];
+    put(
+        "kernel release".into(),
+        node["kernel_release"].as_str().map(Value::from),
+        "",
+    );
+    put("cpus".into(), num(&node["cpus"]), "");
+
+    if let Some(m) = f["modules"]["modules"].as_object() {
+        for (name, state) in m {
+            put(format!("module {name}"), state.as_str().map(Value::from), "");
+        }
+    }
+    if let Some(values) = f["sysctls"]["values"].as_object() {
+        for (name, v) in values {
+            put(
+                format!("sysctl {name}"),
+                (v.is_number() || v.is_null()).then(|| v.clone()),
+                "",
+            );
+        }
+    }
+
+    let ipt = &f["iptables"];
+    put(
+        "iptables backend in use".into(),
+        ipt["backend_in_use"].as_str().map(Value::from),
+        "",
+    );
+    for save in ipt["saves"].as_array().into_iter().flatten() {
+        let (Some(b), Some(fam)) = (save["backend"].as_str(), save["family"].as_str()) else {
+            continue;
+        };
+        let counts = &save["counts"];
+        if let Some(tables) = counts["tables"].as_object() {
+            for (table, c) in tables {
+                put(format!("iptables {b} {fam} {table} rules"), num(&c["rules"]), "");
+            }
+        }
+        put(
+            format!("iptables {b} {fam} KUBE-* rules"),
+            num(&counts["kube_rules"]),
+            "",
+        );
+        put(
+            format!("iptables {b} {fam} KUBE-SVC chains"),
+            num(&counts["kube"]["svc"]),
+            "",
+        );
+        put(
+            format!("iptables {b} {fam} save duration"),
+            num(&save["duration_seconds"]),
+            "s",
+        );
+    }
+
+    for table in f["nftables"]["tables"].as_array().into_iter().flatten() {
+        let Some(fam) = table["family"].as_str() else { continue };
+        let c = &table["counts"];
+        put(format!("nftables {fam} rules"), num(&c["rules"]), "");
+        put(format!("nftables {fam} chains"), num(&c["chains"]), "");
+        put(format!("nftables {fam} service chains"), num(&c["service_chains"]), "");
+        put(
+            format!("nftables {fam} list duration"),
+            num(&table["duration_seconds"]),
+            "s",
+        );
+    }
+
+    let ipvs = &f["ipvs"];
+    put("ipvs virtual servers".into(), num(&ipvs["virtual_servers"]), "");
+    put("ipvs real servers".into(), num(&ipvs["real_servers"]), "");
+    put(
+        "ipvs virtual servers w/o backends".into(),
+        num(&ipvs["without_backends"]),
+        "",
+    );
+
+    let kp = &f["kube_proxy"];
+    put("kube-proxy mode".into(), kp["mode"].as_str().map(Value::from), "");
+    put(
+        "kube-proxy metrics up".into(),
+        kp["metrics_up"].as_bool().map(Value::from),
+        "",
+    );
+    for (key, label) in [("sync", "sync p99"), ("network_programming", "programming p99")] {
+        let l = &kp[key];
+        // The window's p99 when there is a window, else since start (as the checks do).
+        let p99 = if l["count_window"].is_number() {
+            num(&l["p99_window"])
+        } else {
+            num(&l["p99_since_start"])
+        };
+        put(format!("kube-proxy {label}"), p99, "s");
+    }
+    put("kube-proxy restarts".into(), num(&kp["restarts"]), "");
+
+    if let Some(probes) = doc["probes"].as_object() {
+        for (name, o) in probes {
+            put(format!("probe {name}"), o["status"].as_str().map(Value::from), "");
+        }
+    }
+    out
+}
+
+/// Compares two documents (already checked by `parse_document`).
+pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &Value) -> Comparison {
+    // Facts, in before's order, then those only after has.
+    let (b, a) = (extract(before), extract(after));
+    let after_by_name: BTreeMap<&str, &Fact> = a.iter().map(|f| (f.0.as_str(), f)).collect();
+    let before_names: BTreeSet<&str> = b.iter().map(|f| f.0.as_str()).collect();
+    let mut facts = Vec::new();
+    for (name, bv, unit) in &b {
+        let change = match after_by_name.get(name.as_str()) {
+            Some((_, av, _)) => {
+                let delta = match (bv.as_f64(), av.as_f64()) {
+                    (Some(x), Some(y)) => Some(round(y - x, 4)),
+                    _ => None,
+                };
+                FactChange {
+                    name: name.clone(),
+                    before: bv.clone(),
+                    after: av.clone(),
+                    change: delta,
+                    unit,
+                    state: if bv == av { FactState::Same } else { FactState::Changed },
+                }
+            }
+            None => FactChange {
+                name: name.clone(),
+                before: bv.clone(),
+                after: Value::Null,
+                change: None,
+                unit,
+                state: FactState::MissingAfter,
+            },
+        };
+        facts.push(change);
+    }
+    for (name, av, unit) in &a {
+        if !before_names.contains(name.as_str()) {
+            facts.push(FactChange {
+                name: name.clone(),
+                before: Value::Null,
+                after: av.clone(),
+                change: None,
+                unit,
+                state: FactState::MissingBefore,
+            });
+        }
+    }
+
+    let (fb, fa) = (findings(before), findings(after));
+    let mut appeared = Vec::new();
+    let mut resolved = Vec::new();
+    let mut severity_changed = Vec::new();
+    let mut worse = Vec::new();
+    let mut better = Vec::new();
+    for (id, (sev, summary)) in &fa {
+        match fb.get(id) {
+            None => {
+                if rank(Some(sev)) >= 2 {
+                    worse.push(format!("{id} appeared ({sev})"));
+                }
+                appeared.push(FindingChange {
+                    id: id.clone(),
+                    before: None,
+                    after: Some(sev.clone()),
+                    summary: summary.clone(),
+                });
+            }
+            Some((old, _)) if old != sev => {
+                let (r0, r1) = (rank(Some(old)), rank(Some(sev)));
+                if r1 > r0 && r1 >= 2 {
+                    worse.push(format!("{id} got more severe ({old} -> {sev})"));
+                } else if r1 < r0 && r0 >= 2 {
+                    better.push(format!("{id} got less severe ({old} -> {sev})"));
+                }
+                severity_changed.push(FindingChange {
+                    id: id.clone(),
+                    before: Some(old.clone()),
+                    after: Some(sev.clone()),
+                    summary: summary.clone(),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    for (id, (sev, summary)) in &fb {
+        if !fa.contains_key(id) {
+            if rank(Some(sev)) >= 2 {
+                better.push(format!("{id} resolved (was {sev})"));
+            }
+            resolved.push(FindingChange {
+                id: id.clone(),
+                before: Some(sev.clone()),
+                after: None,
+                summary: summary.clone(),
+            });
+        }
+    }
+    let (sb, sa) = (before["status"].as_str(), after["status"].as_str());
+    if rank(sa) > rank(sb) {
+        worse.push(format!(
+            "status got worse ({} -> {})",
+            sb.unwrap_or("missing"),
+            sa.unwrap_or("missing")
+        ));
+    } else if rank(sa) < rank(sb) {
+        better.push(format!(
+            "status got better ({} -> {})",
+            sb.unwrap_or("missing"),
+            sa.unwrap_or("missing")
+        ));
+    }
+    let (verdict, reasons) = if !worse.is_empty() {
+        (Verdict::Worse, worse)
+    } else if !better.is_empty() {
+        (Verdict::Better, better)
+    } else {
+        (
+            Verdict::Same,
+            vec!["no finding appeared, resolved or changed severity".to_string()],
+        )
+    };
+    Comparison {
+        verdict,
+        reasons,
+        before: side(before_source, before),
+        after: side(after_source, after),
+        facts,
+        appeared,
+        resolved,
+        severity_changed,
+    }
+}
+
+fn tag(severity: Option<&str>) -> &'static str {
+    match severity {
+        Some("critical") => "CRIT",
+        Some("warning") => "WARN",
+        Some("info") => "INFO",
+        Some("ok") => "OK",
+        None => "none",
+        Some(_) => "?",
+    }
+}
+
+/// A value for a person: numbers without noise, null as "none".
+fn show(v: &Value, unit: &str) -> String {
+    match v {
+        Value::Null => "none".into(),
+        Value::Number(n) if unit == "%" => format!("{:.1}%", n.as_f64().unwrap_or(f64::NAN)),
+        Value::Number(n) => {
+            let s = match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => i.to_string(),
+                (None, Some(f)) => trim(format!("{f:.3}")),
+                _ => n.to_string(),
+            };
+            match unit {
+                "" => s,
+                u => format!("{s} {u}"),
+            }
+        }
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn trim(s: String) -> String {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+fn show_change(c: f64, unit: &str) -> String {
+    let s = if unit == "%" {
+        format!("{c:+.1}")
+    } else if c.fract() == 0.0 && c.abs() < 1e15 {
+        format!("{:+}", c as i64)
+    } else {
+        trim(format!("{c:+.3}"))
+    };
+    match unit {
+        "%" => format!("{s} pt"),
+        "" => s,
+        u => format!("{s} {u}"),
+    }
+}
+
+fn describe(s: &Side) -> String {
+    let mut parts = vec![format!("node {}", s.node.as_deref().unwrap_or("missing"))];
+    if let Some(at) = &s.collected_at {
+        parts.push(at.clone());
+    }
+    parts.push(format!("status {}", s.status.as_deref().unwrap_or("missing")));
+    if let Some(v) = &s.agent_version {
+        parts.push(format!("agent {v}"));
+    }
+    parts.join(", ")
+}
+
+const NAME: usize = 36;
+const COL: usize = 13;
+
+/// The comparison for a person, 80 columns.
+pub fn render_text(c: &Comparison) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "proxywatch compare: {}", c.verdict.as_str().to_uppercase());
+    wrap(
+        &mut out,
+        "  before: ",
+        10,
+        &format!("{}: {}", c.before.source, describe(&c.before)),
+    );
+    wrap(
+        &mut out,
+        "  after:  ",
+        10,
+        &format!("{}: {}", c.after.source, describe(&c.after)),
+    );
+    if c.before.node.is_some() && c.before.node != c.after.node {
+        out.push_str("  note: the two snapshots are of different nodes\n");
+    }
+    for r in &c.reasons {
+        wrap(&mut out, &format!("  {}: ", c.verdict.as_str()), 4, r);
+    }
+    out.push('\n');
+
+    let numeric: Vec<&FactChange> = c
+        .facts
+        .iter()
+        .filter(|f| f.state != FactState::Same && (f.before.is_number() || f.after.is_number()))
+        .collect();
+    if !numeric.is_empty() {
+        let _ = writeln!(
+            out,
+            "{:<NAME$} {:>COL$} {:>COL$} {:>COL$}",
+            "fact", "before", "after", "change"
+        );
+        for f in &numeric {
+            let missing = |v: &Value, gone: bool| if gone { "missing".into() } else { show(v, f.unit) };
+            let before = missing(&f.before, f.state == FactState::MissingBefore);
+            let after = missing(&f.after, f.state == FactState::MissingAfter);
+            let change = f.change.map(|d| show_change(d, f.unit)).unwrap_or_default();
+            let mut name = f.name.clone();
+            if name.chars().count() > NAME {
+                let _ = writeln!(out, "{name}");
+                name.clear();
+            }
+            let line = format!("{name:<NAME$} {before:>COL$} {after:>COL$} {change:>COL$}");
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        out.push('\n');
+    }
+    let other: Vec<&FactChange> = c
+        .facts
+        .iter()
+        .filter(|f| f.state != FactState::Same && !(f.before.is_number() || f.after.is_number()))
+        .collect();
+    if !other.is_empty() {
+        out.push_str("changed:\n");
+        for f in &other {
+            let before = if f.state == FactState::MissingBefore {
+                "missing".into()
+            } else {
+                show(&f.before, f.unit)
+            };
+            let after = if f.state == FactState::MissingAfter {
+                "missing".into()
+            } else {
+                show(&f.after, f.unit)
+            };
+            wrap(&mut out, "  ", 6, &format!("{}: {before} -> {after}", f.name));
+        }
+        out.push('\n');
+    }
+    let same = c.facts.iter().filter(|f| f.state == FactState::Same).count();
+    let _ = writeln!(out, "{same} facts unchanged (--format json lists every fact).\n");
+
+    for (title, list) in [
+        ("findings appeared", &c.appeared),
+        ("findings resolved", &c.resolved),
+        ("findings that changed severity", &c.severity_changed),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "{title}:");
+        for f in list {
+            let head = match (&f.before, &f.after) {
+                (None, after) => format!("  [{}] {}", tag(after.as_deref()), f.id),
+                (before, None) => format!("  [{}] {}", tag(before.as_deref()), f.id),
+                (b, a) => format!("  [{} -> {}] {}", tag(b.as_deref()), tag(a.as_deref()), f.id),
+            };
+            let _ = writeln!(out, "{head}");
+            wrap(&mut out, "      ", 6, &f.summary);
+        }
+        out.push('\n');
+    }
+    if c.appeared.is_empty() && c.resolved.is_empty() && c.severity_changed.is_empty() {
+        out.push_str("findings: no change.\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn doc(status: &str, entries: u64, findings: Value) -> Value {
+        json!({
+            "node": "n1",
+            "collected_at": "2026-01-01T00:00:00.000Z",
+            "status": status,
+            "findings": findings,
+            "proxy_mode": {"mode": "iptables", "source": "flag"},
+            "probes": {"conntrack": {"status": "ok"}},
+            "facts": {
+                "conntrack": {"entries": entries, "max": 1000, "stats": {"drop": 5}},
+                "sysctls": {"values": {"net.ipv4.ip_forward": 1, "net.ipv4.vs.conntrack": null}},
+                "modules": {"modules": {"ip_vs": "missing"}},
+                "iptables": {"backend_in_use": "nft", "saves": [
+                    {"backend": "nft", "family": "ipv4", "duration_seconds": 0.25,
+                     "counts": {"tables": {"nat": {"rules": 100, "chains": 10}}, "kube_rules": 80, "kube": {"svc": 7}}}
+                ]}
+            },
+            "agent": {"version": "0.1.0"}
+        })
+    }
+
+    fn finding(id: &str, severity: &str) -> Value {
+        json!({"id": id, "severity": severity, "summary": format!("{id} summary"), "evidence": {}, "remediation": []})
+    }
+
+    fn fact<'a>(c: &'a Comparison, name: &str) -> &'a FactChange {
+        c.facts
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("no fact {name}: {:#?}", c.facts))
+    }
+
+    #[test]
+    fn not_a_snapshot_is_a_clear_error() {
+        assert_eq!(
+            parse_document("x.json", r#"{"findings": []}"#).unwrap_err().to_string(),
+            "x.json: not a proxywatch snapshot: no `facts` object"
+        );
+        assert!(parse_document("x.json", "[1]")
+            .unwrap_err()
+            .to_string()
+            .contains("not a proxywatch snapshot"));
+        assert!(parse_document("x.json", "hello")
+            .unwrap_err()
+            .to_string()
+            .starts_with("x.json: not JSON"));
+        assert!(parse_document("x.json", r#"{"facts": {}}"#).is_ok());
+    }
+
+    #[test]
+    fn a_finding_appearing_is_worse() {
+        let before = doc("ok", 200, json!([]));
+        let after = doc("critical", 970, json!([finding("conntrack_table_fill", "critical")]));
+        let c = compare("a", &before, "b", &after);
+        assert_eq!(c.verdict, Verdict::Worse);
+        assert_eq!(c.verdict.exit_code(), 1);
+        let fill = fact(&c, "conntrack fill");
+        assert_eq!((fill.before.as_f64(), fill.after.as_f64()), (Some(20.0), Some(97.0)));
+        assert_eq!(fill.change, Some(77.0));
+        assert_eq!(fill.state, FactState::Changed);
+        assert_eq!(fact(&c, "iptables nft ipv4 nat rules").state, FactState::Same);
+        assert_eq!(c.appeared[0].id, "conntrack_table_fill");
+        assert!(c
+            .reasons
+            .iter()
+            .any(|r| r == "conntrack_table_fill appeared (critical)"));
+        assert!(c.reasons.iter().any(|r| r == "status got worse (ok -> critical)"));
+        // And back: better, exit 0.
+        let c = compare("b", &after, "a", &before);
+        assert_eq!(c.verdict, Verdict::Better);
+        assert_eq!(c.verdict.exit_code(), 0);
+        assert_eq!(c.resolved[0].id, "conntrack_table_fill");
+    }
+
+    #[test]
+    fn severity_changes_and_info_findings() {
+        let before = doc("warning", 850, json!([finding("conntrack_table_fill", "warning")]));
+        let after = doc(
+            "critical",
+            960,
+            json!([
+                finding("conntrack_table_fill", "critical"),
+                finding("conntrack_drops", "info")
+            ]),
+        );
+        let c = compare("a", &before, "b", &after);
+        assert_eq!(c.verdict, Verdict::Worse);
+        assert_eq!(c.severity_changed[0].before.as_deref(), Some("warning"));
+        assert!(c
+            .reasons
+            .iter()
+            .any(|r| r.contains("got more severe (warning -> critical)")));
+        // An info finding appearing alone does not make it worse.
+        let before = doc("ok", 100, json!([]));
+        let after = doc("ok", 100, json!([finding("conntrack_drops", "info")]));
+        let c = compare("a", &before, "b", &after);
+        assert_eq!(c.verdict, Verdict::Same);
+        assert_eq!(c.appeared.len(), 1);
+        // Same document: same, every fact unchanged.
+        let c = compare("a", &before, "a", &before);
+        assert_eq!(c.verdict, Verdict::Same);
+        assert!(c.facts.iter().all(|f| f.state == FactState::Same));
+    }
+
+    #[test]
+    fn works_across_versions_unknown_and_missing_fields() {
+        let before = doc("ok", 200, json!([]));
+        let mut after = doc("ok", 300, json!([]));
+        after["from_the_future"] = json!({"x": [1, 2]});
+        after["facts"]["conntrack"]["new_field"] = json!(42);
+        after["facts"]["quantum"] = json!({"qubits": 3});
+        after["facts"].as_object_mut().unwrap().remove("sysctls");
+        after.as_object_mut().unwrap().remove("agent");
+        after["facts"]["conntrack"]["entries"] = json!("not a number");
+        let c = compare("a", &before, "b", &after);
+        assert_eq!(c.verdict, Verdict::Same);
+        assert_eq!(fact(&c, "sysctl net.ipv4.ip_forward").state, FactState::MissingAfter);
+        assert_eq!(fact(&c, "conntrack fill").state, FactState::MissingAfter);
+        assert_eq!(fact(&c, "conntrack max").state, FactState::Same);
+        assert_eq!(c.after.agent_version, None);
+        let text = render_text(&c);
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("sysctl net.ipv4.ip_forward ") && l.ends_with(" 1       missing")),
+            "{text}"
+        );
+        assert!(text.contains("sysctl net.ipv4.vs.conntrack: none -> missing"), "{text}");
+    }
+
+    #[test]
+    fn text_fits_80_columns() {
+        let before = doc("ok", 200, json!([]));
+        let mut after = doc(
+            "critical",
+            970,
+            json!([
+                finding("conntrack_table_fill", "critical"),
+                finding("ipvs_virtual_servers_without_backends", "warning")
+            ]),
+        );
+        after["facts"]["sysctls"]["values"]["net.netfilter.nf_conntrack_tcp_timeout_established"] = json!(86400);
+        after["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(1.5);
+        after["facts"]["modules"]["modules"]["ip_vs"] = json!("loaded");
+        let text = render_text(&compare("baseline.json", &before, "probes now", &after));
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "too wide: {line:?}");
+        }
+        assert!(text.starts_with("proxywatch compare: WORSE\n"), "{text}");
+        assert!(text.contains("conntrack fill"), "{text}");
+        assert!(text.contains("20.0%"), "{text}");
+        assert!(text.contains("97.0%"), "{text}");
+        assert!(text.contains("+77.0 pt"), "{text}");
+        assert!(text.contains("iptables nft ipv4 save duration"), "{text}");
+        assert!(text.contains("+1.25 s"), "{text}");
+        assert!(text.contains("module ip_vs: missing -> loaded"), "{text}");
+        assert!(
+            text.contains("[CRIT] conntrack_table_fill\n      conntrack_table_fill summary"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sysctl net.netfilter.nf_conntrack_tcp_timeout_established\n"),
+            "{text}"
+        );
+    }
+}

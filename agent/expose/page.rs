@@ -1,0 +1,493 @@
+//! The status page (`GET /` from a browser): the node's status at a glance.
+//!
+//! One self-contained HTML document, rendered once per publication: no
+//! JavaScript, no external assets (the CSP header the route sends forbids
+//! both), semantic HTML, refreshed by `<meta http-equiv="refresh">`. Every
+//! string that comes from the node (names, summaries, errors, evidence) goes
+//! through `esc`.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use super::json::Document;
+use crate::evaluate::Severity;
+use crate::snapshot::ProbeStatus;
+
+/// Seconds between the page's automatic reloads.
+pub const REFRESH_SECONDS: u32 = 10;
+
+/// The Content-Security-Policy sent with the page: inline styles only.
+pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// HTML-escapes text for element content and quoted attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = r#"
+:root{color-scheme:light;--ok:#1b6e20;--info:#0b57a4;--warning:#8a4b00;--critical:#b3001b;--line:#d0d4da;--muted:#555}
+*{box-sizing:border-box}
+body{margin:0;font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1a1a1a;background:#f6f7f9}
+header{padding:14px 24px;color:#fff;background:var(--ok)}
+header.status-warning{background:var(--warning)}header.status-critical{background:var(--critical)}
+header h1{margin:0;font-size:22px}header p{margin:4px 0 0;opacity:.95}
+main{max-width:1100px;margin:0 auto;padding:8px 24px 24px}
+h2{font-size:18px;margin:22px 0 8px;border-bottom:1px solid var(--line);padding-bottom:4px}
+h3{font-size:16px;margin:0 0 4px}h4{font-size:14px;margin:8px 0 2px}
+.finding{background:#fff;border:1px solid var(--line);border-left:6px solid var(--info);border-radius:4px;padding:10px 14px;margin:10px 0}
+.finding.sev-warning{border-left-color:var(--warning)}.finding.sev-critical{border-left-color:var(--critical)}
+.badge{display:inline-block;min-width:72px;text-align:center;font-size:12px;font-weight:700;letter-spacing:.04em;color:#fff;border-radius:3px;padding:1px 6px;margin-right:6px;background:var(--info)}
+.badge.sev-warning{background:var(--warning)}.badge.sev-critical{background:var(--critical)}.badge.sev-ok{background:var(--ok)}
+.summary{margin:2px 0 6px}
+dl.evidence{display:grid;grid-template-columns:max-content 1fr;gap:1px 12px;margin:4px 0;font-size:13px}
+dl.evidence dt{color:var(--muted)}dl.evidence dd{margin:0;font-family:ui-monospace,"DejaVu Sans Mono",monospace;overflow-wrap:anywhere}
+ol{margin:2px 0;padding-left:22px}li{margin:2px 0;overflow-wrap:anywhere}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(320px,1fr));gap:0 24px}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
+th,td{text-align:left;padding:3px 8px;border-bottom:1px solid var(--line);vertical-align:top}
+thead th{background:#eef0f3}th{font-weight:600}.num{text-align:right;font-variant-numeric:tabular-nums}
+meter{width:100%;height:22px}
+.fill{font-size:16px;margin:4px 0}
+.bad{color:var(--critical);font-weight:600}.muted{color:var(--muted)}
+footer{max-width:1100px;margin:0 auto;padding:8px 24px 24px;color:var(--muted);font-size:13px}
+code{font-family:ui-monospace,"DejaVu Sans Mono",monospace}td code{overflow-wrap:anywhere}
+"#;
+
+fn severity_class(s: Severity) -> &'static str {
+    match s {
+        Severity::Critical => "sev-critical",
+        Severity::Warning => "sev-warning",
+        Severity::Info => "sev-info",
+        Severity::Ok => "sev-ok",
+    }
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(show).collect::<Vec<_>>().join(", "),
+        Value::Null => "none".into(),
+        other => other.to_string(),
+    }
+}
+
+fn age(seconds: f64) -> String {
+    if seconds < 0.0 {
+        "0 s".into()
+    } else if seconds < 120.0 {
+        format!("{seconds:.0} s")
+    } else if seconds < 7200.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{:.1} h", seconds / 3600.0)
+    }
+}
+
+/// Renders the page. `collected_at` is the snapshot's Unix time (probe ages are relative to it).
+pub fn render(doc: &Document, collected_at: f64) -> String {
+    let mut o = String::with_capacity(16 * 1024);
+    let status = doc.status.as_str();
+    let count = |s: Severity| doc.findings.iter().filter(|f| f.severity == s).count();
+    let node = esc(&doc.node);
+    let _ = write!(
+        o,
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\n\
+         <title>{} · {node} · proxywatch</title>\n<link rel=\"icon\" href=\"data:,\">\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        status.to_uppercase()
+    );
+    let _ = write!(
+        o,
+        "<header class=\"status-{status}\">\n<h1>Node <span id=\"node\">{node}</span>: <strong id=\"status\">{}</strong></h1>\n\
+         <p>{} critical, {} warning, {} info · snapshot {} · kube-proxy mode <strong>{}</strong>{} · proxywatch {} · reloads every {REFRESH_SECONDS} s</p>\n</header>\n<main>\n",
+        status.to_uppercase(),
+        count(Severity::Critical),
+        count(Severity::Warning),
+        count(Severity::Info),
+        esc(&doc.collected_at),
+        esc(mode_str(doc)),
+        if doc.proxy_mode.source == mode_str(doc) {
+            String::new()
+        } else {
+            format!(" ({})", esc(&doc.proxy_mode.source))
+        },
+        esc(&doc.agent.version),
+    );
+
+    // Findings first: what to do comes before the numbers.
+    o.push_str("<section aria-labelledby=\"findings-h\">\n<h2 id=\"findings-h\">Findings</h2>\n");
+    if doc.findings.is_empty() {
+        o.push_str("<p>No findings: the data plane looks healthy.</p>\n");
+    }
+    for f in &doc.findings {
+        let class = severity_class(f.severity);
+        let _ = write!(
+            o,
+            "<article class=\"finding {class}\" id=\"finding-{id}\" aria-labelledby=\"finding-{id}-h\">\n\
+             <h3 id=\"finding-{id}-h\"><span class=\"badge {class}\">{sev}</span> <code>{id}</code></h3>\n\
+             <p class=\"summary\">{summary}</p>\n",
+            id = esc(&f.id),
+            sev = f.severity.as_str().to_uppercase(),
+            summary = esc(&f.summary),
+        );
+        if !f.evidence.is_empty() {
+            o.push_str("<h4>Evidence</h4>\n<dl class=\"evidence\">");
+            for (k, v) in &f.evidence {
+                let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&show(v)));
+            }
+            o.push_str("</dl>\n");
+        }
+        if !f.remediation.is_empty() {
+            o.push_str("<h4>Remediation</h4>\n<ol class=\"remediation\">\n");
+            for step in &f.remediation {
+                let _ = writeln!(o, "<li>{}</li>", esc(step));
+            }
+            o.push_str("</ol>\n");
+        }
+        o.push_str("</article>\n");
+    }
+    o.push_str("</section>\n");
+
+    conntrack(&mut o, doc);
+    o.push_str("<div class=\"grid\">\n");
+    rules(&mut o, doc);
+    kube_proxy(&mut o, doc);
+    kernel(&mut o, doc);
+    o.push_str("</div>\n");
+    sysctls(&mut o, doc);
+    probes(&mut o, doc, collected_at);
+
+    o.push_str(
+        "</main>\n<footer>Machine-readable: <a href=\"/metrics\">/metrics</a> · <a href=\"/snapshot\">/snapshot</a> · \
+         <a href=\"/findings\">/findings</a> · <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></footer>\n</body>\n</html>\n",
+    );
+    o
+}
+
+fn mode_str(doc: &Document) -> &'static str {
+    match doc.proxy_mode.mode {
+        crate::evaluate::ProxyMode::Unknown => "unknown",
+        crate::evaluate::ProxyMode::Iptables => "iptables",
+        crate::evaluate::ProxyMode::Ipvs => "ipvs",
+        crate::evaluate::ProxyMode::Nftables => "nftables",
+    }
+}
+
+fn section(o: &mut String, id: &str, title: &str) {
+    let _ = writeln!(
+        o,
+        "<section aria-labelledby=\"{id}-h\">\n<h2 id=\"{id}-h\">{title}</h2>"
+    );
+}
+
+fn conntrack(o: &mut String, doc: &Document) {
+    section(o, "conntrack", "Conntrack");
+    let Some(ct) = &doc.facts.conntrack else {
+        o.push_str(
+            "<p class=\"muted\">No conntrack facts (the probe found no table or failed; see Probes).</p>\n</section>\n",
+        );
+        return;
+    };
+    match ct.fill_ratio() {
+        Some(r) => {
+            let _ = write!(
+                o,
+                "<p class=\"fill\"><label for=\"ct-fill\">Table fill</label>: <strong>{:.1}%</strong> ({} of {} entries)</p>\n\
+                 <meter id=\"ct-fill\" min=\"0\" max=\"1\" low=\"0.8\" high=\"0.95\" optimum=\"0\" value=\"{:.4}\">{:.1}%</meter>\n",
+                r * 100.0,
+                ct.entries,
+                ct.max,
+                r.min(1.0),
+                r * 100.0
+            );
+        }
+        None => {
+            let _ = writeln!(o, "<p>{} entries, no limit readable.</p>", ct.entries);
+        }
+    }
+    o.push_str("<table>\n<thead><tr><th scope=\"col\">counter</th><th scope=\"col\" class=\"num\">since boot</th><th scope=\"col\" class=\"num\">recent window</th></tr></thead>\n<tbody>\n");
+    for name in ["drop", "early_drop", "insert_failed", "invalid"] {
+        let recent = ct
+            .window
+            .as_ref()
+            .map(|w| format!("{} in {}", w.get(name), crate::timefmt::human_duration(w.seconds)))
+            .unwrap_or_else(|| "—".into());
+        let class = if ct.window.as_ref().is_some_and(|w| w.get(name) > 0) {
+            " bad"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            o,
+            "<tr><th scope=\"row\">{name}</th><td class=\"num\">{}</td><td class=\"num{class}\">{}</td></tr>",
+            ct.stat(name),
+            esc(&recent)
+        );
+    }
+    o.push_str("</tbody>\n</table>\n");
+    if let Some(tr) = &ct.trend {
+        let full = tr
+            .seconds_to_full
+            .map(|s| format!("full in about {}", crate::timefmt::human_duration(s)))
+            .unwrap_or_else(|| "not growing".into());
+        let _ = writeln!(
+            o,
+            "<p>Trend over {}: {:+.2} entries/s, {}.</p>",
+            crate::timefmt::human_duration(tr.window_seconds),
+            tr.slope_per_second,
+            esc(&full)
+        );
+    }
+    o.push_str("</section>\n");
+}
+
+fn rules(o: &mut String, doc: &Document) {
+    section(o, "rules", "Rules");
+    let mut any = false;
+    if let Some(ipt) = &doc.facts.iptables {
+        any = true;
+        let _ = writeln!(
+            o,
+            "<p>iptables backend in use: <strong>{}</strong> <span class=\"muted\">({})</span></p>",
+            esc(&ipt.backend_in_use),
+            esc(&ipt.backend_reason)
+        );
+        o.push_str("<table>\n<thead><tr><th scope=\"col\">backend</th><th scope=\"col\">family</th><th scope=\"col\">table</th><th scope=\"col\" class=\"num\">rules</th><th scope=\"col\" class=\"num\">save</th></tr></thead>\n<tbody>\n");
+        for s in &ipt.saves {
+            for (table, c) in &s.counts.tables {
+                let _ = writeln!(
+                    o,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.0} ms</td></tr>",
+                    esc(&s.backend),
+                    esc(&s.family),
+                    esc(table),
+                    c.rules,
+                    s.duration_seconds * 1000.0
+                );
+            }
+        }
+        o.push_str("</tbody>\n</table>\n");
+    }
+    if let Some(nft) = &doc.facts.nftables {
+        any = true;
+        for t in &nft.tables {
+            let _ = writeln!(
+                o,
+                "<p>nftables <code>{} kube-proxy</code>: {} rules, {} chains ({} service chains), listed in {:.0} ms.</p>",
+                esc(&t.family),
+                t.counts.rules,
+                t.counts.chains,
+                t.counts.service_chains,
+                t.duration_seconds * 1000.0
+            );
+        }
+    }
+    if let Some(ipvs) = &doc.facts.ipvs {
+        any = true;
+        let _ = writeln!(
+            o,
+            "<p>IPVS: {} virtual servers, {} real servers, {} without backends.</p>",
+            ipvs.virtual_servers, ipvs.real_servers, ipvs.without_backends
+        );
+    }
+    if !any {
+        o.push_str(
+            "<p class=\"muted\">No rule sets read (no iptables, nft or IPVS tools, or the probes failed).</p>\n",
+        );
+    }
+    o.push_str("</section>\n");
+}
+
+fn kube_proxy(o: &mut String, doc: &Document) {
+    section(o, "kube-proxy", "kube-proxy");
+    let Some(kp) = &doc.facts.kube_proxy else {
+        o.push_str(
+            "<p class=\"muted\">kube-proxy not reachable (absent, or its metrics port is closed).</p>\n</section>\n",
+        );
+        return;
+    };
+    o.push_str("<table>\n<tbody>\n");
+    let row = |o: &mut String, k: &str, v: String| {
+        let _ = writeln!(o, "<tr><th scope=\"row\">{k}</th><td>{}</td></tr>", esc(&v));
+    };
+    row(o, "mode", kp.mode.clone().unwrap_or_else(|| "unknown".into()));
+    row(o, "metrics", if kp.metrics_up { "up".into() } else { "down".into() });
+    let secs = |v: Option<f64>| v.map_or("—".into(), |s| format!("{:.3} s", s));
+    row(o, "sync p99", secs(kp.sync.as_ref().and_then(|l| l.p99())));
+    row(
+        o,
+        "network programming p99",
+        secs(kp.network_programming.as_ref().and_then(|l| l.p99())),
+    );
+    row(o, "last sync age", secs(kp.last_sync_age_seconds));
+    row(o, "restarts seen", kp.restarts.to_string());
+    o.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+fn kernel(o: &mut String, doc: &Document) {
+    section(o, "kernel", "Kernel modules");
+    if let Some(node) = &doc.facts.node {
+        let _ = writeln!(
+            o,
+            "<p>Kernel {}, {} CPUs.</p>",
+            esc(node.kernel_release.as_deref().unwrap_or("unknown")),
+            node.cpus
+        );
+    }
+    if let Some(m) = &doc.facts.modules {
+        o.push_str(
+            "<table>\n<thead><tr><th scope=\"col\">module</th><th scope=\"col\">state</th></tr></thead>\n<tbody>\n",
+        );
+        for (name, state) in &m.modules {
+            let s = serde_json::to_value(state).map(|v| show(&v)).unwrap_or_default();
+            let class = if state.is_present() { "" } else { " class=\"muted\"" };
+            let _ = writeln!(
+                o,
+                "<tr><td><code>{}</code></td><td{class}>{}</td></tr>",
+                esc(name),
+                esc(&s)
+            );
+        }
+        o.push_str("</tbody>\n</table>\n");
+    }
+    o.push_str("</section>\n");
+}
+
+fn sysctls(o: &mut String, doc: &Document) {
+    section(o, "sysctls", "Sysctls");
+    if let Some(sys) = &doc.facts.sysctls {
+        o.push_str("<table>\n<thead><tr><th scope=\"col\">sysctl</th><th scope=\"col\" class=\"num\">value</th></tr></thead>\n<tbody>\n");
+        for (name, v) in &sys.values {
+            let v = v.map_or("absent".to_string(), |v| v.to_string());
+            let _ = writeln!(
+                o,
+                "<tr><td><code>{}</code></td><td class=\"num\">{}</td></tr>",
+                esc(name),
+                esc(&v)
+            );
+        }
+        o.push_str("</tbody>\n</table>\n");
+    } else {
+        o.push_str("<p class=\"muted\">No sysctl facts (see Probes).</p>\n");
+    }
+    o.push_str("</section>\n");
+}
+
+fn probes(o: &mut String, doc: &Document, collected_at: f64) {
+    section(o, "probes", "Probes");
+    o.push_str(
+        "<table>\n<thead><tr><th scope=\"col\">probe</th><th scope=\"col\">status</th><th scope=\"col\" class=\"num\">took</th>\
+         <th scope=\"col\">last success</th><th scope=\"col\">detail</th></tr></thead>\n<tbody>\n",
+    );
+    for (name, p) in &doc.probes {
+        let (status, class) = match p.status {
+            ProbeStatus::Ok => ("ok", ""),
+            ProbeStatus::Absent => ("absent", " class=\"muted\""),
+            ProbeStatus::Failed => ("FAILED", " class=\"bad\""),
+        };
+        let last = p
+            .last_success_seconds
+            .map_or("never".to_string(), |t| format!("{} before", age(collected_at - t)));
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td{class}>{status}</td><td class=\"num\">{:.1} ms</td><td>{}</td><td>{}</td></tr>",
+            esc(name),
+            p.duration_seconds * 1000.0,
+            esc(&last),
+            esc(p.error.as_deref().unwrap_or(""))
+        );
+    }
+    o.push_str(
+        "</tbody>\n</table>\n<p class=\"muted\">Ages are relative to the snapshot time above.</p>\n</section>\n",
+    );
+}
+
+/// The plain-text status lines appended to the `/` index for curl.
+pub fn text_status(doc: &Document) -> String {
+    let count = |s: Severity| doc.findings.iter().filter(|f| f.severity == s).count();
+    let mut o = format!(
+        "status: {} on node {} at {} ({} critical, {} warning, {} info)\n",
+        doc.status.as_str().to_uppercase(),
+        doc.node,
+        doc.collected_at,
+        count(Severity::Critical),
+        count(Severity::Warning),
+        count(Severity::Info)
+    );
+    for f in &doc.findings {
+        let _ = writeln!(o, "  [{}] {}: {}", f.severity.as_str(), f.id, f.summary);
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::{effective_mode, evaluate, Thresholds};
+
+    fn doc(s: &crate::snapshot::Snapshot) -> Document {
+        let t = Thresholds::default();
+        Document::new(s, evaluate(s, &t), effective_mode(s, &t))
+    }
+
+    #[test]
+    fn escapes_everything() {
+        assert_eq!(
+            esc(r#"<a href="x">'&'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+        let mut s = crate::evaluate::test_support::healthy();
+        s.node = "<script>alert(1)</script>".into();
+        s.facts
+            .sysctls
+            .as_mut()
+            .unwrap()
+            .values
+            .insert("<img src=x onerror=alert(2)>".into(), Some(1));
+        let html = render(&doc(&s), 0.0);
+        assert!(!html.contains("<script"), "{html}");
+        assert!(!html.contains("<img"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+
+    #[test]
+    fn shows_status_findings_and_facts() {
+        let mut s = crate::evaluate::test_support::healthy();
+        s.facts
+            .sysctls
+            .as_mut()
+            .unwrap()
+            .values
+            .insert("net.ipv4.ip_forward".into(), Some(0));
+        s.facts.conntrack.as_mut().unwrap().entries = 131_072;
+        let html = render(&doc(&s), 0.0);
+        assert!(html.starts_with("<!doctype html>"));
+        assert!(html.contains("<meta http-equiv=\"refresh\" content=\"10\">"));
+        assert!(html.contains("<header class=\"status-critical\">"));
+        assert!(html.contains("id=\"finding-sysctl_ip_forward\""));
+        assert!(html.contains("<span class=\"badge sev-critical\">CRITICAL</span>"));
+        assert!(
+            html.contains("<li>Enable it now: sysctl -w net.ipv4.ip_forward=1"),
+            "{html}"
+        );
+        assert!(html.contains("value=\"0.5000\""), "conntrack meter at 50 %");
+        assert!(!html.contains("<script") && !html.contains("http://") && !html.contains("https://"));
+        assert!(html.len() < 64 * 1024, "small: {} bytes", html.len());
+        let text = text_status(&doc(&s));
+        assert!(text.starts_with("status: CRITICAL on node node-a at "), "{text}");
+        assert!(text.contains("  [critical] sysctl_ip_forward: "), "{text}");
+    }
+}
