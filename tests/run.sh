@@ -10,9 +10,12 @@
 #   2. cargo fmt --check, cargo clippy -D warnings
 #   3. cargo test        unit tests, fixture nodes, real-kernel tests in
 #                        network namespaces, the end-to-end Prometheus test
-#   4. manifests         tests/manifests/check.sh (promtool rules tests,
+#   4. fuzz              every cargo-fuzz target for a fixed number of runs
+#                        (fuzz/ci.sh; installs cargo-fuzz, pinned)
+#   5. manifests         tests/manifests/check.sh (promtool rules tests,
 #                        kubernetes-validate, checkov, hadolint, dashboard)
-# Set PROXYWATCH_SKIP_MANIFESTS=1 to skip stage 4 when iterating locally.
+# Set PROXYWATCH_SKIP_FUZZ=1 or PROXYWATCH_SKIP_MANIFESTS=1 to skip a stage
+# when iterating locally.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -54,6 +57,11 @@ echo "=== cargo test"
 # One test binary at a time (cargo's default); tests that share global state
 # also take a file lock (tests/common).
 CI=${CI:-} cargo test --locked --all-targets 2>&1
+
+if [ "${PROXYWATCH_SKIP_FUZZ:-}" != 1 ]; then
+    echo "=== fuzz targets, fixed runs"
+    bash fuzz/ci.sh
+fi
 
 if [ "${PROXYWATCH_SKIP_MANIFESTS:-}" != 1 ]; then
     echo "=== manifests, Dockerfile, alert rules"

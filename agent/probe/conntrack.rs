@@ -214,9 +214,7 @@ pub async fn probe(
     runner: Runner,
     timeout: std::time::Duration,
 ) -> Result<Probed<ConntrackFacts>, ProbeError> {
-    let read = tokio::task::spawn_blocking(move || read_files(&host))
-        .await
-        .map_err(|e| ProbeError::Panicked(e.to_string()))??;
+    let read = super::blocking(super::ProbeName::Conntrack, move || read_files(&host)).await?;
     let Probed::Present(mut facts) = read else {
         return Ok(read);
     };

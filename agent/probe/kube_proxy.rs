@@ -239,9 +239,7 @@ pub async fn probe(host: Host, ep: &Endpoints) -> Result<Probed<KubeProxyFacts>,
     );
     let process = {
         let host = host.clone();
-        tokio::task::spawn_blocking(move || find_process(&host))
-            .await
-            .map_err(|e| ProbeError::Panicked(e.to_string()))??
+        super::blocking(super::ProbeName::KubeProxy, move || find_process(&host)).await?
     };
     let refused = |r: &Result<fetch::Fetched, FetchError>| matches!(r, Err(e) if e.is_refused());
     if process.is_none() && refused(&metrics) && refused(&health) {

@@ -129,9 +129,9 @@ pub async fn run(name: ProbeName, ctx: Arc<ProbeContext>, timeout: Duration) -> 
     }
     let host = ctx.host.clone();
     match name {
-        ProbeName::Node => present(blocking(move || node::probe(&host)).await, FactUpdate::Node),
-        ProbeName::Modules => present(blocking(move || modules::probe(&host)).await, FactUpdate::Modules),
-        ProbeName::Sysctls => present(blocking(move || sysctl::probe(&host)).await, FactUpdate::Sysctls),
+        ProbeName::Node => present(blocking(name, move || node::probe(&host)).await, FactUpdate::Node),
+        ProbeName::Modules => present(blocking(name, move || modules::probe(&host)).await, FactUpdate::Modules),
+        ProbeName::Sysctls => present(blocking(name, move || sysctl::probe(&host)).await, FactUpdate::Sysctls),
         ProbeName::Conntrack => probed(
             conntrack::probe(host, ctx.runner.clone(), timeout).await,
             FactUpdate::Conntrack,
@@ -154,10 +154,41 @@ pub async fn run(name: ProbeName, ctx: Arc<ProbeContext>, timeout: Duration) -> 
     }
 }
 
-async fn blocking<T: Send + 'static>(
+/// File probes whose blocking read is still running, and since when. A read
+/// stuck in the kernel (a hung FUSE or NFS file) cannot be cancelled; the next
+/// interval must not start another thread behind it.
+static BUSY: std::sync::Mutex<Vec<(ProbeName, std::time::Instant)>> = std::sync::Mutex::new(Vec::new());
+
+struct Busy(ProbeName);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Ok(mut b) = BUSY.lock() {
+            b.retain(|(p, _)| *p != self.0);
+        }
+    }
+}
+
+/// Runs a probe's file reads on the blocking pool, at most one at a time per probe.
+pub async fn blocking<T: Send + 'static>(
+    probe: ProbeName,
     f: impl FnOnce() -> Result<T, ProbeError> + Send + 'static,
 ) -> Result<T, ProbeError> {
-    match tokio::task::spawn_blocking(f).await {
+    {
+        let mut busy = BUSY.lock().map_err(|e| ProbeError::Panicked(e.to_string()))?;
+        if let Some((_, since)) = busy.iter().find(|(p, _)| *p == probe) {
+            return Err(ProbeError::StillRunning(since.elapsed()));
+        }
+        busy.push((probe, std::time::Instant::now()));
+    }
+    let guard = Busy(probe);
+    match tokio::task::spawn_blocking(move || {
+        // Cleared when the read returns, however late: not when the probe times out.
+        let _guard = guard;
+        f()
+    })
+    .await
+    {
         Ok(r) => r,
         Err(e) if e.is_panic() => Err(ProbeError::Panicked(panic_message(e.into_panic()))),
         Err(e) => Err(ProbeError::Panicked(e.to_string())),

@@ -1,0 +1,9 @@
+//! `/proc/net/stat/nf_conntrack` (conntrack::parse_stat).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let _ = proxywatch::probe::conntrack::parse_stat("fuzz", &text);
+});

@@ -1,0 +1,9 @@
+//! `/proc/net/ip_vs_stats` (ipvs::parse_proc_ip_vs_stats).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let _ = proxywatch::probe::ipvs::parse_proc_ip_vs_stats("fuzz", &text);
+});
