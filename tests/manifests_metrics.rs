@@ -1,0 +1,179 @@
+//! Every metric and finding id the alert rules and the dashboard use must
+//! exist in what the agent really serves: a renamed metric would otherwise
+//! silently disable an alert.
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Metrics that only exist after activity the fixture cannot make (kube-proxy
+/// syncing between two reads): they must at least be rendered by the agent.
+const NEED_ACTIVITY: &[&str] = &[
+    "proxywatch_kube_proxy_sync_duration_seconds",
+    "proxywatch_kube_proxy_network_programming_duration_seconds",
+];
+
+fn names_in(text: &str, prefix: &str) -> Vec<String> {
+    let mut out: Vec<String> = text
+        .match_indices(prefix)
+        .map(|(i, _)| {
+            text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect()
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A kube-proxy stand-in on loopback serving captured responses.
+fn fake_kube_proxy(root: &Path) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let metrics =
+        std::fs::read_to_string(root.join("kube-proxy/v1.21.1-iptables-kind-datadog-integrations-core.prom")).unwrap();
+    let healthz =
+        std::fs::read_to_string(root.join("kube-proxy/v1.30-kind-nodeEligible-raesene-2024-06-16.json")).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream: TcpStream = stream;
+            let mut line = String::new();
+            if BufReader::new(&mut stream).read_line(&mut line).is_err() {
+                continue;
+            }
+            let body = match line.split_whitespace().nth(1) {
+                Some("/metrics") => metrics.as_str(),
+                Some("/healthz") => healthz.as_str(),
+                Some("/proxyMode") => "iptables",
+                _ => "",
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.starts_with("HTTP/1.0 200").then_some(out)
+}
+
+#[test]
+fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixtures = common::fixtures();
+    // A node with IPVS, a kube-proxy rule set (stand-in iptables-nft-save printing a
+    // captured save) and a kube-proxy answering on loopback: every probe has facts.
+    let bin = tempfile::tempdir().unwrap();
+    let save = bin.path().join("iptables-nft-save");
+    std::fs::write(
+        &save,
+        format!(
+            "#!/bin/sh\nwhile IFS= read -r l; do printf '%s\\n' \"$l\"; done < '{}'\n",
+            fixtures.join("iptables/kube-100x2-iptables-nft-save.txt").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let kp = fake_kube_proxy(&fixtures);
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let kp_url = format!("http://127.0.0.1:{kp}");
+    let _agent = Agent(
+        Command::new(common::binary())
+            .env_clear()
+            .env("PATH", bin.path())
+            .arg("serve")
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .arg("--host-root")
+            .arg(fixtures.join("nodes/ipvs-modules-loaded"))
+            .args(["--kube-proxy.metrics-url", &kp_url, "--kube-proxy.healthz-url", &kp_url])
+            // A short trend window, so the time-to-full series exists quickly.
+            .args(["--conntrack.interval", "100ms", "--conntrack.trend-window", "1s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let served = |m: &str, body: &str| {
+        body.lines()
+            .any(|l| l.starts_with(m) && l[m.len()..].starts_with(['{', ' ']))
+    };
+
+    let rules = std::fs::read_to_string(repo.join("manifests/prometheusrule.yaml")).unwrap();
+    let dashboard = std::fs::read_to_string(repo.join("manifests/dashboards/proxywatch.json")).unwrap();
+    let used: Vec<String> = names_in(&format!("{rules}\n{dashboard}"), "proxywatch_");
+    assert!(
+        used.len() > 15,
+        "found only {} metric names in the rules and dashboard",
+        used.len()
+    );
+
+    // Poll until every used metric is there (probes run on their intervals).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut missing: Vec<String>;
+    loop {
+        let body = get(port, "/metrics").unwrap_or_default();
+        missing = used
+            .iter()
+            .filter(|m| !NEED_ACTIVITY.contains(&m.as_str()) && !served(m, &body))
+            .cloned()
+            .collect();
+        if missing.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        missing.is_empty(),
+        "used by the rules or dashboard but not served: {missing:?}"
+    );
+    let source = std::fs::read_to_string(repo.join("agent/expose/metrics.rs")).unwrap();
+    for m in NEED_ACTIVITY {
+        assert!(source.contains(&format!("\"{m}\"")), "{m} is not rendered by the agent");
+    }
+
+    // Finding ids the rules select on must be checks the agent has.
+    let ids: Vec<&str> = proxywatch::evaluate::CHECKS.iter().map(|c| c.id).collect();
+    for part in format!("{rules}\n{dashboard}").split("id=").skip(1) {
+        let id: String = part
+            .trim_start_matches(['"', '\\', '~'])
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        if id.is_empty() {
+            continue;
+        }
+        // `id=~"sysctl_.+"` selects by prefix: some check must have it.
+        let regex_prefix = part.starts_with("~") && id.ends_with('_');
+        let known = if regex_prefix {
+            ids.iter().any(|i| i.starts_with(&id))
+        } else {
+            ids.contains(&id.as_str())
+        };
+        assert!(
+            known,
+            "rules or dashboard select finding id {id:?}, unknown to the agent"
+        );
+    }
+}
