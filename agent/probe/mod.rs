@@ -205,3 +205,33 @@ pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         "unknown panic".to_string()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_read_is_a_failed_probe_and_frees_its_slot() {
+        let err = blocking::<()>(ProbeName::Node, || panic!("garbage in /proc"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "panicked: garbage in /proc");
+        // The busy mark is cleared on unwind: the next run starts.
+        assert!(blocking(ProbeName::Node, || Ok(1)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_second_read_does_not_start_behind_a_stuck_one() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let stuck = tokio::spawn(blocking(ProbeName::Sysctls, move || {
+            let _ = rx.recv();
+            Ok(())
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let err = blocking(ProbeName::Sysctls, || Ok(())).await.unwrap_err();
+        assert!(matches!(err, ProbeError::StillRunning(_)), "{err}");
+        tx.send(()).unwrap();
+        stuck.await.unwrap().unwrap();
+        assert!(blocking(ProbeName::Sysctls, || Ok(())).await.is_ok());
+    }
+}

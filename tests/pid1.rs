@@ -1,0 +1,126 @@
+//! As PID 1 (a container without tini), the agent reaps the orphans its
+//! commands leave behind. The agent runs as PID 1 of a new PID namespace
+//! (`unshare --pid --fork --mount-proc`), with a stand-in iptables-nft-save
+//! that leaves a grandchild behind on every run.
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Pids of zombie processes whose parent is `parent` (host pid numbers).
+fn zombies_of(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.first() == Some(&"Z") && f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The host pid of the single child of `pid` (unshare's forked child: the agent).
+fn only_child(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
+    if !common::can_run(&["unshare"]) {
+        return;
+    }
+    let bin = tempfile::tempdir().unwrap();
+    let save = bin.path().join("iptables-nft-save");
+    // A background sleep outlives the save; the runner kills the group after the
+    // save exits, and the killed sleep, re-parented to PID 1, needs reaping.
+    std::fs::write(
+        &save,
+        "#!/bin/sh\n/bin/sleep 30 </dev/null >/dev/null 2>&1 &\nprintf '# empty\\n'\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let unshare = Guard(
+        Command::new(common::which("unshare").unwrap())
+            .args(["--pid", "--fork", "--mount-proc"])
+            .arg(common::binary())
+            .arg("serve")
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .arg("--host-root")
+            .arg(common::fixtures().join("nodes/healthy-iptables"))
+            .args([
+                "--kube-proxy.metrics-url",
+                "http://127.0.0.1:9",
+                "--kube-proxy.healthz-url",
+                "http://127.0.0.1:9",
+            ])
+            .args(["--iptables.interval", "200ms"])
+            .env_clear()
+            .env("PATH", bin.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let agent = loop {
+        if let Some(pid) = only_child(unshare.0.id()) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "agent did not start under unshare");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ns_pid = std::fs::read_to_string(format!("/proc/{agent}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|v| v.split_whitespace().last().unwrap().to_string())
+        .unwrap();
+    assert_eq!(ns_pid, "1", "the agent is not PID 1 of its namespace");
+
+    // Let the iptables probe run a dozen times, each leaving an orphan behind.
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut runs_seen = false;
+    while Instant::now() < until {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET /snapshot HTTP/1.0\r\n\r\n");
+            let mut body = String::new();
+            let _ = s.read_to_string(&mut body);
+            if let Some((_, json)) = body.split_once("\r\n\r\n") {
+                let doc: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+                runs_seen |= doc["probes"]["iptables"]["status"] == "ok";
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(runs_seen, "the iptables probe never succeeded");
+    // The reaper polls every second: give it two, then nothing may be left.
+    std::thread::sleep(Duration::from_secs(2));
+    let left = zombies_of(agent);
+    assert!(left.len() <= 1, "zombies left under the agent (PID 1): {left:?}");
+}
