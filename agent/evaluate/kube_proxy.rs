@@ -91,6 +91,12 @@ pub fn unhealthy(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
             Severity::Critical,
             "kube-proxy runs but neither /healthz nor /metrics answers".to_string(),
         )
+    } else if h.timed_out {
+        // Seen even without hostPID (no process visible): something listens and hangs.
+        (
+            Severity::Critical,
+            "kube-proxy's /healthz accepts connections but does not answer".to_string(),
+        )
     } else {
         (Severity::Ok, "kube-proxy /healthz answers 200".to_string())
     };
@@ -238,6 +244,16 @@ mod tests {
         assert_eq!(restarted(&s, &t).unwrap().severity, Severity::Warning);
         assert_eq!(restarted(&s, &t).unwrap().evidence["restarts"], 2);
         assert_eq!(resources_near_limit(&s, &t).unwrap().severity, Severity::Warning);
+        // A health endpoint that accepts and hangs is critical even without a visible process.
+        let hung = with(KubeProxyFacts {
+            healthz: Some(HealthzFacts {
+                timed_out: true,
+                error: Some("no answer within 2s".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(unhealthy(&hung, &t).unwrap().severity, Severity::Critical);
         assert_eq!(sync_stale(&s, &t).unwrap().severity, Severity::Warning);
     }
 }

@@ -40,6 +40,10 @@ pub struct HealthzFacts {
     pub staleness_seconds: Option<f64>,
     /// Why the health endpoint could not be read, when it could not.
     pub error: Option<String>,
+    /// Something accepted the connection but did not answer in time: a wedged
+    /// kube-proxy, unlike "connection refused" (nothing there).
+    #[serde(default)]
+    pub timed_out: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -289,6 +293,7 @@ pub async fn probe(host: Host, ep: &Endpoints) -> Result<Probed<KubeProxyFacts>,
             h
         }
         Err(e) => HealthzFacts {
+            timed_out: matches!(e, FetchError::Timeout { .. }),
             error: Some(e.to_string()),
             ..Default::default()
         },
