@@ -51,19 +51,6 @@ fn write_executable(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
 /// Makes a tree world-readable (for the agent run as `nobody`).
 fn open_up(p: &Path) {
     let meta = std::fs::symlink_metadata(p).unwrap();
@@ -171,7 +158,7 @@ impl Node {
     fn new(case: u32) -> Node {
         let dir = tempfile::Builder::new().prefix("pwfault-").tempdir().unwrap();
         let root = dir.path().join("node");
-        copy_tree(&common::fixtures().join("nodes").join(NODE), &root);
+        common::copy_tree(&common::fixtures().join("nodes").join(NODE), &root);
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::copy(root.join("exec/conntrack-S.txt"), Target::Conntrack.good_output(&bin)).unwrap();
@@ -291,8 +278,7 @@ impl Agent {
                 .args(["--conntrack.interval", &interval, "--probe.timeout", &timeout])
                 .args(["--iptables.interval", &interval, "--iptables.timeout", &timeout])
                 .args(["--exec.max-output-bytes", &MAX_OUTPUT.to_string()])
-                .args(["--kube-proxy.metrics-url", "http://127.0.0.1:9"])
-                .args(["--kube-proxy.healthz-url", "http://127.0.0.1:9"])
+                .args(common::NO_KUBE_PROXY)
                 .args(["--log.level", "error"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

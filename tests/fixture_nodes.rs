@@ -9,7 +9,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -45,27 +44,6 @@ fn update_goldens() -> bool {
     std::env::var("PROXYWATCH_UPDATE_GOLDEN").is_ok_and(|v| v == "1")
 }
 
-/// Flags that point HTTP probes at a closed port, for the flags this build has.
-fn http_flags() -> &'static [String] {
-    static FLAGS: OnceLock<Vec<String>> = OnceLock::new();
-    FLAGS.get_or_init(|| {
-        let out = Command::new(common::binary())
-            .env_clear()
-            .args(["check", "--help"])
-            .output()
-            .expect("run proxywatch check --help");
-        let help = String::from_utf8_lossy(&out.stdout);
-        let mut flags = Vec::new();
-        for flag in ["--kube-proxy.metrics-url", "--kube-proxy.healthz-url"] {
-            if help.contains(flag) {
-                flags.push(flag.to_string());
-                flags.push("http://127.0.0.1:9".to_string());
-            }
-        }
-        flags
-    })
-}
-
 struct Run {
     code: i32,
     stdout: String,
@@ -82,7 +60,7 @@ fn check(cwd: &Path, host_root: &Path, exec: &Path, format: &str, extra: &[&str]
         .args(["check", "--format", format, "--node-name", "fixture"])
         .arg("--host-root")
         .arg(host_root)
-        .args(http_flags())
+        .args(common::NO_KUBE_PROXY)
         .args(extra)
         .output()
         .expect("run proxywatch");
@@ -572,19 +550,6 @@ fn builtin_modules_no_proc_modules() {
 // ---------------------------------------------------------------------------
 // Bad input on the real binary, generated from a healthy node copy.
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
 /// One broken file: what to write, which probes it must fail, and the line the error names.
 struct Breakage {
     what: &'static str,
@@ -689,7 +654,7 @@ fn bad_input_fails_only_the_affected_probe() {
     let exec = base.join("exec");
     let tmp = tempfile::tempdir().unwrap();
     let pristine = tmp.path().join("pristine");
-    copy_tree(&base, &pristine);
+    common::copy_tree(&base, &pristine);
     let baseline = check(tmp.path(), &pristine, &exec, "json", &[]);
     assert_eq!(baseline.code, 0, "{}", baseline.stdout);
     let baseline: Value = serde_json::from_str(&baseline.stdout).unwrap();
@@ -699,7 +664,7 @@ fn bad_input_fails_only_the_affected_probe() {
 
     for (i, br) in breakages(&read(&base.join(STAT))).into_iter().enumerate() {
         let root = tmp.path().join(format!("case{i}"));
-        copy_tree(&base, &root);
+        common::copy_tree(&base, &root);
         let path = root.join(br.file);
         std::fs::write(&path, &br.content).unwrap();
         let what = br.what;
@@ -744,7 +709,7 @@ fn well_formed_unknown_stat_column_is_counted_not_refused() {
     // column must not fail the probe, and its values are summed like the others.
     let base = scenario_dir("healthy-iptables");
     let tmp = tempfile::tempdir().unwrap();
-    copy_tree(&base, tmp.path());
+    common::copy_tree(&base, tmp.path());
     let stat = read(&base.join(STAT));
     let mut lines = stat.lines();
     let mut out = format!("{} future_counter\n", lines.next().unwrap());
@@ -769,7 +734,7 @@ fn command_that_closes_stdout_before_exiting_is_not_killed() {
     let base = scenario_dir("old-kernel-no-stat-file");
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("node");
-    copy_tree(&base, &root);
+    common::copy_tree(&base, &root);
     let script = root.join("exec/conntrack");
     std::fs::write(
         &script,

@@ -38,12 +38,7 @@ fn start(extra: &[&str]) -> Agent {
         .arg(format!("--listen=127.0.0.1:{port}"))
         .arg("--host-root")
         .arg(&node)
-        .args([
-            "--kube-proxy.metrics-url",
-            "http://127.0.0.1:9",
-            "--kube-proxy.healthz-url",
-            "http://127.0.0.1:9",
-        ])
+        .args(common::NO_KUBE_PROXY)
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -14,7 +14,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -33,40 +32,6 @@ fn read(p: &Path) -> String {
 fn write_executable(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
-/// Flags that point HTTP probes at a closed port, for the flags this build has.
-fn http_flags() -> &'static [String] {
-    static FLAGS: OnceLock<Vec<String>> = OnceLock::new();
-    FLAGS.get_or_init(|| {
-        let out = Command::new(common::binary())
-            .env_clear()
-            .args(["check", "--help"])
-            .output()
-            .expect("run proxywatch check --help");
-        let help = String::from_utf8_lossy(&out.stdout);
-        let mut flags = Vec::new();
-        for flag in ["--kube-proxy.metrics-url", "--kube-proxy.healthz-url"] {
-            if help.contains(flag) {
-                flags.push(flag.to_string());
-                flags.push("http://127.0.0.1:9".to_string());
-            }
-        }
-        flags
-    })
 }
 
 struct Run {
@@ -100,7 +65,11 @@ fn check(host_root: Option<&Path>, path: impl Into<OsString>, extra: &[&str]) ->
     if let Some(root) = host_root {
         cmd.arg("--host-root").arg(root);
     }
-    let out = cmd.args(http_flags()).args(extra).output().expect("run proxywatch");
+    let out = cmd
+        .args(common::NO_KUBE_PROXY)
+        .args(extra)
+        .output()
+        .expect("run proxywatch");
     let stdout = String::from_utf8(out.stdout).expect("UTF-8 stdout");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
@@ -333,7 +302,7 @@ fn assert_global_stats(facts: &Value) {
 /// fixtures, and an empty `exec/` for stand-ins.
 fn ipvs_root(tmp: &Path, proc_ip_vs: &str) -> PathBuf {
     let root = tmp.join("root");
-    copy_tree(&common::fixtures().join("nodes/ipvs-modules-loaded"), &root);
+    common::copy_tree(&common::fixtures().join("nodes/ipvs-modules-loaded"), &root);
     for golden in ["expected.json", "expected.txt"] {
         let _ = std::fs::remove_file(root.join(golden));
     }

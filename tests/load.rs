@@ -65,12 +65,7 @@ fn sixty_four_connections_see_no_errors_and_memory_stays_flat() {
             .arg(format!("--listen=127.0.0.1:{port}"))
             .arg("--host-root")
             .arg(common::fixtures().join("nodes/conntrack-near-full-drops"))
-            .args([
-                "--kube-proxy.metrics-url",
-                "http://127.0.0.1:9",
-                "--kube-proxy.healthz-url",
-                "http://127.0.0.1:9",
-            ])
+            .args(common::NO_KUBE_PROXY)
             // Probes keep publishing new snapshots during the load.
             .args([
                 "--conntrack.interval",

@@ -73,12 +73,7 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
             .arg(format!("--listen=127.0.0.1:{port}"))
             .arg("--host-root")
             .arg(common::fixtures().join("nodes/healthy-iptables"))
-            .args([
-                "--kube-proxy.metrics-url",
-                "http://127.0.0.1:9",
-                "--kube-proxy.healthz-url",
-                "http://127.0.0.1:9",
-            ])
+            .args(common::NO_KUBE_PROXY)
             .args(["--iptables.interval", "200ms"])
             .env_clear()
             .env("PATH", bin.path())

@@ -135,3 +135,25 @@ impl Drop for SysctlGuard {
         }
     }
 }
+
+/// Flags that point the kube-proxy probe at a closed port (9, discard): no kube-proxy here.
+pub const NO_KUBE_PROXY: &[&str] = &[
+    "--kube-proxy.metrics-url",
+    "http://127.0.0.1:9",
+    "--kube-proxy.healthz-url",
+    "http://127.0.0.1:9",
+];
+
+/// Copies a directory tree (a fixture node) to `to`.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
