@@ -9,12 +9,23 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Guard(Child);
+/// unshare and the agent it forked (PID 1 of the new namespace): killing
+/// unshare alone would leave the agent running, so both are killed by pid.
+struct Guard {
+    unshare: Child,
+    agent: Option<u32>,
+}
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(pid) = self.agent {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.unshare.kill();
+        let _ = self.unshare.wait();
     }
 }
 
@@ -65,9 +76,10 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
         .local_addr()
         .unwrap()
         .port();
-    let unshare = Guard(
-        Command::new(common::which("unshare").unwrap())
-            .args(["--pid", "--fork", "--mount-proc"])
+    let mut guard = Guard {
+        unshare: Command::new(common::which("unshare").unwrap())
+            // --kill-child: the agent dies with unshare even if this test is killed.
+            .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
             .arg(common::binary())
             .arg("serve")
             .arg(format!("--listen=127.0.0.1:{port}"))
@@ -81,10 +93,12 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
-    );
+        agent: None,
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     let agent = loop {
-        if let Some(pid) = only_child(unshare.0.id()) {
+        if let Some(pid) = only_child(guard.unshare.id()) {
+            guard.agent = Some(pid);
             break pid;
         }
         assert!(Instant::now() < deadline, "agent did not start under unshare");
