@@ -45,6 +45,17 @@ impl Drop for Owned {
     }
 }
 
+/// Whether `program` is an executable file in a PATH directory: probes look
+/// before they run, so a missing tool reads as "absent", not as a failure.
+pub fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
+    std::env::split_paths(&path)
+        .any(|d| std::fs::metadata(d.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
 /// Runs commands with a bound on how many run at once.
 #[derive(Debug, Clone)]
 pub struct Runner {

@@ -1,7 +1,7 @@
 //! Conntrack checks: fill, drops ("table full, dropping packet"), insert
 //! failures (the SNAT/DNAT race behind 5 s DNS timeouts) and sizing.
 
-use super::{Finding, Severity, Thresholds};
+use super::{grade, Finding, Severity, Thresholds};
 use crate::snapshot::Snapshot;
 use crate::timefmt::human_duration;
 
@@ -21,13 +21,7 @@ const RAISE_MAX: &[&str] = &[
 pub fn table_fill(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
     let ct = s.facts.conntrack.as_ref()?;
     let ratio = ct.fill_ratio()?;
-    let severity = if ratio >= t.conntrack_fill_critical {
-        Severity::Critical
-    } else if ratio >= t.conntrack_fill_warning {
-        Severity::Warning
-    } else {
-        Severity::Ok
-    };
+    let severity = grade(ratio, t.conntrack_fill_warning, t.conntrack_fill_critical);
     Some(
         Finding::new(
             "conntrack_table_fill",

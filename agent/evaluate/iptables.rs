@@ -1,7 +1,7 @@
 //! Rule-set checks: iptables work is O(n) in rules, so size and save time
 //! predict kube-proxy's sync latency ("p99 sync > 5 s after scaling").
 
-use super::{Finding, Severity, Thresholds};
+use super::{grade, Finding, Severity, Thresholds};
 use crate::probe::iptables::{IptablesFacts, SaveRun};
 use crate::snapshot::Snapshot;
 
@@ -23,13 +23,11 @@ pub fn rules_large(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
         .iter()
         .map(|r| (r, r.counts.tables.get("nat").map_or(0, |n| n.rules)))
         .max_by_key(|&(_, n)| n)?;
-    let severity = if rules >= t.iptables_rules_critical {
-        Severity::Critical
-    } else if rules >= t.iptables_rules_warning {
-        Severity::Warning
-    } else {
-        Severity::Ok
-    };
+    let severity = grade(
+        rules as f64,
+        t.iptables_rules_warning as f64,
+        t.iptables_rules_critical as f64,
+    );
     Some(
         Finding::new(
             "iptables_rules_large",
@@ -57,13 +55,7 @@ pub fn save_slow(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
         .iter()
         .max_by(|a, b| a.duration_seconds.total_cmp(&b.duration_seconds))?;
     let d = run.duration_seconds;
-    let severity = if d >= t.iptables_save_critical_seconds {
-        Severity::Critical
-    } else if d >= t.iptables_save_warning_seconds {
-        Severity::Warning
-    } else {
-        Severity::Ok
-    };
+    let severity = grade(d, t.iptables_save_warning_seconds, t.iptables_save_critical_seconds);
     Some(
         Finding::new(
             "iptables_save_slow",

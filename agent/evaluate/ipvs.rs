@@ -181,12 +181,7 @@ mod tests {
     #[test]
     fn vs_conntrack_off_is_critical_in_ipvs_mode_only() {
         let (mut s, mut t) = ipvs_node();
-        s.facts
-            .sysctls
-            .as_mut()
-            .unwrap()
-            .values
-            .insert("net.ipv4.vs.conntrack".into(), Some(0));
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.vs.conntrack", 0);
         assert_eq!(vs_conntrack(&s, &t).unwrap().severity, Severity::Critical);
         t.proxy_mode = ProxyMode::Iptables;
         assert!(vs_conntrack(&s, &t).is_none());

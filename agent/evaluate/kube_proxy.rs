@@ -1,22 +1,12 @@
 //! kube-proxy checks: sync latency (the runbook's baseline), health, staleness,
 //! restarts and resources.
 
-use super::{Finding, Severity, Thresholds};
+use super::{grade, Finding, Severity, Thresholds};
 use crate::probe::kube_proxy::{KubeProxyFacts, Latency};
 use crate::snapshot::Snapshot;
 
 fn kp(s: &Snapshot) -> Option<&KubeProxyFacts> {
     s.facts.kube_proxy.as_ref()
-}
-
-fn grade(v: f64, warning: f64, critical: f64) -> Severity {
-    if v >= critical {
-        Severity::Critical
-    } else if v >= warning {
-        Severity::Warning
-    } else {
-        Severity::Ok
-    }
 }
 
 fn latency(id: &str, what: &str, l: &Latency, warning: f64, critical: f64, remediation: &[&str]) -> Option<Finding> {

@@ -232,6 +232,17 @@ pub const CHECKS: &[Check] = &[
     Check { id: "probe_failed", run: probes::failed },
 ];
 
+/// Grades a value against its warning and critical limits (both inclusive).
+pub(crate) fn grade(value: f64, warning: f64, critical: f64) -> Severity {
+    if value >= critical {
+        Severity::Critical
+    } else if value >= warning {
+        Severity::Warning
+    } else {
+        Severity::Ok
+    }
+}
+
 /// Every check, most severe first, then by id.
 pub fn evaluate(snapshot: &Snapshot, thresholds: &Thresholds) -> Vec<Finding> {
     let mut findings: Vec<Finding> = CHECKS
@@ -262,6 +273,15 @@ pub(crate) mod test_support {
     use crate::probe::node::NodeFacts;
     use crate::probe::sysctl::SysctlFacts;
     use crate::snapshot::Snapshot;
+
+    /// Sets one sysctl of a test snapshot.
+    pub fn set_sysctl(s: &mut Snapshot, name: &str, value: i64) {
+        s.facts
+            .sysctls
+            .get_or_insert_with(Default::default)
+            .values
+            .insert(name.into(), Some(value));
+    }
 
     /// A healthy 4-CPU iptables node, for checks to break one fact at a time.
     pub fn healthy() -> Snapshot {
@@ -325,12 +345,7 @@ mod tests {
     #[test]
     fn findings_sorted_most_severe_first() {
         let mut s = test_support::healthy();
-        s.facts
-            .sysctls
-            .as_mut()
-            .unwrap()
-            .values
-            .insert("net.ipv4.ip_forward".into(), Some(0));
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
         s.facts.conntrack.as_mut().unwrap().entries = 220_000;
         let f = evaluate(&s, &Thresholds::default());
         let ids: Vec<&str> = f.iter().map(|f| f.id.as_str()).collect();

@@ -202,12 +202,7 @@ mod tests {
         assert_eq!(call(&app, "GET", "/nope").await.0, StatusCode::NOT_FOUND);
 
         // A critical finding makes /readyz 503 with the reason; /healthz stays 200.
-        s.facts
-            .sysctls
-            .as_mut()
-            .unwrap()
-            .values
-            .insert("net.ipv4.ip_forward".into(), Some(0));
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
         tx.send(Some(Arc::new(Publication::new(&s, &Thresholds::default()))))
             .unwrap();
         let (st, _, text) = call(&app, "GET", "/readyz").await;
@@ -265,12 +260,7 @@ mod tests {
 
         let mut s = crate::evaluate::test_support::healthy();
         s.node = "<script>alert('x')</script>".into();
-        s.facts
-            .sysctls
-            .as_mut()
-            .unwrap()
-            .values
-            .insert("net.ipv4.ip_forward".into(), Some(0));
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
         tx.send(Some(Arc::new(Publication::new(&s, &Thresholds::default()))))
             .unwrap();
 

@@ -451,12 +451,7 @@ mod tests {
         );
         let mut s = crate::evaluate::test_support::healthy();
         s.node = "<script>alert(1)</script>".into();
-        s.facts
-            .sysctls
-            .as_mut()
-            .unwrap()
-            .values
-            .insert("<img src=x onerror=alert(2)>".into(), Some(1));
+        crate::evaluate::test_support::set_sysctl(&mut s, "<img src=x onerror=alert(2)>", 1);
         let html = render(&doc(&s), 0.0);
         assert!(!html.contains("<script"), "{html}");
         assert!(!html.contains("<img"), "{html}");
@@ -466,12 +461,7 @@ mod tests {
     #[test]
     fn shows_status_findings_and_facts() {
         let mut s = crate::evaluate::test_support::healthy();
-        s.facts
-            .sysctls
-            .as_mut()
-            .unwrap()
-            .values
-            .insert("net.ipv4.ip_forward".into(), Some(0));
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
         s.facts.conntrack.as_mut().unwrap().entries = 131_072;
         let html = render(&doc(&s), 0.0);
         assert!(html.starts_with("<!doctype html>"));

@@ -121,12 +121,7 @@ mod tests {
     #[test]
     fn fits_80_columns_and_marks_severity() {
         let mut s = crate::evaluate::test_support::healthy();
-        s.facts
-            .sysctls
-            .as_mut()
-            .unwrap()
-            .values
-            .insert("net.ipv4.ip_forward".into(), Some(0));
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
         s.facts.conntrack.as_mut().unwrap().entries = 250_000;
         let t = Thresholds::default();
         let doc = Document::new(&s, evaluate(&s, &t), crate::evaluate::effective_mode(&s, &t));

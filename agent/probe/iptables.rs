@@ -506,9 +506,9 @@ pub async fn probe(
     timeout: std::time::Duration,
     max_output_bytes: u64,
 ) -> Result<super::Probed<IptablesFacts>, super::ProbeError> {
-    let mut chosen: Vec<(&str, &str, &str)> = COMMANDS.iter().copied().filter(|c| on_path(c.2)).collect();
+    let mut chosen: Vec<(&str, &str, &str)> = COMMANDS.iter().copied().filter(|c| crate::exec::on_path(c.2)).collect();
     if chosen.is_empty() {
-        chosen = FALLBACK.iter().copied().filter(|c| on_path(c.2)).collect();
+        chosen = FALLBACK.iter().copied().filter(|c| crate::exec::on_path(c.2)).collect();
     }
     if chosen.is_empty() {
         return Ok(super::Probed::Absent("no iptables-save command on PATH".into()));
@@ -546,16 +546,6 @@ pub async fn probe(
         backend_reason,
         backends_with_kube_rules,
     }))
-}
-
-/// Whether `program` is an executable file in a PATH directory.
-pub fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let Some(path) = std::env::var_os("PATH") else {
-        return false;
-    };
-    std::env::split_paths(&path)
-        .any(|d| std::fs::metadata(d.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
 #[cfg(test)]

@@ -1119,7 +1119,7 @@ pub async fn probe(
         )?),
         None => None,
     };
-    let (source, services) = if super::iptables::on_path("ipvsadm") {
+    let (source, services) = if crate::exec::on_path("ipvsadm") {
         let list = crate::exec::CommandSpec::new("ipvsadm", &["-Ln"])
             .timeout(timeout)
             .max_output_bytes(256 << 20)

@@ -422,7 +422,7 @@ pub async fn probe(
     timeout: std::time::Duration,
     max_output_bytes: u64,
 ) -> Result<super::Probed<NftablesFacts>, super::ProbeError> {
-    if !super::iptables::on_path("nft") {
+    if !crate::exec::on_path("nft") {
         return Ok(super::Probed::Absent("nft not on PATH".into()));
     }
     let hint = "needs CAP_NET_ADMIN";
