@@ -447,13 +447,13 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
         )
         .with_label_values(&[] as &[&str])
         .inc_by(k.restarts);
-        if let Some(p) = &k.agent_process {
-            one(
-                "proxywatch_agent_resident_memory_bytes",
-                "Resident memory of the proxywatch agent itself.",
-                p.resident_memory_bytes as f64,
-            );
-        }
+    }
+
+    // The agent's own process (process_resident_memory_bytes, process_cpu_seconds_total...),
+    // the standard collector every Prometheus exporter has; read per render, not per scrape.
+    let own = prometheus::process_collector::ProcessCollector::for_self();
+    if let Err(e) = out.registry.register(Box::new(own)) {
+        tracing::error!("process metrics registration failed: {e}");
     }
 
     // Findings: every known check, always present.
@@ -508,12 +508,7 @@ mod tests {
         let ct = s.facts.conntrack.as_mut().unwrap();
         ct.stats.insert("drop".into(), 7);
         ct.stats_source = Some("test".into());
-        s.facts
-            .sysctls
-            .as_mut()
-            .unwrap()
-            .values
-            .insert("net.ipv4.ip_forward".into(), Some(0));
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
         let findings = evaluate(&s, &Thresholds::default());
         let text = render(&s, &findings);
         assert_eq!(value(&text, "proxywatch_conntrack_entries"), Some(1000.0));
@@ -541,6 +536,10 @@ mod tests {
         );
         assert_eq!(value(&text, "proxywatch_node_ready"), Some(0.0));
         assert_eq!(value(&text, "proxywatch_findings{severity=\"critical\"}"), Some(1.0));
+        assert!(
+            value(&text, "process_resident_memory_bytes").is_some_and(|v| v > 0.0),
+            "own RSS missing"
+        );
         assert!(
             !text.contains("proxywatch_conntrack_seconds_to_full"),
             "no trend, no series"

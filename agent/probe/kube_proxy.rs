@@ -129,8 +129,6 @@ pub struct KubeProxyFacts {
     pub restarts: u64,
     /// Unix time of the latest restart seen, in seconds.
     pub last_restart_seconds: Option<f64>,
-    /// The agent's own process, for comparison.
-    pub agent_process: Option<ProcessFacts>,
 }
 
 /// Finds the kube-proxy process (comm `kube-proxy`) under `<host root>/proc`.
@@ -148,13 +146,6 @@ pub fn find_process(host: &Host) -> Result<Option<ProcessFacts>, ProbeError> {
         }
     }
     Ok(None)
-}
-
-/// The agent's own process facts.
-pub fn own_process() -> Option<ProcessFacts> {
-    let me = procfs::process::Process::myself().ok()?;
-    let stat = me.stat().ok()?;
-    process_facts(&Host::new("/"), &me, &stat).ok()
 }
 
 fn process_facts(
@@ -254,7 +245,6 @@ pub async fn probe(host: Host, ep: &Endpoints) -> Result<Probed<KubeProxyFacts>,
     }
     let mut facts = KubeProxyFacts {
         process,
-        agent_process: own_process(),
         ..Default::default()
     };
     if let Ok(r) = &mode {
