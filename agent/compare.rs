@@ -188,6 +188,10 @@ fn extract(doc: &Value) -> Vec<Fact> {
         }
     };
     let f = &doc["facts"];
+    // Values derived over time sit under `derived` since 0.2; a baseline saved
+    // by 0.1 kept them inside the facts. Read whichever the document has.
+    let d = &doc["derived"];
+    let either = |new: &Value, old: &Value| if new.is_null() { old.clone() } else { new.clone() };
     put("status".into(), doc["status"].as_str().map(Value::from), "");
     put(
         "proxy mode".into(),
@@ -208,11 +212,12 @@ fn extract(doc: &Value) -> Vec<Fact> {
         for stat in ["drop", "early_drop", "insert_failed"] {
             put(format!("conntrack {stat} (since boot)"), num(&ct["stats"][stat]), "");
         }
-        put("conntrack growth".into(), num(&ct["trend"]["slope_per_second"]), "/s");
-        if ct["trend"].is_object() {
+        let trend = either(&d["conntrack"]["trend"], &ct["trend"]);
+        put("conntrack growth".into(), num(&trend["slope_per_second"]), "/s");
+        if trend.is_object() {
             put(
                 "conntrack time to full".into(),
-                Some(ct["trend"]["seconds_to_full"].clone()),
+                Some(trend["seconds_to_full"].clone()),
                 "s",
             );
         }
@@ -305,15 +310,22 @@ fn extract(doc: &Value) -> Vec<Fact> {
     );
     for (key, label) in [("sync", "sync p99"), ("network_programming", "programming p99")] {
         let l = &kp[key];
+        let window = &d["kube_proxy"][key];
         // The window's p99 when there is a window, else since start (as the checks do).
-        let p99 = if l["count_window"].is_number() {
+        let p99 = if window.is_object() {
+            num(&window["p99"])
+        } else if l["count_window"].is_number() {
             num(&l["p99_window"])
         } else {
             num(&l["p99_since_start"])
         };
         put(format!("kube-proxy {label}"), p99, "s");
     }
-    put("kube-proxy restarts".into(), num(&kp["restarts"]), "");
+    put(
+        "kube-proxy restarts".into(),
+        num(&either(&d["kube_proxy"]["restarts"], &kp["restarts"])),
+        "",
+    );
 
     if let Some(probes) = doc["probes"].as_object() {
         for (name, o) in probes {
@@ -758,6 +770,34 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("sysctl net.ipv4.vs.conntrack: none -> missing"), "{text}");
+    }
+
+    #[test]
+    fn derived_values_read_from_either_layout() {
+        // Since 0.2 the trend and restarts sit under `derived`; 0.1 kept them in the facts.
+        let mut old = doc("ok", 200, json!([]));
+        old["facts"]["conntrack"]["trend"] = json!({"slope_per_second": 2.0, "seconds_to_full": 400.0});
+        old["facts"]["kube_proxy"] = json!({"restarts": 1, "sync": {"count_window": 3.0, "p99_window": 0.5}});
+        let mut new = doc("ok", 200, json!([]));
+        new["derived"] = json!({
+            "conntrack": {"trend": {"slope_per_second": 5.0, "seconds_to_full": 160.0}},
+            "kube_proxy": {"restarts": 2, "sync": {"p99": 1.5, "count": 4.0, "seconds": 15.0}}
+        });
+        new["facts"]["kube_proxy"] = json!({"sync": {"p99_since_start": 0.1}});
+        let c = compare("old", &old, "new", &new);
+        for (name, before, after) in [
+            ("conntrack growth", 2.0, 5.0),
+            ("conntrack time to full", 400.0, 160.0),
+            ("kube-proxy restarts", 1.0, 2.0),
+            ("kube-proxy sync p99", 0.5, 1.5),
+        ] {
+            let f = fact(&c, name);
+            assert_eq!(
+                (f.before.as_f64(), f.after.as_f64()),
+                (Some(before), Some(after)),
+                "{name}"
+            );
+        }
     }
 
     #[test]

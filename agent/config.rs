@@ -243,7 +243,7 @@ pub struct Common {
     #[arg(long = "node.interval", env = "PROXYWATCH_NODE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub node_interval: Duration,
 
-    /// Timeout of one run of the file probes (node, modules, conntrack, sysctls).
+    /// Deadline of one run of each file probe (node, modules, conntrack, sysctls), `conntrack -S` included.
     #[arg(long = "probe.timeout", env = "PROXYWATCH_PROBE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
 
@@ -251,7 +251,7 @@ pub struct Common {
     #[arg(long = "iptables.interval", env = "PROXYWATCH_IPTABLES_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub iptables_interval: Duration,
 
-    /// Timeout of one iptables probe run (all saves).
+    /// Deadline of one iptables probe run: every iptables-save it runs shares it.
     #[arg(long = "iptables.timeout", env = "PROXYWATCH_IPTABLES_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub iptables_timeout: Duration,
 
@@ -283,7 +283,7 @@ pub struct Common {
     #[arg(long = "nftables.interval", env = "PROXYWATCH_NFTABLES_INTERVAL", default_value = "120s", value_parser = parse_duration)]
     pub nftables_interval: Duration,
 
-    /// Timeout of one nftables probe run.
+    /// Deadline of one nftables probe run (both families' `nft list table`).
     #[arg(long = "nftables.timeout", env = "PROXYWATCH_NFTABLES_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub nftables_timeout: Duration,
 
@@ -291,7 +291,7 @@ pub struct Common {
     #[arg(long = "ipvs.interval", env = "PROXYWATCH_IPVS_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub ipvs_interval: Duration,
 
-    /// Timeout of one IPVS probe run.
+    /// Deadline of one IPVS probe run (both ipvsadm commands, /proc, kube-ipvs0).
     #[arg(long = "ipvs.timeout", env = "PROXYWATCH_IPVS_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub ipvs_timeout: Duration,
 
@@ -315,7 +315,7 @@ pub struct Common {
     #[arg(long = "kube-proxy.interval", env = "PROXYWATCH_KUBE_PROXY_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub kube_proxy_interval: Duration,
 
-    /// Timeout of each request to kube-proxy.
+    /// Deadline of one kube-proxy probe run: its requests (in parallel) and the process scan.
     #[arg(long = "kube-proxy.timeout", env = "PROXYWATCH_KUBE_PROXY_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub kube_proxy_timeout: Duration,
 
@@ -369,7 +369,6 @@ impl Common {
         crate::probe::kube_proxy::Endpoints {
             metrics_url: self.kube_proxy_metrics_url.clone(),
             healthz_url: self.kube_proxy_healthz_url.clone(),
-            timeout: self.kube_proxy_timeout,
             max_body_bytes: self.kube_proxy_max_body_bytes,
         }
     }
@@ -406,6 +405,15 @@ impl Common {
         })
     }
 
+    /// How far back the history stage looks.
+    pub fn history(&self) -> crate::history::HistoryConfig {
+        crate::history::HistoryConfig {
+            conntrack_window_seconds: self.conntrack_window.as_secs_f64(),
+            conntrack_trend_window_seconds: self.conntrack_trend_window.as_secs_f64(),
+            conntrack_interval_seconds: self.conntrack_interval.as_secs_f64(),
+        }
+    }
+
     pub fn schedules(&self) -> Vec<Schedule> {
         crate::probe::PROBES
             .iter()
@@ -418,11 +426,7 @@ impl Common {
                     ProbeName::Iptables => (self.iptables_interval, self.iptables_timeout),
                     ProbeName::Nftables => (self.nftables_interval, self.nftables_timeout),
                     ProbeName::Ipvs => (self.ipvs_interval, self.ipvs_timeout),
-                    // Three requests in parallel, each bounded; the run gets a margin over one.
-                    ProbeName::KubeProxy => (
-                        self.kube_proxy_interval,
-                        self.kube_proxy_timeout * 2 + Duration::from_secs(1),
-                    ),
+                    ProbeName::KubeProxy => (self.kube_proxy_interval, self.kube_proxy_timeout),
                 };
                 Schedule {
                     probe,
@@ -432,6 +436,16 @@ impl Common {
             })
             .collect()
     }
+}
+
+/// The thresholds of a run with no flag: the binary's defaults, from the one
+/// place they are written (the flags above). Tests build theirs from here.
+pub fn default_thresholds() -> Thresholds {
+    let cli = Cli::try_parse_from(["proxywatch", "check"]).expect("the defaults parse");
+    let Command::Check(args) = cli.command else {
+        unreachable!("parsed as check")
+    };
+    args.common.thresholds().expect("the defaults are consistent")
 }
 
 fn parse_mode(s: &str) -> Result<ProxyMode, String> {

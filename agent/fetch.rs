@@ -8,6 +8,8 @@ use http_body_util::BodyExt;
 use hyper::body::Body;
 use hyper_util::rt::TokioIo;
 
+use crate::deadline::Deadline;
+
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     #[error("{url}: not an http://host:port/path URL")]
@@ -57,6 +59,18 @@ pub async fn get(url: &str, timeout: Duration, max_body: usize) -> Result<Fetche
         Err(_) => Err(FetchError::Timeout {
             url: url.to_string(),
             after: timeout,
+        }),
+    }
+}
+
+/// Like [`get`], ending at a probe's deadline; a timeout names the probe's
+/// whole budget, the number the user configured.
+pub async fn get_until(url: &str, deadline: Deadline, max_body: usize) -> Result<Fetched, FetchError> {
+    match tokio::time::timeout_at(deadline.at().into(), get_inner(url, max_body)).await {
+        Ok(r) => r,
+        Err(_) => Err(FetchError::Timeout {
+            url: url.to_string(),
+            after: deadline.budget(),
         }),
     }
 }

@@ -1,29 +1,51 @@
 //! proxywatch: is this node's kube-proxy data plane healthy?
 //!
-//! One direction, four stages:
+//! One direction, five stages, driven by `scheduler`:
 //!
 //! ```text
-//! probe/     reads the host (files under --host-root, commands on PATH) into typed facts
-//! snapshot   all facts of one node at one time, plus each probe's outcome
-//! evaluate/  pure functions: (snapshot, thresholds) -> findings
-//! expose/    rendering only: Prometheus text, JSON, terminal report, HTTP routes
+//!  host: files under --host-root · commands on PATH · kube-proxy's local HTTP
+//!    │
+//!    ▼ probe/     one contract for every source (probe/mod.rs):
+//!    │            probe(&ProbeContext, Deadline) -> Result<Probed<Facts>, ProbeError>
+//!  Reading        what one probe saw at one moment; Probed::Absent when the source is not there
+//!    │
+//!    ▼ history/   the only stage with memory: counter windows, the conntrack trend and
+//!    │            time to full, kube-proxy's latency window, restarts, sync age
+//!  Snapshot       latest readings (`facts`) + `derived` + each probe's outcome
+//!    │
+//!    ▼ evaluate/  pure: (snapshot, thresholds) -> Verdict { mode with its source, findings }
+//!  Verdict
+//!    │
+//!    ▼ expose/    rendering only, once per snapshot: /metrics, /snapshot, /findings, the
+//!                 status page, the terminal report; HTTP handlers copy the bytes
 //! ```
 //!
-//! `scheduler` runs the probes in the background on their own intervals and
-//! publishes each new snapshot with its findings, rendered once; HTTP handlers
-//! only read the latest publication.
+//! One fact end to end, conntrack drops: `probe::conntrack::probe` reads
+//! `/proc/net/stat/nf_conntrack` on the blocking pool and parses it into
+//! `ConntrackFacts.stats["drop"]` (a counter since boot); the scheduler hands the
+//! reading to `history::History::observe`, whose `CounterWindow` turns successive
+//! readings into `derived.conntrack.window` (the increase over `--conntrack.window`);
+//! `evaluate::conntrack::drops` grades that increase into the `conntrack_drops`
+//! finding; `expose::metrics` renders `proxywatch_conntrack_stat_drop_total` and
+//! `proxywatch_finding_severity{id="conntrack_drops"}`, served as bytes on `/metrics`.
+//!
+//! Each probe's deadline is its `--*.timeout` flag: commands get what is left of
+//! it, file reads run behind a hang guard, requests end at it. A probe that
+//! fails, hangs or panics fails alone. `config` holds every flag and its default
+//! (the only place defaults are written); `exec` is the one command runner,
+//! `fetch` the one HTTP client.
 
 pub mod compare;
 pub mod config;
+pub mod deadline;
 pub mod evaluate;
 pub mod exec;
 pub mod expose;
 pub mod fetch;
+pub mod history;
 pub mod host;
 pub mod probe;
 pub mod reaper;
 pub mod scheduler;
 pub mod snapshot;
 pub mod timefmt;
-pub mod trend;
-pub mod window;

@@ -110,10 +110,7 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
         max_output_bytes: common.max_output_bytes,
         kube_proxy: common.kube_proxy_endpoints(),
     });
-    let aggregator = Aggregator::new(&node, thresholds, PROBES, common.conntrack_window.as_secs_f64()).with_trend(
-        common.conntrack_trend_window.as_secs_f64(),
-        common.conntrack_interval.as_secs_f64(),
-    );
+    let aggregator = Aggregator::new(&node, thresholds, PROBES, common.history());
     Ok(Setup { ctx, aggregator })
 }
 

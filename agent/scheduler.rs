@@ -1,7 +1,8 @@
-//! Runs each probe in its own task on its own interval, with a timeout, and
-//! publishes a new snapshot (evaluated and rendered once) after each result.
+//! Drives the stages: each probe runs in its own task on its own interval,
+//! until its deadline; each result goes through the history stage, then
+//! evaluation, then rendering, once, into the publication HTTP handlers serve.
 //! A hang or panic in one probe is reported as that probe's failure; the
-//! others go on.
+//! others go on. The scheduler knows no probe by name.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -10,21 +11,20 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::evaluate::Thresholds;
+use crate::evaluate::{self, Thresholds};
 use crate::expose::http::Latest;
 use crate::expose::Publication;
-use crate::probe::{self, panic_message, ProbeContext, ProbeError, ProbeName, Probed};
-use crate::snapshot::{FactUpdate, ProbeOutcome, ProbeStatus, Snapshot};
+use crate::history::{History, HistoryConfig};
+use crate::probe::{self, panic_message, Deadline, ProbeContext, ProbeError, ProbeName, Probed, Reading};
+use crate::snapshot::{ProbeOutcome, ProbeStatus, Snapshot};
 use crate::timefmt::unix_seconds;
-use crate::trend::TrendHistory;
-use crate::window::CounterWindow;
 
 /// Which probes run, and how often.
 #[derive(Debug, Clone)]
 pub struct Schedule {
     pub probe: ProbeName,
     pub interval: Duration,
-    /// Bound on one run, commands included.
+    /// The deadline of one run, commands and requests included (the probe's `--*.timeout`).
     pub timeout: Duration,
 }
 
@@ -32,44 +32,31 @@ pub struct Schedule {
 #[derive(Debug)]
 pub struct RunReport {
     pub probe: ProbeName,
-    pub result: Result<Probed<FactUpdate>, ProbeError>,
+    pub result: Result<Probed<Reading>, ProbeError>,
     pub duration: Duration,
 }
 
-/// The conntrack trend's default fit window and how long its history is kept, in seconds.
-const DEFAULT_TREND_WINDOW: f64 = 900.0;
-const TREND_HISTORY: f64 = 3600.0;
+/// Past its deadline a probe gets this long to return its own error (a
+/// command's timeout, with its stderr) before the run is cut from outside.
+const GRACE: Duration = Duration::from_millis(250);
 
-/// Folds probe results into the current snapshot. Pure apart from the times it is given.
+/// Folds probe results into the current snapshot: probe -> history -> evaluate
+/// -> expose. Pure apart from the times it is given.
 pub struct Aggregator {
     snapshot: Snapshot,
     thresholds: Thresholds,
-    conntrack_window: CounterWindow,
-    conntrack_trend: TrendHistory,
-    kube_proxy: crate::probe::kube_proxy::Tracker,
+    history: History,
     waiting_for: BTreeSet<ProbeName>,
 }
 
 impl Aggregator {
-    /// `window_seconds`: how far back counter increases (conntrack drops...) are counted.
-    pub fn new(node: &str, thresholds: Thresholds, probes: &[ProbeName], window_seconds: f64) -> Self {
+    pub fn new(node: &str, thresholds: Thresholds, probes: &[ProbeName], history: HistoryConfig) -> Self {
         Aggregator {
             snapshot: Snapshot::new(node),
             thresholds,
-            conntrack_window: CounterWindow::new(window_seconds, 4096),
-            conntrack_trend: TrendHistory::new(DEFAULT_TREND_WINDOW, TREND_HISTORY, 720),
-            kube_proxy: Default::default(),
+            history: History::new(history),
             waiting_for: probes.iter().copied().collect(),
         }
-    }
-
-    /// Sets the conntrack trend's fit window; the history keeps the last hour (or
-    /// the window, if longer) at the probe's resolution, at most 4096 readings.
-    pub fn with_trend(mut self, window_seconds: f64, conntrack_interval_seconds: f64) -> Self {
-        let span = TREND_HISTORY.max(window_seconds);
-        let capacity = (span / conntrack_interval_seconds.max(0.001)).ceil() as usize + 1;
-        self.conntrack_trend = TrendHistory::new(window_seconds, span, capacity.min(4096));
-        self
     }
 
     /// Records one run. Returns the new publication once every probe has reported at least once.
@@ -78,24 +65,19 @@ impl Aggregator {
         let p = report.probe;
         let previous_success = self.snapshot.probes.get(&p).and_then(|o| o.last_success_seconds);
         let (status, error) = match report.result {
-            Ok(Probed::Present(mut update)) => {
-                match &mut update {
-                    FactUpdate::Conntrack(ct) => {
-                        ct.window = self.conntrack_window.push(mono, &ct.stats);
-                        ct.trend = self.conntrack_trend.push(mono, ct.entries, ct.max);
-                    }
-                    FactUpdate::KubeProxy(kp) => self.kube_proxy.update(kp, now),
-                    _ => {}
-                }
-                self.snapshot.facts.apply(update);
+            Ok(Probed::Present(reading)) => {
+                self.history.observe(&reading, now, mono, &mut self.snapshot.derived);
+                self.snapshot.facts.apply(reading);
                 (ProbeStatus::Ok, None)
             }
             Ok(Probed::Absent(why)) => {
                 self.snapshot.facts.clear(p);
+                self.history.missed(p, &mut self.snapshot.derived);
                 (ProbeStatus::Absent, Some(why))
             }
             Err(e) => {
                 self.snapshot.facts.clear(p);
+                self.history.missed(p, &mut self.snapshot.derived);
                 tracing::warn!(probe = %p, "probe failed: {e}");
                 (ProbeStatus::Failed, Some(e.to_string()))
             }
@@ -117,23 +99,24 @@ impl Aggregator {
         );
         self.snapshot.collected_at = now;
         self.waiting_for.remove(&p);
-        self.waiting_for
-            .is_empty()
-            .then(|| Publication::new(&self.snapshot, &self.thresholds))
+        if !self.waiting_for.is_empty() {
+            return None;
+        }
+        let verdict = evaluate::evaluate(&self.snapshot, &self.thresholds);
+        Some(Publication::new(&self.snapshot, verdict))
     }
 }
 
-/// Runs a probe in its own task, so a panic is caught and a hang is cut by the timeout.
+/// Runs a probe in its own task until its deadline, so a panic is caught and a hang is cut.
 async fn run_isolated(
     probe: ProbeName,
     ctx: &Arc<ProbeContext>,
     timeout: Duration,
-) -> Result<Probed<FactUpdate>, ProbeError> {
-    // The probe's own commands time out first, so their errors (with stderr)
-    // win over the generic timeout; the outer bound catches everything else.
-    let inner = timeout.mul_f64(0.95);
-    let mut handle: JoinHandle<_> = tokio::spawn(probe::run(probe, ctx.clone(), inner));
-    match tokio::time::timeout(timeout, &mut handle).await {
+) -> Result<Probed<Reading>, ProbeError> {
+    let deadline = Deadline::after(timeout);
+    let task_ctx = ctx.clone();
+    let mut handle: JoinHandle<_> = tokio::spawn(async move { probe::run(probe, &task_ctx, deadline).await });
+    match tokio::time::timeout_at((deadline.at() + GRACE).into(), &mut handle).await {
         Ok(Ok(result)) => result,
         Ok(Err(e)) if e.is_panic() => Err(ProbeError::Panicked(panic_message(e.into_panic()))),
         Ok(Err(e)) => Err(ProbeError::Panicked(e.to_string())),
@@ -213,8 +196,16 @@ mod tests {
     use super::*;
     use crate::probe::conntrack::ConntrackFacts;
 
-    fn ct(entries: u64, drop: u64) -> FactUpdate {
-        FactUpdate::Conntrack(ConntrackFacts {
+    fn history(window: f64, trend_window: f64) -> HistoryConfig {
+        HistoryConfig {
+            conntrack_window_seconds: window,
+            conntrack_trend_window_seconds: trend_window,
+            conntrack_interval_seconds: 5.0,
+        }
+    }
+
+    fn ct(entries: u64, drop: u64) -> Reading {
+        Reading::Conntrack(ConntrackFacts {
             entries,
             max: 1000,
             stats: [("drop".to_string(), drop)].into(),
@@ -223,7 +214,7 @@ mod tests {
         })
     }
 
-    fn ok(probe: ProbeName, u: FactUpdate) -> RunReport {
+    fn ok(probe: ProbeName, u: Reading) -> RunReport {
         RunReport {
             probe,
             result: Ok(Probed::Present(u)),
@@ -234,7 +225,7 @@ mod tests {
     #[test]
     fn publishes_after_every_probe_reported_and_windows_drops() {
         let probes = [ProbeName::Conntrack, ProbeName::Sysctls];
-        let mut a = Aggregator::new("n", Thresholds::default(), &probes, 60.0);
+        let mut a = Aggregator::new("n", crate::config::default_thresholds(), &probes, history(60.0, 900.0));
         assert!(a.record(ok(ProbeName::Conntrack, ct(10, 5)), 100.0, 0.0).is_none());
         let p = a
             .record(
@@ -258,16 +249,21 @@ mod tests {
 
     #[test]
     fn trend_over_the_history_raises_time_to_full() {
-        let mut a = Aggregator::new("n", Thresholds::default(), &[ProbeName::Conntrack], 60.0).with_trend(600.0, 5.0);
+        let mut a = Aggregator::new(
+            "n",
+            crate::config::default_thresholds(),
+            &[ProbeName::Conntrack],
+            history(60.0, 600.0),
+        );
         let ct = |entries: u64| {
-            FactUpdate::Conntrack(ConntrackFacts {
+            Reading::Conntrack(ConntrackFacts {
                 entries,
                 max: 100_000,
                 ..Default::default()
             })
         };
         let p = a.record(ok(ProbeName::Conntrack, ct(10_000)), 1000.0, 0.0).unwrap();
-        assert!(p.document.facts.conntrack.as_ref().unwrap().trend.is_none());
+        assert!(p.document.derived.conntrack.is_none(), "one reading: no trend");
         // 100 entries/s for 10 minutes, with one reading spiking: 70 000 at t = 600 s,
         // 30 000 to go, so about 300 s to full: critical (< 10 min).
         let mut last = None;
@@ -277,7 +273,7 @@ mod tests {
             last = a.record(ok(ProbeName::Conntrack, ct(entries)), 1000.0 + t, t);
         }
         let p = last.unwrap();
-        let tr = p.document.facts.conntrack.as_ref().unwrap().trend.clone().unwrap();
+        let tr = p.document.derived.conntrack.as_ref().unwrap().trend.clone().unwrap();
         assert!((tr.slope_per_second - 100.0).abs() < 0.5, "{tr:?}");
         assert!((tr.seconds_to_full.unwrap() - 300.0).abs() < 5.0, "{tr:?}");
         let f = p
@@ -292,7 +288,12 @@ mod tests {
 
     #[test]
     fn failure_clears_facts_and_keeps_last_success() {
-        let mut a = Aggregator::new("n", Thresholds::default(), &[ProbeName::Conntrack], 60.0);
+        let mut a = Aggregator::new(
+            "n",
+            crate::config::default_thresholds(),
+            &[ProbeName::Conntrack],
+            history(60.0, 900.0),
+        );
         let p = a.record(ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 0.0).unwrap();
         assert!(p.document.facts.conntrack.is_some());
         let fail = RunReport {
@@ -302,6 +303,7 @@ mod tests {
         };
         let p = a.record(fail, 110.0, 10.0).unwrap();
         assert!(p.document.facts.conntrack.is_none(), "no stale numbers after a failure");
+        assert!(p.document.derived.conntrack.is_none(), "nor values derived from them");
         let o = &p.document.probes["conntrack"];
         assert_eq!(o.last_success_seconds, Some(100.0));
         assert!(o.error.as_deref().unwrap().contains("timed out"));

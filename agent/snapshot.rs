@@ -1,9 +1,11 @@
-//! The facts of one node at one time, and each probe's outcome.
+//! One node at one time: the probes' latest readings, what the history stage
+//! derived from them, and each probe's outcome.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::history::Derived;
 use crate::probe::conntrack::ConntrackFacts;
 use crate::probe::iptables::IptablesFacts;
 use crate::probe::ipvs::IpvsFacts;
@@ -12,7 +14,7 @@ use crate::probe::modules::ModuleFacts;
 use crate::probe::nftables::NftablesFacts;
 use crate::probe::node::NodeFacts;
 use crate::probe::sysctl::SysctlFacts;
-use crate::probe::ProbeName;
+use crate::probe::{ProbeName, Reading};
 
 /// Everything the probes found. A probe that failed or found its source
 /// absent leaves its slot empty: a stale or partial number is never shown as current.
@@ -36,30 +38,17 @@ pub struct Facts {
     pub kube_proxy: Option<KubeProxyFacts>,
 }
 
-/// The facts one probe run produced.
-#[derive(Debug, Clone, PartialEq)]
-pub enum FactUpdate {
-    Node(NodeFacts),
-    Modules(ModuleFacts),
-    Conntrack(ConntrackFacts),
-    Sysctls(SysctlFacts),
-    Iptables(IptablesFacts),
-    Nftables(NftablesFacts),
-    Ipvs(IpvsFacts),
-    KubeProxy(Box<KubeProxyFacts>),
-}
-
 impl Facts {
-    pub fn apply(&mut self, update: FactUpdate) {
-        match update {
-            FactUpdate::Node(f) => self.node = Some(f),
-            FactUpdate::Modules(f) => self.modules = Some(f),
-            FactUpdate::Conntrack(f) => self.conntrack = Some(f),
-            FactUpdate::Sysctls(f) => self.sysctls = Some(f),
-            FactUpdate::Iptables(f) => self.iptables = Some(f),
-            FactUpdate::Nftables(f) => self.nftables = Some(f),
-            FactUpdate::Ipvs(f) => self.ipvs = Some(f),
-            FactUpdate::KubeProxy(f) => self.kube_proxy = Some(*f),
+    pub fn apply(&mut self, reading: Reading) {
+        match reading {
+            Reading::Node(f) => self.node = Some(f),
+            Reading::Modules(f) => self.modules = Some(f),
+            Reading::Conntrack(f) => self.conntrack = Some(f),
+            Reading::Sysctls(f) => self.sysctls = Some(f),
+            Reading::Iptables(f) => self.iptables = Some(f),
+            Reading::Nftables(f) => self.nftables = Some(f),
+            Reading::Ipvs(f) => self.ipvs = Some(f),
+            Reading::KubeProxy(f) => self.kube_proxy = Some(*f),
         }
     }
 
@@ -108,7 +97,10 @@ pub struct Snapshot {
     pub node: String,
     /// Unix time of the latest update, in seconds.
     pub collected_at: f64,
+    /// What each probe read on its latest run.
     pub facts: Facts,
+    /// What the history stage derived from the readings so far.
+    pub derived: Derived,
     /// Outcome of every probe that has run at least once.
     pub probes: BTreeMap<ProbeName, ProbeOutcome>,
 }

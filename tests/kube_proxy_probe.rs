@@ -536,9 +536,9 @@ fn serve_follows_a_fake_kube_proxy() {
     // Later reads of the same text: an empty window, no sync finding, ready.
     poll("an empty sync window", || {
         let d = agent.snapshot()?;
-        let ok = kp_facts(&d)?["sync"]["count_window"] == 0.0 && finding(&d, "kube_proxy_sync_slow").is_none();
+        let ok = d["derived"]["kube_proxy"]["sync"]["count"] == 0.0 && finding(&d, "kube_proxy_sync_slow").is_none();
         ok.then_some(())
-            .ok_or_else(|| format!("{:#}", d["facts"]["kube_proxy"]["sync"]))
+            .ok_or_else(|| format!("{:#}", d["derived"]["kube_proxy"]))
     });
     poll("ready", || match agent.readyz() {
         (200, _) => Ok(()),
@@ -561,7 +561,7 @@ fn serve_follows_a_fake_kube_proxy() {
                 .then_some(d.clone())
                 .ok_or_else(|| format!("{sync:#}"))
         });
-        if first["facts"]["kube_proxy"]["sync"]["count_window"] != 20.0 {
+        if first["derived"]["kube_proxy"]["sync"]["count"] != 20.0 {
             eprintln!("attempt {attempt}: missed the burst window, adding another burst");
             continue;
         }
@@ -576,14 +576,14 @@ fn serve_follows_a_fake_kube_proxy() {
         eprintln!("attempt {attempt}: the agent read again meanwhile, adding another burst");
     }
     let (doc, m, ready, older) = burst.expect("a consistent burst read in 5 attempts");
-    let sync = &doc["facts"]["kube_proxy"]["sync"];
+    let sync = &doc["derived"]["kube_proxy"]["sync"];
     let window = bucket_delta(&buckets(&served, SYNC), &buckets(&older, SYNC));
     assert_eq!(window.last().unwrap().1, 20.0);
     let want = histogram_quantile(0.99, &window);
-    let p99w = f64_at(&sync["p99_window"], "p99_window");
-    assert_close(p99w, want, "p99_window");
+    let p99w = f64_at(&sync["p99"], "window p99");
+    assert_close(p99w, want, "window p99");
     assert!(p99w > 5.0, "{p99w}");
-    assert!(f64_at(&sync["window_seconds"], "window_seconds") > 0.0);
+    assert!(f64_at(&sync["seconds"], "window seconds") > 0.0);
     let f = must_find(&doc, "kube_proxy_sync_slow");
     assert_eq!(f["severity"], "critical", "{f:#}");
     assert_close(f64_at(&f["evidence"]["p99_seconds"], "p99_seconds"), want, "evidence");
@@ -600,11 +600,11 @@ fn serve_follows_a_fake_kube_proxy() {
     // The same text again (no new syncs): the window empties and the finding clears.
     let doc = poll("the burst's end", || {
         let d = agent.snapshot()?;
-        let ok = kp_facts(&d)?["sync"]["count_window"] == 0.0 && finding(&d, "kube_proxy_sync_slow").is_none();
+        let ok = d["derived"]["kube_proxy"]["sync"]["count"] == 0.0 && finding(&d, "kube_proxy_sync_slow").is_none();
         ok.then_some(d.clone())
-            .ok_or_else(|| format!("{:#}", d["facts"]["kube_proxy"]["sync"]))
+            .ok_or_else(|| format!("{:#}", d["derived"]["kube_proxy"]))
     });
-    assert_eq!(doc["facts"]["kube_proxy"]["sync"]["p99_window"], Value::Null);
+    assert_eq!(doc["derived"]["kube_proxy"]["sync"]["p99"], Value::Null);
     let m = poll("metrics after the burst", || {
         let m = agent.metrics();
         let cleared = series(&m, "proxywatch_finding_severity{id=\"kube_proxy_sync_slow\"}") == Some(0.0);
@@ -997,7 +997,7 @@ fn real_process_facts_and_restart() {
             .then_some(d.clone())
             .ok_or_else(|| pid.to_string())
     });
-    assert_eq!(doc["facts"]["kube_proxy"]["restarts"], 0);
+    assert_eq!(doc["derived"]["kube_proxy"]["restarts"], 0);
     // Start times have a 1 s tolerance: the second process must start later than that.
     let wait = Duration::from_millis(2500).saturating_sub(first.started.elapsed());
     std::thread::sleep(wait);
@@ -1006,9 +1006,10 @@ fn real_process_facts_and_restart() {
     let doc = poll("the restart", || {
         let d = agent.snapshot()?;
         let kp = kp_facts(&d)?;
-        let ok = kp["process"]["pid"] == second.pid() && kp["restarts"] == 1;
+        let restarts = &d["derived"]["kube_proxy"]["restarts"];
+        let ok = kp["process"]["pid"] == second.pid() && *restarts == 1;
         ok.then_some(d.clone())
-            .ok_or_else(|| format!("pid {} restarts {}", kp["process"]["pid"], kp["restarts"]))
+            .ok_or_else(|| format!("pid {} restarts {restarts}", kp["process"]["pid"]))
     });
     let f = must_find(&doc, "kube_proxy_restarted");
     assert_eq!(f["severity"], "warning", "{f:#}");

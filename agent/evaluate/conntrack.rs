@@ -1,7 +1,8 @@
 //! Conntrack checks: fill, drops ("table full, dropping packet"), insert
 //! failures (the SNAT/DNAT race behind 5 s DNS timeouts) and sizing.
 
-use super::{grade, Finding, Severity, Thresholds};
+use super::{grade, Finding, ModeDecision, Severity, Thresholds};
+use crate::history::window::CounterDeltas;
 use crate::snapshot::Snapshot;
 use crate::timefmt::human_duration;
 
@@ -18,7 +19,7 @@ const RAISE_MAX: &[&str] = &[
     "Roll back: sysctl -w net.netfilter.nf_conntrack_max=<previous value> and remove the sysctl.d file.",
 ];
 
-pub fn table_fill(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+pub fn table_fill(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ct = s.facts.conntrack.as_ref()?;
     let ratio = ct.fill_ratio()?;
     let severity = grade(ratio, t.conntrack_fill_warning, t.conntrack_fill_critical);
@@ -48,10 +49,15 @@ pub fn table_fill(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn drops(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+/// Counter increases over `--conntrack.window`, once there are two readings.
+fn window(s: &Snapshot) -> Option<&CounterDeltas> {
+    s.derived.conntrack.as_ref()?.window.as_ref()
+}
+
+pub fn drops(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ct = s.facts.conntrack.as_ref()?;
     ct.stats_source.as_ref()?;
-    match &ct.window {
+    match window(s) {
         Some(w) => {
             let (drop, early) = (w.get("drop"), w.get("early_drop"));
             let severity = if drop + early > 0 {
@@ -99,9 +105,9 @@ pub fn drops(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
     }
 }
 
-pub fn insert_failed(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
-    let ct = s.facts.conntrack.as_ref()?;
-    let w = ct.window.as_ref()?;
+pub fn insert_failed(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    s.facts.conntrack.as_ref()?;
+    let w = window(s)?;
     let n = w.get("insert_failed");
     Some(
         Finding::new(
@@ -122,7 +128,7 @@ pub fn insert_failed(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn max_below_recommended(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn max_below_recommended(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ct = s.facts.conntrack.as_ref()?;
     let cpus = s.facts.node.as_ref()?.cpus;
     let want = recommended_conntrack_max(cpus);
@@ -143,10 +149,10 @@ pub fn max_below_recommended(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
 }
 
 /// The table fills at its current growth rate within the thresholds (the trend
-/// is a robust fit over `--conntrack.trend-window`, computed by the scheduler).
-pub fn time_to_full(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+/// is a robust fit over `--conntrack.trend-window`, derived by the history stage).
+pub fn time_to_full(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ct = s.facts.conntrack.as_ref()?;
-    let tr = ct.trend.as_ref()?;
+    let tr = s.derived.conntrack.as_ref()?.trend.as_ref()?;
     let severity = match tr.seconds_to_full {
         Some(secs) if secs < t.conntrack_time_to_full_critical_seconds => Severity::Critical,
         Some(secs) if secs < t.conntrack_time_to_full_warning_seconds => Severity::Warning,
@@ -199,7 +205,11 @@ fn round(x: f64) -> f64 {
 mod tests {
     use super::super::test_support::healthy;
     use super::*;
-    use crate::window::CounterDeltas;
+    use crate::evaluate::test_support::judge;
+
+    fn derived(s: &mut Snapshot) -> &mut crate::history::ConntrackDerived {
+        s.derived.conntrack.get_or_insert_with(Default::default)
+    }
 
     #[test]
     fn recommended_follows_kube_proxy() {
@@ -210,46 +220,46 @@ mod tests {
 
     #[test]
     fn fill_thresholds() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         let mut s = healthy();
         let ct = s.facts.conntrack.as_mut().unwrap();
         ct.max = 1000;
         ct.entries = 799;
-        assert_eq!(table_fill(&s, &t).unwrap().severity, Severity::Ok);
+        assert_eq!(judge(table_fill, &s, &t).unwrap().severity, Severity::Ok);
         s.facts.conntrack.as_mut().unwrap().entries = 800;
-        assert_eq!(table_fill(&s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(judge(table_fill, &s, &t).unwrap().severity, Severity::Warning);
         s.facts.conntrack.as_mut().unwrap().entries = 950;
-        let f = table_fill(&s, &t).unwrap();
+        let f = judge(table_fill, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(f.evidence["entries"], 950);
         assert!(f.summary.contains("95.0%"), "{}", f.summary);
         s.facts.conntrack.as_mut().unwrap().max = 0;
-        assert!(table_fill(&s, &t).is_none(), "no limit, no ratio");
+        assert!(judge(table_fill, &s, &t).is_none(), "no limit, no ratio");
     }
 
     #[test]
     fn drops_in_window_are_critical() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         let mut s = healthy();
         let ct = s.facts.conntrack.as_mut().unwrap();
         ct.stats_source = Some("test".into());
         ct.stats.insert("drop".into(), 500);
         // One reading: totals since boot are information only.
-        assert_eq!(drops(&s, &t).unwrap().severity, Severity::Info);
+        assert_eq!(judge(drops, &s, &t).unwrap().severity, Severity::Info);
         let mut w = CounterDeltas {
             seconds: 300.0,
             ..Default::default()
         };
         w.increase.insert("drop".into(), 0);
-        s.facts.conntrack.as_mut().unwrap().window = Some(w.clone());
+        derived(&mut s).window = Some(w.clone());
         assert_eq!(
-            drops(&s, &t).unwrap().severity,
+            judge(drops, &s, &t).unwrap().severity,
             Severity::Ok,
             "old drops, none recently"
         );
         w.increase.insert("early_drop".into(), 3);
-        s.facts.conntrack.as_mut().unwrap().window = Some(w);
-        let f = drops(&s, &t).unwrap();
+        derived(&mut s).window = Some(w);
+        let f = judge(drops, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert!(f.summary.starts_with("table full, dropping packet"));
         assert_eq!(f.evidence["early_drop_increase"], 3);
@@ -257,49 +267,49 @@ mod tests {
 
     #[test]
     fn insert_failed_needs_a_window() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         let mut s = healthy();
-        assert!(insert_failed(&s, &t).is_none());
+        assert!(judge(insert_failed, &s, &t).is_none());
         let mut w = CounterDeltas::default();
         w.increase.insert("insert_failed".into(), 2);
-        s.facts.conntrack.as_mut().unwrap().window = Some(w);
-        assert_eq!(insert_failed(&s, &t).unwrap().severity, Severity::Warning);
+        derived(&mut s).window = Some(w);
+        assert_eq!(judge(insert_failed, &s, &t).unwrap().severity, Severity::Warning);
     }
 
     #[test]
     fn time_to_full_reads_the_trend_fact() {
-        use crate::trend::ConntrackTrend;
-        let t = Thresholds::default();
+        use crate::history::trend::ConntrackTrend;
+        let t = crate::config::default_thresholds();
         let mut s = healthy();
-        assert!(time_to_full(&s, &t).is_none(), "no trend yet, no finding");
+        assert!(judge(time_to_full, &s, &t).is_none(), "no trend yet, no finding");
         let mut trend = ConntrackTrend {
             slope_per_second: 50.0,
             seconds_to_full: Some(1800.0),
             window_seconds: 900.0,
             points: 181,
         };
-        s.facts.conntrack.as_mut().unwrap().trend = Some(trend.clone());
-        let f = time_to_full(&s, &t).unwrap();
+        derived(&mut s).trend = Some(trend.clone());
+        let f = judge(time_to_full, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert!(f.summary.contains("full in about 30 minutes"), "{}", f.summary);
         assert_eq!(f.evidence["seconds_to_full"], 1800.0);
         trend.seconds_to_full = Some(300.0);
-        s.facts.conntrack.as_mut().unwrap().trend = Some(trend.clone());
-        assert_eq!(time_to_full(&s, &t).unwrap().severity, Severity::Critical);
+        derived(&mut s).trend = Some(trend.clone());
+        assert_eq!(judge(time_to_full, &s, &t).unwrap().severity, Severity::Critical);
         trend.seconds_to_full = Some(7200.0);
-        s.facts.conntrack.as_mut().unwrap().trend = Some(trend.clone());
-        assert_eq!(time_to_full(&s, &t).unwrap().severity, Severity::Ok);
+        derived(&mut s).trend = Some(trend.clone());
+        assert_eq!(judge(time_to_full, &s, &t).unwrap().severity, Severity::Ok);
         trend.slope_per_second = -3.0;
         trend.seconds_to_full = None;
-        s.facts.conntrack.as_mut().unwrap().trend = Some(trend);
-        let f = time_to_full(&s, &t).unwrap();
+        derived(&mut s).trend = Some(trend);
+        let f = judge(time_to_full, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Ok);
         assert!(f.summary.contains("not growing"), "{}", f.summary);
     }
 
     #[test]
     fn window_summaries_read_as_sentences() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         let mut s = healthy();
         let ct = s.facts.conntrack.as_mut().unwrap();
         ct.stats_source = Some("test".into());
@@ -309,12 +319,12 @@ mod tests {
         };
         w.increase.insert("drop".into(), 412);
         w.increase.insert("insert_failed".into(), 7);
-        ct.window = Some(w);
+        derived(&mut s).window = Some(w);
         assert_eq!(
-            drops(&s, &t).unwrap().summary,
+            judge(drops, &s, &t).unwrap().summary,
             "table full, dropping packet: 412 drops and 0 early evictions in the last 5 minutes"
         );
-        assert!(insert_failed(&s, &t)
+        assert!(judge(insert_failed, &s, &t)
             .unwrap()
             .summary
             .starts_with("7 conntrack insert failures in the last 5 minutes"));
@@ -322,10 +332,10 @@ mod tests {
 
     #[test]
     fn sizing() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         let mut s = healthy();
         s.facts.node.as_mut().unwrap().cpus = 16;
-        let f = max_below_recommended(&s, &t).unwrap();
+        let f = judge(max_below_recommended, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(f.evidence["recommended"], 524_288);
     }

@@ -1,7 +1,7 @@
 //! Rule-set checks: iptables work is O(n) in rules, so size and save time
 //! predict kube-proxy's sync latency ("p99 sync > 5 s after scaling").
 
-use super::{grade, Finding, Severity, Thresholds};
+use super::{grade, Finding, ModeDecision, Severity, Thresholds};
 use crate::probe::iptables::{IptablesFacts, SaveRun};
 use crate::snapshot::Snapshot;
 
@@ -16,7 +16,7 @@ const SHRINK: &[&str] = &[
     "Roll back: restore the ConfigMap backup and restart kube-proxy again.",
 ];
 
-pub fn rules_large(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+pub fn rules_large(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ipt = s.facts.iptables.as_ref()?;
     let (run, rules) = ipt
         .saves
@@ -48,7 +48,7 @@ pub fn rules_large(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn save_slow(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+pub fn save_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ipt = s.facts.iptables.as_ref()?;
     let run = ipt
         .saves
@@ -74,7 +74,7 @@ pub fn save_slow(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn backend_mismatch(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn backend_mismatch(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ipt: &IptablesFacts = s.facts.iptables.as_ref()?;
     let both = ipt.is_mismatch();
     Some(
@@ -97,7 +97,7 @@ pub fn backend_mismatch(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn stale_kube_rules(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn stale_kube_rules(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ipt = s.facts.iptables.as_ref()?;
     let stale: Vec<String> = ipt
         .saves
@@ -129,6 +129,7 @@ pub fn stale_kube_rules(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
 mod tests {
     use super::super::test_support::healthy;
     use super::*;
+    use crate::evaluate::test_support::judge;
     use crate::probe::iptables::{detect_backend, SaveCounts, TableCounts};
 
     fn run(backend: &str, nat_rules: u64, hint: bool, canary: bool, secs: f64) -> SaveRun {
@@ -167,7 +168,7 @@ mod tests {
 
     #[test]
     fn backend_matrix() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         // Hint only in nft -> nft, no mismatch.
         let s = snapshot(vec![
             run("nft", 500, true, true, 0.1),
@@ -175,7 +176,7 @@ mod tests {
         ]);
         let ipt = s.facts.iptables.as_ref().unwrap();
         assert_eq!(ipt.backend_in_use, "nft");
-        assert_eq!(backend_mismatch(&s, &t).unwrap().severity, Severity::Ok);
+        assert_eq!(judge(backend_mismatch, &s, &t).unwrap().severity, Severity::Ok);
         // Hint only in legacy -> legacy.
         let s = snapshot(vec![
             run("nft", 0, false, false, 0.1),
@@ -187,7 +188,7 @@ mod tests {
             run("nft", 500, true, true, 0.1),
             run("legacy", 300, false, true, 0.1),
         ]);
-        let f = backend_mismatch(&s, &t).unwrap();
+        let f = judge(backend_mismatch, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(
             f.evidence["backends_with_kube_rules"],
@@ -209,28 +210,28 @@ mod tests {
 
     #[test]
     fn size_and_time_thresholds() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         let s = snapshot(vec![run("nft", 19_999, true, true, 0.99)]);
-        assert_eq!(rules_large(&s, &t).unwrap().severity, Severity::Ok);
-        assert_eq!(save_slow(&s, &t).unwrap().severity, Severity::Ok);
+        assert_eq!(judge(rules_large, &s, &t).unwrap().severity, Severity::Ok);
+        assert_eq!(judge(save_slow, &s, &t).unwrap().severity, Severity::Ok);
         let s = snapshot(vec![run("nft", 20_000, true, true, 1.5)]);
-        assert_eq!(rules_large(&s, &t).unwrap().severity, Severity::Warning);
-        assert_eq!(save_slow(&s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(judge(rules_large, &s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(judge(save_slow, &s, &t).unwrap().severity, Severity::Warning);
         let s = snapshot(vec![run("nft", 100_000, true, true, 6.0)]);
-        let f = rules_large(&s, &t).unwrap();
+        let f = judge(rules_large, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(f.evidence["nat_rules"], 100_000);
-        assert_eq!(save_slow(&s, &t).unwrap().severity, Severity::Critical);
+        assert_eq!(judge(save_slow, &s, &t).unwrap().severity, Severity::Critical);
     }
 
     #[test]
     fn stale_rules_without_canary() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         let s = snapshot(vec![run("nft", 500, true, false, 0.1)]);
-        let f = stale_kube_rules(&s, &t).unwrap();
+        let f = judge(stale_kube_rules, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(f.evidence["backends"], serde_json::json!(["nft/ipv4"]));
         let s = snapshot(vec![run("nft", 500, true, true, 0.1)]);
-        assert_eq!(stale_kube_rules(&s, &t).unwrap().severity, Severity::Ok);
+        assert_eq!(judge(stale_kube_rules, &s, &t).unwrap().severity, Severity::Ok);
     }
 }

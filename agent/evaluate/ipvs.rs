@@ -1,11 +1,11 @@
 //! IPVS-mode checks: the sysctls kube-proxy's IPVS mode needs, virtual
 //! servers without backends, kube-ipvs0 in sync with the virtual servers.
 
-use super::{effective_mode, Finding, ProxyMode, Severity, Thresholds};
+use super::{Finding, ModeDecision, ProxyMode, Severity, Thresholds};
 use crate::snapshot::Snapshot;
 
-fn in_ipvs_mode(s: &Snapshot, t: &Thresholds) -> bool {
-    effective_mode(s, t).mode == ProxyMode::Ipvs
+fn in_ipvs_mode(m: &ModeDecision) -> bool {
+    m.mode == ProxyMode::Ipvs
 }
 
 /// `major.minor` of a kernel release such as `5.4.0-100-generic`.
@@ -16,8 +16,8 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
-pub fn vs_conntrack(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
-    if !in_ipvs_mode(s, t) {
+pub fn vs_conntrack(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Finding> {
+    if !in_ipvs_mode(m) {
         return None;
     }
     let v = s.facts.sysctls.as_ref()?.get("net.ipv4.vs.conntrack")?;
@@ -39,8 +39,8 @@ pub fn vs_conntrack(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
 /// conn_reuse_mode=1 on kernels before 5.9 drops the SYN of a new connection
 /// that reuses the port of one in TIME_WAIT, for 1 s (kubernetes/kubernetes#81775;
 /// fixed in 5.9 by "ipvs: allow connection reuse for unconfirmed conntrack").
-pub fn conn_reuse_mode(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
-    if !in_ipvs_mode(s, t) {
+pub fn conn_reuse_mode(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Finding> {
+    if !in_ipvs_mode(m) {
         return None;
     }
     let v = s.facts.sysctls.as_ref()?.get("net.ipv4.vs.conn_reuse_mode")?;
@@ -61,7 +61,7 @@ pub fn conn_reuse_mode(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn without_backends(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn without_backends(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ipvs = s.facts.ipvs.as_ref()?;
     let n = ipvs.without_backends;
     Some(
@@ -79,10 +79,10 @@ pub fn without_backends(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn interface_out_of_sync(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+pub fn interface_out_of_sync(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Finding> {
     let ipvs = s.facts.ipvs.as_ref()?;
     let iface = ipvs.interface.as_ref()?;
-    if !in_ipvs_mode(s, t) {
+    if !in_ipvs_mode(m) {
         return None;
     }
     let unbound = &ipvs.unbound_service_ips;
@@ -120,7 +120,7 @@ pub fn interface_out_of_sync(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn scheduler(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn scheduler(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ipvs = s.facts.ipvs.as_ref()?;
     let mut schedulers: Vec<String> = ipvs.groups.iter().map(|g| g.scheduler.clone()).collect();
     schedulers.sort();
@@ -145,6 +145,7 @@ pub fn scheduler(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
 mod tests {
     use super::super::test_support::healthy;
     use super::*;
+    use crate::evaluate::test_support::judge;
     use crate::probe::ipvs::{IpvsFacts, IpvsInterface, ServiceGroup};
 
     fn ipvs_node() -> (Snapshot, Thresholds) {
@@ -167,13 +168,13 @@ mod tests {
         let sys = s.facts.sysctls.as_mut().unwrap();
         sys.values.insert("net.ipv4.vs.conntrack".into(), Some(1));
         sys.values.insert("net.ipv4.vs.conn_reuse_mode".into(), Some(1));
-        (s, Thresholds::default())
+        (s, crate::config::default_thresholds())
     }
 
     #[test]
     fn mode_is_inferred_from_virtual_servers_and_kube_ipvs0() {
         let (s, t) = ipvs_node();
-        let m = effective_mode(&s, &t);
+        let m = crate::evaluate::effective_mode(&s, &t);
         assert_eq!(m.mode, ProxyMode::Ipvs);
         assert!(m.source.starts_with("inferred"), "{}", m.source);
     }
@@ -182,18 +183,18 @@ mod tests {
     fn vs_conntrack_off_is_critical_in_ipvs_mode_only() {
         let (mut s, mut t) = ipvs_node();
         crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.vs.conntrack", 0);
-        assert_eq!(vs_conntrack(&s, &t).unwrap().severity, Severity::Critical);
+        assert_eq!(judge(vs_conntrack, &s, &t).unwrap().severity, Severity::Critical);
         t.proxy_mode = ProxyMode::Iptables;
-        assert!(vs_conntrack(&s, &t).is_none());
+        assert!(judge(vs_conntrack, &s, &t).is_none());
     }
 
     #[test]
     fn conn_reuse_mode_by_kernel() {
         let (mut s, t) = ipvs_node();
         s.facts.node.as_mut().unwrap().kernel_release = Some("4.18.0-372.9.1.el8.x86_64".into());
-        assert_eq!(conn_reuse_mode(&s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(judge(conn_reuse_mode, &s, &t).unwrap().severity, Severity::Warning);
         s.facts.node.as_mut().unwrap().kernel_release = Some("5.10.0-9-amd64".into());
-        assert_eq!(conn_reuse_mode(&s, &t).unwrap().severity, Severity::Ok);
+        assert_eq!(judge(conn_reuse_mode, &s, &t).unwrap().severity, Severity::Ok);
         assert_eq!(kernel_version("6.18.44-fc-v857"), Some((6, 18)));
         assert_eq!(kernel_version("garbage"), None);
     }
@@ -201,17 +202,17 @@ mod tests {
     #[test]
     fn backends_and_interface() {
         let (mut s, t) = ipvs_node();
-        assert_eq!(without_backends(&s, &t).unwrap().severity, Severity::Ok);
+        assert_eq!(judge(without_backends, &s, &t).unwrap().severity, Severity::Ok);
         let ipvs = s.facts.ipvs.as_mut().unwrap();
         ipvs.without_backends = 2;
         ipvs.without_backends_sample = vec!["TCP 10.96.0.10:53".into(), "UDP 10.96.0.10:53".into()];
         ipvs.unbound_service_ips = vec!["10.96.5.5".into()];
-        let f = without_backends(&s, &t).unwrap();
+        let f = judge(without_backends, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(f.evidence["first"][0], "TCP 10.96.0.10:53");
-        let f = interface_out_of_sync(&s, &t).unwrap();
+        let f = judge(interface_out_of_sync, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(f.evidence["unbound_first"], serde_json::json!(["10.96.5.5"]));
-        assert_eq!(scheduler(&s, &t).unwrap().summary, "IPVS schedulers in use: rr");
+        assert_eq!(judge(scheduler, &s, &t).unwrap().summary, "IPVS schedulers in use: rr");
     }
 }

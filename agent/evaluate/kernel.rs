@@ -1,10 +1,10 @@
 //! Kernel checks: the sysctls kube-proxy depends on and the IPVS modules.
 
-use super::{effective_mode, Finding, ProxyMode, Severity, Thresholds};
+use super::{Finding, ModeDecision, ProxyMode, Severity, Thresholds};
 use crate::probe::modules::IPVS_MODULES;
 use crate::snapshot::Snapshot;
 
-pub fn ip_forward(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn ip_forward(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let v = s.facts.sysctls.as_ref()?.get("net.ipv4.ip_forward")?;
     Some(
         Finding::new(
@@ -21,7 +21,7 @@ pub fn ip_forward(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn bridge_nf_call_iptables(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn bridge_nf_call_iptables(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     // Only meaningful when br_netfilter is active: without it the sysctl does not exist.
     let v = s.facts.sysctls.as_ref()?.get("net.bridge.bridge-nf-call-iptables")?;
     Some(
@@ -41,7 +41,7 @@ pub fn bridge_nf_call_iptables(s: &Snapshot, _: &Thresholds) -> Option<Finding> 
 
 /// kube-proxy sets these at start (conntrack.tcpEstablishedTimeout 24h,
 /// tcpCloseWaitTimeout 1h); other values mean something else manages them.
-pub fn conntrack_tcp_timeouts(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn conntrack_tcp_timeouts(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let sys = s.facts.sysctls.as_ref()?;
     let est = sys.get("net.netfilter.nf_conntrack_tcp_timeout_established")?;
     let cw = sys.get("net.netfilter.nf_conntrack_tcp_timeout_close_wait")?;
@@ -63,14 +63,14 @@ pub fn conntrack_tcp_timeouts(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn ipvs_modules_missing(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+pub fn ipvs_modules_missing(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Finding> {
     let modules = &s.facts.modules.as_ref()?.modules;
     let missing: Vec<&str> = IPVS_MODULES
         .iter()
         .copied()
         .filter(|m| modules.get(*m).is_none_or(|st| !st.is_present()))
         .collect();
-    let mode = effective_mode(s, t).mode;
+    let mode = m.mode;
     let severity = match (missing.is_empty(), mode) {
         (true, _) => Severity::Ok,
         (false, ProxyMode::Ipvs) => Severity::Critical,
@@ -102,6 +102,7 @@ pub fn ipvs_modules_missing(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
 mod tests {
     use super::super::test_support::healthy;
     use super::*;
+    use crate::evaluate::test_support::judge;
     use crate::probe::modules::ModuleState;
 
     fn set(s: &mut Snapshot, k: &str, v: Option<i64>) {
@@ -112,7 +113,7 @@ mod tests {
     fn forwarding_off_is_critical() {
         let mut s = healthy();
         set(&mut s, "net.ipv4.ip_forward", Some(0));
-        let f = ip_forward(&s, &Thresholds::default()).unwrap();
+        let f = judge(ip_forward, &s, &crate::config::default_thresholds()).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert!(f.remediation[0].contains("sysctl -w net.ipv4.ip_forward=1"));
     }
@@ -121,10 +122,12 @@ mod tests {
     fn bridge_sysctl_only_when_present() {
         let mut s = healthy();
         set(&mut s, "net.bridge.bridge-nf-call-iptables", None);
-        assert!(bridge_nf_call_iptables(&s, &Thresholds::default()).is_none());
+        assert!(judge(bridge_nf_call_iptables, &s, &crate::config::default_thresholds()).is_none());
         set(&mut s, "net.bridge.bridge-nf-call-iptables", Some(0));
         assert_eq!(
-            bridge_nf_call_iptables(&s, &Thresholds::default()).unwrap().severity,
+            judge(bridge_nf_call_iptables, &s, &crate::config::default_thresholds())
+                .unwrap()
+                .severity,
             Severity::Warning
         );
     }
@@ -137,7 +140,7 @@ mod tests {
             "net.netfilter.nf_conntrack_tcp_timeout_established",
             Some(432_000),
         );
-        let f = conntrack_tcp_timeouts(&s, &Thresholds::default()).unwrap();
+        let f = judge(conntrack_tcp_timeouts, &s, &crate::config::default_thresholds()).unwrap();
         assert_eq!(f.severity, Severity::Info);
     }
 
@@ -150,13 +153,16 @@ mod tests {
             .unwrap()
             .modules
             .insert("ip_vs_sh".into(), ModuleState::Missing);
-        let mut t = Thresholds::default();
-        let f = ipvs_modules_missing(&s, &t).unwrap();
+        let mut t = crate::config::default_thresholds();
+        let f = judge(ipvs_modules_missing, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Info);
         assert_eq!(f.evidence["missing"], serde_json::json!(["ip_vs_sh"]));
         t.proxy_mode = ProxyMode::Ipvs;
-        assert_eq!(ipvs_modules_missing(&s, &t).unwrap().severity, Severity::Critical);
+        assert_eq!(
+            judge(ipvs_modules_missing, &s, &t).unwrap().severity,
+            Severity::Critical
+        );
         t.proxy_mode = ProxyMode::Iptables;
-        assert_eq!(ipvs_modules_missing(&s, &t).unwrap().severity, Severity::Ok);
+        assert_eq!(judge(ipvs_modules_missing, &s, &t).unwrap().severity, Severity::Ok);
     }
 }

@@ -1,7 +1,8 @@
 //! kube-proxy checks: sync latency (the runbook's baseline), health, staleness,
 //! restarts and resources.
 
-use super::{grade, Finding, Severity, Thresholds};
+use super::{grade, Finding, ModeDecision, Severity, Thresholds};
+use crate::history::kube_proxy::{KubeProxyDerived, LatencyWindow};
 use crate::probe::kube_proxy::{KubeProxyFacts, Latency};
 use crate::snapshot::Snapshot;
 
@@ -9,22 +10,39 @@ fn kp(s: &Snapshot) -> Option<&KubeProxyFacts> {
     s.facts.kube_proxy.as_ref()
 }
 
-fn latency(id: &str, what: &str, l: &Latency, warning: f64, critical: f64, remediation: &[&str]) -> Option<Finding> {
-    let p99 = l.p99()?;
-    let scope = match l.window_seconds {
-        Some(w) if l.count_window.is_some() => format!("over the last {w:.0} s"),
-        _ => "since kube-proxy started".to_string(),
+/// What the history stage derived for kube-proxy (empty before the first reading).
+fn derived(s: &Snapshot) -> KubeProxyDerived {
+    s.derived.kube_proxy.clone().unwrap_or_default()
+}
+
+/// Grades a latency over the window since the previous reading when there is
+/// one, else since kube-proxy started.
+fn latency(
+    id: &str,
+    what: &str,
+    (l, w): (&Latency, Option<&LatencyWindow>),
+    warning: f64,
+    critical: f64,
+    remediation: &[&str],
+) -> Option<Finding> {
+    let (p99, p50, scope) = match w {
+        Some(w) => (w.p99?, w.p50, format!("over the last {:.0} s", w.seconds)),
+        None => (
+            l.p99_since_start?,
+            l.p50_since_start,
+            "since kube-proxy started".to_string(),
+        ),
     };
     let mut severity = grade(p99, warning, critical);
-    if l.count_window.is_none() {
+    if w.is_none() {
         // Since start may cover days of history: worth a warning, not a readiness flip.
         severity = severity.min(Severity::Warning);
     }
     Some(
         Finding::new(id, severity, format!("kube-proxy {what} p99 is {p99:.2} s {scope}"))
             .evidence("p99_seconds", p99)
-            .evidence("p50_seconds", l.p50_window.or(l.p50_since_start))
-            .evidence("count_window", l.count_window)
+            .evidence("p50_seconds", p50)
+            .evidence("count_window", w.map(|w| w.count))
             .evidence("p99_since_start_seconds", l.p99_since_start)
             .evidence("warning_at_seconds", warning)
             .evidence("critical_at_seconds", critical)
@@ -38,22 +56,28 @@ const SLOW_SYNC: &[&str] = &[
     "Roll back: restore the ConfigMap backup and restart kube-proxy again.",
 ];
 
-pub fn sync_slow(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+pub fn sync_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     latency(
         "kube_proxy_sync_slow",
         "rule sync",
-        kp(s)?.sync.as_ref()?,
+        (
+            kp(s)?.sync.as_ref()?,
+            s.derived.kube_proxy.as_ref().and_then(|d| d.sync.as_ref()),
+        ),
         t.kube_proxy_sync_warning_seconds,
         t.kube_proxy_sync_critical_seconds,
         SLOW_SYNC,
     )
 }
 
-pub fn network_programming_slow(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
+pub fn network_programming_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     latency(
         "kube_proxy_network_programming_slow",
         "network programming",
-        kp(s)?.network_programming.as_ref()?,
+        (
+            kp(s)?.network_programming.as_ref()?,
+            s.derived.kube_proxy.as_ref().and_then(|d| d.network_programming.as_ref()),
+        ),
         t.kube_proxy_programming_warning_seconds,
         t.kube_proxy_programming_critical_seconds,
         &[
@@ -63,7 +87,7 @@ pub fn network_programming_slow(s: &Snapshot, t: &Thresholds) -> Option<Finding>
     )
 }
 
-pub fn unhealthy(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn unhealthy(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let k = kp(s)?;
     let h = k.healthz.as_ref()?;
     let answered = h.status_code != 0;
@@ -103,8 +127,9 @@ pub fn unhealthy(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn sync_stale(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
-    let k = kp(s)?;
+pub fn sync_stale(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    kp(s)?;
+    let k = derived(s);
     let waited = k.queued_unsynced_seconds?;
     Some(
         Finding::new(
@@ -122,8 +147,9 @@ pub fn sync_stale(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn restarted(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
-    let k = kp(s)?;
+pub fn restarted(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    kp(s)?;
+    let k = derived(s);
     let recent = k
         .last_restart_seconds
         .is_some_and(|r| s.collected_at - r <= t.kube_proxy_restart_window_seconds);
@@ -146,7 +172,7 @@ pub fn restarted(s: &Snapshot, t: &Thresholds) -> Option<Finding> {
     )
 }
 
-pub fn resources_near_limit(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn resources_near_limit(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let p = kp(s)?.process.as_ref()?;
     let limit = p.memory_limit_bytes?;
     let ratio = p.resident_memory_bytes as f64 / limit as f64;
@@ -175,6 +201,7 @@ pub fn resources_near_limit(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
 mod tests {
     use super::super::test_support::healthy;
     use super::*;
+    use crate::evaluate::test_support::judge;
     use crate::probe::kube_proxy::{HealthzFacts, ProcessFacts};
 
     fn with(k: KubeProxyFacts) -> Snapshot {
@@ -186,7 +213,7 @@ mod tests {
 
     #[test]
     fn sync_p99_thresholds_use_the_window() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         let mut k = KubeProxyFacts {
             sync: Some(Latency {
                 p99_since_start: Some(0.2),
@@ -195,45 +222,64 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(sync_slow(&with(k.clone()), &t).unwrap().severity, Severity::Ok);
+        assert_eq!(judge(sync_slow, &with(k.clone()), &t).unwrap().severity, Severity::Ok);
         // A slow history since start, without a window yet: a warning at most.
         k.sync.as_mut().unwrap().p99_since_start = Some(9.0);
-        assert_eq!(sync_slow(&with(k.clone()), &t).unwrap().severity, Severity::Warning);
-        let l = k.sync.as_mut().unwrap();
-        l.p99_window = Some(6.0);
-        l.count_window = Some(10.0);
-        l.window_seconds = Some(15.0);
-        let f = sync_slow(&with(k.clone()), &t).unwrap();
+        assert_eq!(
+            judge(sync_slow, &with(k.clone()), &t).unwrap().severity,
+            Severity::Warning
+        );
+        let mut window = LatencyWindow {
+            p50: None,
+            p99: Some(6.0),
+            count: 10.0,
+            seconds: 15.0,
+        };
+        let with_window = |w: &LatencyWindow| {
+            let mut s = with(k.clone());
+            s.derived.kube_proxy = Some(KubeProxyDerived {
+                sync: Some(w.clone()),
+                ..Default::default()
+            });
+            s
+        };
+        let f = judge(sync_slow, &with_window(&window), &t).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert!(f.summary.contains("over the last 15 s"), "{}", f.summary);
-        k.sync.as_mut().unwrap().p99_window = Some(1.5);
-        assert_eq!(sync_slow(&with(k), &t).unwrap().severity, Severity::Warning);
+        window.p99 = Some(1.5);
+        assert_eq!(
+            judge(sync_slow, &with_window(&window), &t).unwrap().severity,
+            Severity::Warning
+        );
     }
 
     #[test]
     fn health_restarts_and_memory() {
-        let t = Thresholds::default();
+        let t = crate::config::default_thresholds();
         let k = KubeProxyFacts {
             healthz: Some(HealthzFacts {
                 status_code: 503,
                 last_updated: Some("2026-11-29 22:00:00 +0000 UTC".into()),
                 ..Default::default()
             }),
-            restarts: 2,
-            last_restart_seconds: Some(9_900.0),
             process: Some(ProcessFacts {
                 resident_memory_bytes: 95,
                 memory_limit_bytes: Some(100),
                 ..Default::default()
             }),
-            queued_unsynced_seconds: Some(120.0),
             ..Default::default()
         };
-        let s = with(k);
-        assert_eq!(unhealthy(&s, &t).unwrap().severity, Severity::Critical);
-        assert_eq!(restarted(&s, &t).unwrap().severity, Severity::Warning);
-        assert_eq!(restarted(&s, &t).unwrap().evidence["restarts"], 2);
-        assert_eq!(resources_near_limit(&s, &t).unwrap().severity, Severity::Warning);
+        let mut s = with(k);
+        s.derived.kube_proxy = Some(KubeProxyDerived {
+            restarts: 2,
+            last_restart_seconds: Some(9_900.0),
+            queued_unsynced_seconds: Some(120.0),
+            ..Default::default()
+        });
+        assert_eq!(judge(unhealthy, &s, &t).unwrap().severity, Severity::Critical);
+        assert_eq!(judge(restarted, &s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(judge(restarted, &s, &t).unwrap().evidence["restarts"], 2);
+        assert_eq!(judge(resources_near_limit, &s, &t).unwrap().severity, Severity::Warning);
         // A health endpoint that accepts and hangs is critical even without a visible process.
         let hung = with(KubeProxyFacts {
             healthz: Some(HealthzFacts {
@@ -243,7 +289,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        assert_eq!(unhealthy(&hung, &t).unwrap().severity, Severity::Critical);
-        assert_eq!(sync_stale(&s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(judge(unhealthy, &hung, &t).unwrap().severity, Severity::Critical);
+        assert_eq!(judge(sync_stale, &s, &t).unwrap().severity, Severity::Warning);
     }
 }

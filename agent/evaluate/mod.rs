@@ -1,7 +1,8 @@
-//! Pure evaluation: (snapshot, thresholds) -> findings. No I/O, no clock.
+//! Pure evaluation: (snapshot, thresholds) -> verdict: the proxy mode the node
+//! runs in (decided once, with its source) and the findings. No I/O, no clock.
 //!
-//! Each check is a plain function in the file of its subject; `CHECKS` is the
-//! explicit list. Every check id is always exported as
+//! Each check is a plain function in the file of its subject, given the
+//! snapshot, the thresholds and the decided mode; `CHECKS` is the explicit list. Every check id is always exported as
 //! `proxywatch_finding_severity{id}` (0 when fine), so alerts never depend on a
 //! series appearing.
 
@@ -145,7 +146,8 @@ pub fn effective_mode(s: &Snapshot, t: &Thresholds) -> ModeDecision {
     decided(ProxyMode::Unknown, "unknown")
 }
 
-/// Limits the checks compare facts against (all settable by flags).
+/// Limits the checks compare facts against. Every one is a flag; its default
+/// lives in one place, the flag's definition (`crate::config`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Thresholds {
     /// conntrack entries / max at which a warning fires.
@@ -175,32 +177,20 @@ pub struct Thresholds {
     pub kube_proxy_restart_window_seconds: f64,
 }
 
-impl Default for Thresholds {
-    fn default() -> Self {
-        Thresholds {
-            conntrack_fill_warning: 0.80,
-            conntrack_fill_critical: 0.95,
-            conntrack_time_to_full_warning_seconds: 3600.0,
-            conntrack_time_to_full_critical_seconds: 600.0,
-            proxy_mode: ProxyMode::Unknown,
-            iptables_rules_warning: 20_000,
-            iptables_rules_critical: 100_000,
-            iptables_save_warning_seconds: 1.0,
-            iptables_save_critical_seconds: 5.0,
-            kube_proxy_sync_warning_seconds: 1.0,
-            kube_proxy_sync_critical_seconds: 5.0,
-            kube_proxy_programming_warning_seconds: 1.0,
-            kube_proxy_programming_critical_seconds: 5.0,
-            kube_proxy_queued_warning_seconds: 60.0,
-            kube_proxy_restart_window_seconds: 900.0,
-        }
-    }
-}
-
-/// One check: an id (stable, used in metrics and alerts) and a pure function.
+/// One check: an id (stable, used in metrics and alerts) and a pure function
+/// of the snapshot, the thresholds and the mode the node runs in.
 pub struct Check {
     pub id: &'static str,
-    pub run: fn(&Snapshot, &Thresholds) -> Option<Finding>,
+    pub run: fn(&Snapshot, &Thresholds, &ModeDecision) -> Option<Finding>,
+}
+
+/// What evaluation concludes about one snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The mode the checks judged the node by, and where it came from.
+    pub mode: ModeDecision,
+    /// Active findings (severity above ok), most severe first, then by id.
+    pub findings: Vec<Finding>,
 }
 
 #[rustfmt::skip]
@@ -243,18 +233,19 @@ pub(crate) fn grade(value: f64, warning: f64, critical: f64) -> Severity {
     }
 }
 
-/// Every check, most severe first, then by id.
-pub fn evaluate(snapshot: &Snapshot, thresholds: &Thresholds) -> Vec<Finding> {
+/// Decides the mode, then runs every check.
+pub fn evaluate(snapshot: &Snapshot, thresholds: &Thresholds) -> Verdict {
+    let mode = effective_mode(snapshot, thresholds);
     let mut findings: Vec<Finding> = CHECKS
         .iter()
         .filter_map(|c| {
-            let f = (c.run)(snapshot, thresholds)?;
+            let f = (c.run)(snapshot, thresholds, &mode)?;
             debug_assert_eq!(f.id, c.id);
             (f.severity > Severity::Ok).then_some(f)
         })
         .collect();
     findings.sort_by(|a, b| b.severity.cmp(&a.severity).then_with(|| a.id.cmp(&b.id)));
-    findings
+    Verdict { mode, findings }
 }
 
 /// The node's overall status: the worst finding, where info counts as ok.
@@ -268,11 +259,21 @@ pub fn overall(findings: &[Finding]) -> Severity {
 
 #[cfg(test)]
 pub(crate) mod test_support {
+    use super::{effective_mode, Finding, ModeDecision, Thresholds};
     use crate::probe::conntrack::ConntrackFacts;
     use crate::probe::modules::{ModuleFacts, ModuleState, WATCHED};
     use crate::probe::node::NodeFacts;
     use crate::probe::sysctl::SysctlFacts;
     use crate::snapshot::Snapshot;
+
+    /// Runs one check the way `evaluate` does: with the mode decided from the snapshot.
+    pub fn judge(
+        check: fn(&Snapshot, &Thresholds, &ModeDecision) -> Option<Finding>,
+        s: &Snapshot,
+        t: &Thresholds,
+    ) -> Option<Finding> {
+        check(s, t, &effective_mode(s, t))
+    }
 
     /// Sets one sysctl of a test snapshot.
     pub fn set_sysctl(s: &mut Snapshot, name: &str, value: i64) {
@@ -326,7 +327,7 @@ mod tests {
 
     #[test]
     fn healthy_node_has_no_findings() {
-        let f = evaluate(&test_support::healthy(), &Thresholds::default());
+        let f = evaluate(&test_support::healthy(), &crate::config::default_thresholds()).findings;
         assert!(f.is_empty(), "{f:#?}");
         assert_eq!(overall(&f), Severity::Ok);
     }
@@ -347,7 +348,7 @@ mod tests {
         let mut s = test_support::healthy();
         crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
         s.facts.conntrack.as_mut().unwrap().entries = 220_000;
-        let f = evaluate(&s, &Thresholds::default());
+        let f = evaluate(&s, &crate::config::default_thresholds()).findings;
         let ids: Vec<&str> = f.iter().map(|f| f.id.as_str()).collect();
         assert_eq!(ids, ["sysctl_ip_forward", "conntrack_table_fill"]);
         assert_eq!(overall(&f), Severity::Critical);

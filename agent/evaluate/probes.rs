@@ -1,9 +1,9 @@
 //! The agent's own health: a probe that fails means the node is partly unseen.
 
-use super::{Finding, Severity, Thresholds};
+use super::{Finding, ModeDecision, Severity, Thresholds};
 use crate::snapshot::{ProbeStatus, Snapshot};
 
-pub fn failed(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
+pub fn failed(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let failed: Vec<(&str, &str)> = s
         .probes
         .iter()
@@ -29,6 +29,7 @@ pub fn failed(s: &Snapshot, _: &Thresholds) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evaluate::test_support::judge;
     use crate::probe::ProbeName;
     use crate::snapshot::ProbeOutcome;
 
@@ -43,14 +44,19 @@ mod tests {
             last_success_seconds: None,
         };
         s.probes.insert(ProbeName::Modules, outcome(ProbeStatus::Ok, None));
-        assert_eq!(failed(&s, &Thresholds::default()).unwrap().severity, Severity::Ok);
+        assert_eq!(
+            judge(failed, &s, &crate::config::default_thresholds())
+                .unwrap()
+                .severity,
+            Severity::Ok
+        );
         s.probes.insert(
             ProbeName::Conntrack,
             outcome(ProbeStatus::Failed, Some("/proc/x: line 2: bad")),
         );
         s.probes
             .insert(ProbeName::Sysctls, outcome(ProbeStatus::Absent, Some("gone")));
-        let f = failed(&s, &Thresholds::default()).unwrap();
+        let f = judge(failed, &s, &crate::config::default_thresholds()).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(f.evidence["conntrack"], "/proc/x: line 2: bad");
         assert!(!f.evidence.contains_key("sysctls"), "absent is not failed");

@@ -141,7 +141,7 @@ async fn readyz(State(latest): State<Latest>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evaluate::Thresholds;
+    use crate::evaluate::evaluate;
     use axum::body::Body;
     use axum::http::Request;
     use tower::ServiceExt;
@@ -179,7 +179,10 @@ mod tests {
     #[tokio::test]
     async fn every_endpoint() {
         let mut s = crate::evaluate::test_support::healthy();
-        let (tx, rx) = watch::channel(Some(Arc::new(Publication::new(&s, &Thresholds::default()))));
+        let (tx, rx) = watch::channel(Some(Arc::new(Publication::new(
+            &s,
+            evaluate(&s, &crate::config::default_thresholds()),
+        ))));
         let app = router(rx);
 
         let (st, ct, text) = call(&app, "GET", "/").await;
@@ -203,8 +206,11 @@ mod tests {
 
         // A critical finding makes /readyz 503 with the reason; /healthz stays 200.
         crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
-        tx.send(Some(Arc::new(Publication::new(&s, &Thresholds::default()))))
-            .unwrap();
+        tx.send(Some(Arc::new(Publication::new(
+            &s,
+            evaluate(&s, &crate::config::default_thresholds()),
+        ))))
+        .unwrap();
         let (st, _, text) = call(&app, "GET", "/readyz").await;
         assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE);
         assert!(text.contains("net.ipv4.ip_forward is 0"), "{text}");
@@ -261,8 +267,11 @@ mod tests {
         let mut s = crate::evaluate::test_support::healthy();
         s.node = "<script>alert('x')</script>".into();
         crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
-        tx.send(Some(Arc::new(Publication::new(&s, &Thresholds::default()))))
-            .unwrap();
+        tx.send(Some(Arc::new(Publication::new(
+            &s,
+            evaluate(&s, &crate::config::default_thresholds()),
+        ))))
+        .unwrap();
 
         let (st, ct, csp, html) = get_accept(&app, "/", BROWSER).await;
         assert_eq!((st, ct.as_str()), (StatusCode::OK, HTML));

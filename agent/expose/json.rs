@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::evaluate::{overall, Finding, ModeDecision, Severity};
+use crate::evaluate::{overall, Finding, ModeDecision, Severity, Verdict};
+use crate::history::Derived;
 use crate::snapshot::{Facts, ProbeOutcome, Snapshot};
 use crate::timefmt::rfc3339;
 
@@ -20,7 +21,12 @@ pub struct Document {
     pub proxy_mode: ModeDecision,
     /// Every probe's latest outcome, by probe name.
     pub probes: BTreeMap<String, ProbeOutcome>,
+    /// What each probe read on its latest run.
     pub facts: Facts,
+    /// What the history stage derived over time (counter windows, trends,
+    /// restarts); left out while nothing is derived, as after a single run.
+    #[serde(default, skip_serializing_if = "Derived::is_empty")]
+    pub derived: Derived,
     pub agent: Agent,
 }
 
@@ -30,7 +36,11 @@ pub struct Agent {
 }
 
 impl Document {
-    pub fn new(s: &Snapshot, findings: Vec<Finding>, proxy_mode: ModeDecision) -> Self {
+    pub fn new(s: &Snapshot, verdict: Verdict) -> Self {
+        let Verdict {
+            mode: proxy_mode,
+            findings,
+        } = verdict;
         Document {
             proxy_mode,
             node: s.node.clone(),
@@ -43,6 +53,7 @@ impl Document {
                 .map(|(p, o)| (p.as_str().to_string(), o.clone()))
                 .collect(),
             facts: s.facts.clone(),
+            derived: s.derived.clone(),
             agent: Agent {
                 version: env!("CARGO_PKG_VERSION").to_string(),
             },

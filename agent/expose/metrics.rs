@@ -115,7 +115,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             .with_label_values(&[] as &[&str])
             .set(b as f64);
         }
-        if let Some(tr) = &ct.trend {
+        if let Some(tr) = s.derived.conntrack.as_ref().and_then(|d| d.trend.as_ref()) {
             out.gauge(
                 "proxywatch_conntrack_entries_growth_per_second",
                 "Growth of the conntrack entry count, in entries per second: a Theil-Sen fit (robust to one spike) over --conntrack.trend-window. Absent until the agent's history covers half that window.",
@@ -379,37 +379,38 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             .with_label_values(&[mode.as_str()])
             .set(1.0);
         }
-        for (name, help, l) in [
+        let d = s.derived.kube_proxy.clone().unwrap_or_default();
+        for (name, help, w) in [
             (
                 "proxywatch_kube_proxy_sync_duration_seconds",
                 "kube-proxy rule sync duration quantiles over the window since the previous read.",
-                &k.sync,
+                &d.sync,
             ),
             (
                 "proxywatch_kube_proxy_network_programming_duration_seconds",
                 "kube-proxy network programming latency quantiles over the window since the previous read.",
-                &k.network_programming,
+                &d.network_programming,
             ),
         ] {
-            if let Some(l) = l {
+            if let Some(w) = w {
                 let g = out.gauge(name, help, &["quantile"]);
                 // No sync in the window: no value, rather than a misleading 0.
-                if let Some(v) = l.p50_window {
+                if let Some(v) = w.p50 {
                     g.with_label_values(&["0.5"]).set(v);
                 }
-                if let Some(v) = l.p99_window {
+                if let Some(v) = w.p99 {
                     g.with_label_values(&["0.99"]).set(v);
                 }
             }
         }
-        if let Some(age) = k.last_sync_age_seconds {
+        if let Some(age) = d.last_sync_age_seconds {
             one(
                 "proxywatch_kube_proxy_last_sync_age_seconds",
                 "Seconds since kube-proxy's last successful sync.",
                 age,
             );
         }
-        if let Some(q) = k.queued_unsynced_seconds {
+        if let Some(q) = d.queued_unsynced_seconds {
             one(
                 "proxywatch_kube_proxy_queued_unsynced_seconds",
                 "Seconds queued changes have waited for a sync; 0 when none waits.",
@@ -446,7 +447,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             &[],
         )
         .with_label_values(&[] as &[&str])
-        .inc_by(k.restarts);
+        .inc_by(d.restarts);
     }
 
     // The agent's own process (process_resident_memory_bytes, process_cpu_seconds_total...),
@@ -493,7 +494,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evaluate::{evaluate, Thresholds};
+    use crate::evaluate::evaluate;
 
     fn value(text: &str, series: &str) -> Option<f64> {
         text.lines()
@@ -509,7 +510,7 @@ mod tests {
         ct.stats.insert("drop".into(), 7);
         ct.stats_source = Some("test".into());
         crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
-        let findings = evaluate(&s, &Thresholds::default());
+        let findings = evaluate(&s, &crate::config::default_thresholds()).findings;
         let text = render(&s, &findings);
         assert_eq!(value(&text, "proxywatch_conntrack_entries"), Some(1000.0));
         assert_eq!(value(&text, "proxywatch_conntrack_entries_limit"), Some(262_144.0));
@@ -548,7 +549,7 @@ mod tests {
 
     #[test]
     fn time_to_full_is_inf_when_not_growing() {
-        use crate::trend::ConntrackTrend;
+        use crate::history::trend::ConntrackTrend;
         let mut s = crate::evaluate::test_support::healthy();
         let mut trend = ConntrackTrend {
             slope_per_second: 12.5,
@@ -556,7 +557,7 @@ mod tests {
             window_seconds: 900.0,
             points: 181,
         };
-        s.facts.conntrack.as_mut().unwrap().trend = Some(trend.clone());
+        s.derived.conntrack.get_or_insert_with(Default::default).trend = Some(trend.clone());
         let text = render(&s, &[]);
         assert_eq!(value(&text, "proxywatch_conntrack_seconds_to_full"), Some(1800.0));
         assert_eq!(
@@ -565,7 +566,7 @@ mod tests {
         );
         trend.slope_per_second = 0.0;
         trend.seconds_to_full = None;
-        s.facts.conntrack.as_mut().unwrap().trend = Some(trend);
+        s.derived.conntrack.get_or_insert_with(Default::default).trend = Some(trend);
         let text = render(&s, &[]);
         // The encoder writes `inf`, which Prometheus' parser (Go's ParseFloat) reads as +Inf.
         assert_eq!(

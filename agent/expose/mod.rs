@@ -1,6 +1,7 @@
 //! Rendering only: Prometheus text, JSON, the terminal report and HTTP routes.
 //!
-//! A `Publication` is rendered once per snapshot; HTTP handlers only copy its bytes.
+//! A `Publication` renders a snapshot and its verdict once; HTTP handlers only
+//! copy its bytes. Nothing here evaluates: the verdict comes in whole.
 
 pub mod http;
 pub mod json;
@@ -11,7 +12,7 @@ pub mod server;
 
 use bytes::Bytes;
 
-use crate::evaluate::{self, Severity, Thresholds};
+use crate::evaluate::{Severity, Verdict};
 use crate::snapshot::Snapshot;
 
 pub use json::Document;
@@ -33,11 +34,10 @@ pub struct Publication {
 }
 
 impl Publication {
-    /// Evaluates the snapshot and renders everything once.
-    pub fn new(snapshot: &Snapshot, thresholds: &Thresholds) -> Self {
-        let findings = evaluate::evaluate(snapshot, thresholds);
-        let metrics = metrics::render(snapshot, &findings);
-        let document = Document::new(snapshot, findings, evaluate::effective_mode(snapshot, thresholds));
+    /// Renders a snapshot and its verdict, every form once.
+    pub fn new(snapshot: &Snapshot, verdict: Verdict) -> Self {
+        let metrics = metrics::render(snapshot, &verdict.findings);
+        let document = Document::new(snapshot, verdict);
         let snapshot_json = Bytes::from(document.to_json());
         let findings_json = Bytes::from(serde_json::to_vec_pretty(&document.findings).expect("findings serialize"));
         let page_html = Bytes::from(page::render(&document, snapshot.collected_at));

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::json::Document;
 use crate::evaluate::Severity;
+use crate::history::kube_proxy::p99;
 use crate::snapshot::ProbeStatus;
 
 /// Seconds between the page's automatic reloads.
@@ -219,13 +220,14 @@ fn conntrack(o: &mut String, doc: &Document) {
         }
     }
     o.push_str("<table>\n<thead><tr><th scope=\"col\">counter</th><th scope=\"col\" class=\"num\">since boot</th><th scope=\"col\" class=\"num\">recent window</th></tr></thead>\n<tbody>\n");
+    let derived = doc.derived.conntrack.clone().unwrap_or_default();
     for name in ["drop", "early_drop", "insert_failed", "invalid"] {
-        let recent = ct
+        let recent = derived
             .window
             .as_ref()
             .map(|w| format!("{} in {}", w.get(name), crate::timefmt::human_duration(w.seconds)))
             .unwrap_or_else(|| "—".into());
-        let class = if ct.window.as_ref().is_some_and(|w| w.get(name) > 0) {
+        let class = if derived.window.as_ref().is_some_and(|w| w.get(name) > 0) {
             " bad"
         } else {
             ""
@@ -238,7 +240,7 @@ fn conntrack(o: &mut String, doc: &Document) {
         );
     }
     o.push_str("</tbody>\n</table>\n");
-    if let Some(tr) = &ct.trend {
+    if let Some(tr) = &derived.trend {
         let full = tr
             .seconds_to_full
             .map(|s| format!("full in about {}", crate::timefmt::human_duration(s)))
@@ -326,14 +328,23 @@ fn kube_proxy(o: &mut String, doc: &Document) {
     row(o, "mode", kp.mode.clone().unwrap_or_else(|| "unknown".into()));
     row(o, "metrics", if kp.metrics_up { "up".into() } else { "down".into() });
     let secs = |v: Option<f64>| v.map_or("—".into(), |s| format!("{:.3} s", s));
-    row(o, "sync p99", secs(kp.sync.as_ref().and_then(|l| l.p99())));
+    let d = doc.derived.kube_proxy.clone().unwrap_or_default();
+    row(
+        o,
+        "sync p99",
+        secs(kp.sync.as_ref().and_then(|l| p99(l, d.sync.as_ref()))),
+    );
     row(
         o,
         "network programming p99",
-        secs(kp.network_programming.as_ref().and_then(|l| l.p99())),
+        secs(
+            kp.network_programming
+                .as_ref()
+                .and_then(|l| p99(l, d.network_programming.as_ref())),
+        ),
     );
-    row(o, "last sync age", secs(kp.last_sync_age_seconds));
-    row(o, "restarts seen", kp.restarts.to_string());
+    row(o, "last sync age", secs(d.last_sync_age_seconds));
+    row(o, "restarts seen", d.restarts.to_string());
     o.push_str("</tbody>\n</table>\n</section>\n");
 }
 
@@ -436,11 +447,10 @@ pub fn text_status(doc: &Document) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evaluate::{effective_mode, evaluate, Thresholds};
+    use crate::evaluate::evaluate;
 
     fn doc(s: &crate::snapshot::Snapshot) -> Document {
-        let t = Thresholds::default();
-        Document::new(s, evaluate(s, &t), effective_mode(s, &t))
+        Document::new(s, evaluate(s, &crate::config::default_thresholds()))
     }
 
     #[test]

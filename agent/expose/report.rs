@@ -116,15 +116,15 @@ pub fn render(doc: &Document) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evaluate::{evaluate, Thresholds};
+    use crate::evaluate::evaluate;
 
     #[test]
     fn fits_80_columns_and_marks_severity() {
         let mut s = crate::evaluate::test_support::healthy();
         crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
         s.facts.conntrack.as_mut().unwrap().entries = 250_000;
-        let t = Thresholds::default();
-        let doc = Document::new(&s, evaluate(&s, &t), crate::evaluate::effective_mode(&s, &t));
+        let t = crate::config::default_thresholds();
+        let doc = Document::new(&s, evaluate(&s, &t));
         let text = render(&doc);
         for line in text.lines() {
             // A single unbreakable word (a long command) may exceed; none of ours does.

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::parse::{parse_hex_u64, parse_u64, quote, ParseError};
-use super::{ProbeError, Probed};
-use crate::exec::{CommandSpec, ExecError, Runner};
+use super::{Deadline, ProbeContext, ProbeError, Probed};
+use crate::exec::{CommandSpec, ExecError};
 use crate::host::Host;
 
 const COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
@@ -34,15 +34,6 @@ pub struct ConntrackFacts {
     pub stats: BTreeMap<String, u64>,
     /// Where `stats` came from: `/proc/net/stat/nf_conntrack` or `conntrack -S`; none when neither exists.
     pub stats_source: Option<String>,
-    /// Counter increases over the recent window, filled in by the scheduler from
-    /// successive readings; absent after a single reading.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<crate::window::CounterDeltas>,
-    /// Growth of the entry count over the recent trend window and the time until
-    /// the table is full, filled in by the scheduler from its history of readings;
-    /// absent until that history covers half the window.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trend: Option<crate::trend::ConntrackTrend>,
 }
 
 impl ConntrackFacts {
@@ -209,11 +200,10 @@ pub fn read_files(host: &Host) -> Result<Probed<ConntrackFacts>, ProbeError> {
     Ok(Probed::Present(facts))
 }
 
-pub async fn probe(
-    host: Host,
-    runner: Runner,
-    timeout: std::time::Duration,
-) -> Result<Probed<ConntrackFacts>, ProbeError> {
+/// The probe: the files on the blocking pool, then `conntrack -S` when the
+/// stat file is missing, within what is left of the deadline.
+pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ConntrackFacts>, ProbeError> {
+    let host = ctx.host.clone();
     let read = super::blocking(super::ProbeName::Conntrack, move || read_files(&host)).await?;
     let Probed::Present(mut facts) = read else {
         return Ok(read);
@@ -221,10 +211,10 @@ pub async fn probe(
     if facts.stats_source.is_none() {
         // The stat file is missing: ask the kernel over netlink instead.
         let spec = CommandSpec::new("conntrack", &["-S"])
-            .timeout(timeout)
+            .timeout(deadline.remaining())
             .max_output_bytes(1 << 20)
             .permission_hint("needs CAP_NET_ADMIN");
-        let (text, fin) = runner.run_capture(&spec).await?;
+        let (text, fin) = ctx.runner.run_capture(&spec).await?;
         ExecError::check_status(&spec, &fin)?;
         facts.stats = parse_conntrack_s("conntrack -S", &text)?;
         facts.stats_source = Some("conntrack -S".to_string());

@@ -501,10 +501,10 @@ pub fn detect_backend(saves: &[SaveRun]) -> (String, String, Vec<String>) {
 
 /// Runs every save command found on PATH. Fails as a whole when any save
 /// fails, so a partial count is never reported as the node's rule set.
+/// Each save gets what is left of the deadline.
 pub async fn probe(
-    runner: &crate::exec::Runner,
-    timeout: std::time::Duration,
-    max_output_bytes: u64,
+    ctx: &super::ProbeContext,
+    deadline: super::Deadline,
 ) -> Result<super::Probed<IptablesFacts>, super::ProbeError> {
     let mut chosen: Vec<(&str, &str, &str)> = COMMANDS.iter().copied().filter(|c| crate::exec::on_path(c.2)).collect();
     if chosen.is_empty() {
@@ -517,11 +517,12 @@ pub async fn probe(
     for (backend, family, command) in chosen {
         // Never `-t TABLE`: a legacy save with -t creates the table it names.
         let spec = crate::exec::CommandSpec::new(command, &[])
-            .timeout(timeout)
-            .max_output_bytes(max_output_bytes)
+            .timeout(deadline.remaining())
+            .max_output_bytes(ctx.max_output_bytes)
             .permission_hint("needs CAP_NET_ADMIN (and CAP_NET_RAW for the legacy backend)");
         let mut parser = SaveParser::new(command);
-        let fin = runner
+        let fin = ctx
+            .runner
             .run_lines(&spec, |line| parser.feed_line(line).map_err(|e| e.to_string()))
             .await?;
         crate::exec::ExecError::check_status(&spec, &fin)?;

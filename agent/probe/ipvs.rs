@@ -1096,14 +1096,14 @@ pub async fn local_addresses() -> Result<LocalAddresses, super::ProbeError> {
     result
 }
 
-/// Runs the IPVS probe. `use_netlink` is false when the host root is not `/`
-/// (a fixture node): netlink always shows the agent's own namespace.
+/// Runs the IPVS probe until the deadline. Netlink (kube-ipvs0) is read only
+/// when the host root is `/`: on a fixture node it would show the agent's own namespace.
 pub async fn probe(
-    host: crate::host::Host,
-    runner: &crate::exec::Runner,
-    timeout: std::time::Duration,
-    use_netlink: bool,
+    ctx: &super::ProbeContext,
+    deadline: super::Deadline,
 ) -> Result<super::Probed<IpvsFacts>, super::ProbeError> {
+    let (host, runner) = (&ctx.host, &ctx.runner);
+    let use_netlink = host.root() == std::path::Path::new("/");
     // ipvsadm runs `modprobe ip_vs` when IPVS is not loaded; a read-only agent
     // must not load kernel modules, so look before running it.
     if !host.exists(PROC_IP_VS) {
@@ -1121,14 +1121,14 @@ pub async fn probe(
     };
     let (source, services) = if crate::exec::on_path("ipvsadm") {
         let list = crate::exec::CommandSpec::new("ipvsadm", &["-Ln"])
-            .timeout(timeout)
+            .timeout(deadline.remaining())
             .max_output_bytes(256 << 20)
             .permission_hint("needs CAP_NET_ADMIN");
         let (text, fin) = runner.run_capture(&list).await?;
         crate::exec::ExecError::check_status(&list, &fin)?;
         let mut services = parse_ipvsadm_list("ipvsadm -Ln", &text)?;
         let st = crate::exec::CommandSpec::new("ipvsadm", &["-Ln", "--stats", "--exact"])
-            .timeout(timeout)
+            .timeout(deadline.remaining())
             .max_output_bytes(256 << 20)
             .permission_hint("needs CAP_NET_ADMIN");
         let (text, fin) = runner.run_capture(&st).await?;

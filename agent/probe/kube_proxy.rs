@@ -6,14 +6,12 @@
 //! thin probe. kube-proxy replaced by something else (nothing listening, no
 //! process) is "absent", not a failure.
 
-use std::path::Path;
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 use super::kube_proxy_text::{self as text, Histogram, KubeProxyMetrics};
 use super::parse::{quote, ParseError};
-use super::{ProbeError, Probed};
+use super::{Deadline, ProbeContext, ProbeError, Probed};
 use crate::fetch::{self, FetchError};
 use crate::host::Host;
 
@@ -24,8 +22,6 @@ pub struct Endpoints {
     pub metrics_url: String,
     /// Base URL of the health server (`/healthz`).
     pub healthz_url: String,
-    /// Timeout of each request.
-    pub timeout: Duration,
     /// Bodies larger than this fail the probe.
     pub max_body_bytes: usize,
 }
@@ -61,18 +57,11 @@ pub struct ProcessFacts {
     pub cpu_limit_cores: Option<f64>,
 }
 
-/// A latency histogram reduced to what an SRE reads: quantiles, in seconds.
+/// A latency histogram since kube-proxy started, reduced to what an SRE reads:
+/// quantiles, in seconds. The window since the previous reading is the history
+/// stage's (`crate::history::kube_proxy::LatencyWindow`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
-    /// p50 / p99 over the window since the previous read (bucket deltas, as
-    /// histogram_quantile(rate(...)) would); None when nothing happened in it.
-    pub p50_window: Option<f64>,
-    pub p99_window: Option<f64>,
-    /// Events in that window.
-    pub count_window: Option<f64>,
-    /// Length of that window, in seconds.
-    pub window_seconds: Option<f64>,
-    /// p50 / p99 since kube-proxy started.
     pub p50_since_start: Option<f64>,
     pub p99_since_start: Option<f64>,
     pub count_since_start: f64,
@@ -84,26 +73,6 @@ impl Latency {
             p50_since_start: text::quantile(0.5, &h.buckets),
             p99_since_start: text::quantile(0.99, &h.buckets),
             count_since_start: h.count,
-            ..Default::default()
-        }
-    }
-
-    /// Fills the window quantiles from the previous reading of the same histogram.
-    pub fn with_window(mut self, newer: &Histogram, older: Option<&Histogram>, seconds: f64) -> Self {
-        if let Some(d) = older.and_then(|o| text::delta(newer, o)) {
-            self.count_window = Some(d.count);
-            self.window_seconds = Some(seconds);
-            self.p50_window = text::quantile(0.5, &d.buckets);
-            self.p99_window = text::quantile(0.99, &d.buckets);
-        }
-        self
-    }
-
-    /// The p99 checks use: over the window when there is one, else since start.
-    pub fn p99(&self) -> Option<f64> {
-        match self.count_window {
-            Some(_) => self.p99_window,
-            None => self.p99_since_start,
         }
     }
 }
@@ -119,16 +88,8 @@ pub struct KubeProxyFacts {
     pub metrics: Option<KubeProxyMetrics>,
     pub sync: Option<Latency>,
     pub network_programming: Option<Latency>,
-    /// Seconds since kube-proxy's last successful sync (at the time of reading).
-    pub last_sync_age_seconds: Option<f64>,
-    /// Seconds a queued change has waited without a sync; 0 when nothing waits.
-    pub queued_unsynced_seconds: Option<f64>,
     pub healthz: Option<HealthzFacts>,
     pub process: Option<ProcessFacts>,
-    /// Restarts seen since the agent started (a changed process start time).
-    pub restarts: u64,
-    /// Unix time of the latest restart seen, in seconds.
-    pub last_restart_seconds: Option<f64>,
 }
 
 /// Finds the kube-proxy process (comm `kube-proxy`) under `<host root>/proc`.
@@ -220,22 +181,23 @@ pub fn parse_cpu_max(text: &str) -> Option<f64> {
     (period > 0.0).then(|| quota / period)
 }
 
-/// Reads kube-proxy's endpoints and process. Window quantiles, restarts and
-/// ages are filled by the scheduler, which knows the previous reading.
-pub async fn probe(host: Host, ep: &Endpoints) -> Result<Probed<KubeProxyFacts>, ProbeError> {
+/// Reads kube-proxy's endpoints and finds its process, all at once, until the
+/// deadline. What needs the previous reading (latency windows, restarts, ages)
+/// is the history stage's.
+pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<KubeProxyFacts>, ProbeError> {
+    let ep = &ctx.kube_proxy;
     let get = |path: &'static str, base: &str| {
         let url = fetch::join(base, path);
-        async move { fetch::get(&url, ep.timeout, ep.max_body_bytes).await }
+        async move { fetch::get_until(&url, deadline, ep.max_body_bytes).await }
     };
-    let (mode, metrics, health) = tokio::join!(
+    let host = ctx.host.clone();
+    let (mode, metrics, health, process) = tokio::join!(
         get("/proxyMode", &ep.metrics_url),
         get("/metrics", &ep.metrics_url),
-        get("/healthz", &ep.healthz_url)
+        get("/healthz", &ep.healthz_url),
+        super::blocking(super::ProbeName::KubeProxy, move || find_process(&host))
     );
-    let process = {
-        let host = host.clone();
-        super::blocking(super::ProbeName::KubeProxy, move || find_process(&host)).await?
-    };
+    let process = process?;
     let refused = |r: &Result<fetch::Fetched, FetchError>| matches!(r, Err(e) if e.is_refused());
     if process.is_none() && refused(&metrics) && refused(&health) {
         return Ok(Probed::Absent(format!(
@@ -291,58 +253,6 @@ pub async fn probe(host: Host, ep: &Endpoints) -> Result<Probed<KubeProxyFacts>,
     Ok(Probed::Present(facts))
 }
 
-/// Derives what needs the previous reading: window quantiles, restarts, ages.
-#[derive(Debug, Default)]
-pub struct Tracker {
-    previous: Option<(f64, KubeProxyMetrics)>,
-    start_time: Option<f64>,
-    restarts: u64,
-    last_restart: Option<f64>,
-}
-
-impl Tracker {
-    /// `now`: wall clock, Unix seconds.
-    pub fn update(&mut self, facts: &mut KubeProxyFacts, now: f64) {
-        // A restart: the process or its metrics report a new start time.
-        let start = facts
-            .process
-            .as_ref()
-            .map(|p| p.start_time_seconds)
-            .or_else(|| facts.metrics.as_ref().and_then(|m| m.process_start_time_seconds));
-        if let (Some(old), Some(new)) = (self.start_time, start) {
-            if (new - old).abs() > 1.0 {
-                self.restarts += 1;
-                self.last_restart = Some(now);
-            }
-        }
-        if start.is_some() {
-            self.start_time = start;
-        }
-        facts.restarts = self.restarts;
-        facts.last_restart_seconds = self.last_restart;
-
-        if let Some(m) = &facts.metrics {
-            let prev = self.previous.as_ref();
-            let seconds = prev.map_or(0.0, |(t, _)| now - t);
-            if let (Some(h), Some(l)) = (&m.sync_duration, facts.sync.take()) {
-                let older = prev.and_then(|(_, p)| p.sync_duration.as_ref());
-                facts.sync = Some(l.with_window(h, older, seconds));
-            }
-            if let (Some(h), Some(l)) = (&m.network_programming, facts.network_programming.take()) {
-                let older = prev.and_then(|(_, p)| p.network_programming.as_ref());
-                facts.network_programming = Some(l.with_window(h, older, seconds));
-            }
-            facts.last_sync_age_seconds = m.last_sync_timestamp_seconds.map(|t| (now - t).max(0.0));
-            facts.queued_unsynced_seconds = match (m.last_queued_timestamp_seconds, m.last_sync_timestamp_seconds) {
-                (Some(q), Some(s)) if q > s => Some((now - q).max(0.0)),
-                (Some(_), _) => Some(0.0),
-                _ => None,
-            };
-            self.previous = Some((now, m.clone()));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,65 +267,5 @@ mod tests {
         assert!(parse_btime("s", "btime x\n").is_err());
         assert_eq!(parse_cpu_max("200000 100000\n"), Some(2.0));
         assert_eq!(parse_cpu_max("max 100000\n"), None);
-    }
-
-    fn metrics_with_sync(buckets: &[(f64, f64)], start: f64) -> KubeProxyMetrics {
-        KubeProxyMetrics {
-            sync_duration: Some(Histogram {
-                buckets: buckets.to_vec(),
-                count: buckets.last().unwrap().1,
-                sum: 0.0,
-            }),
-            process_start_time_seconds: Some(start),
-            last_sync_timestamp_seconds: Some(990.0),
-            last_queued_timestamp_seconds: Some(995.0),
-            ..Default::default()
-        }
-    }
-
-    fn facts(m: KubeProxyMetrics) -> KubeProxyFacts {
-        KubeProxyFacts {
-            sync: m.sync_duration.as_ref().map(Latency::since_start),
-            metrics: Some(m),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn window_quantiles_follow_a_burst_of_slow_syncs() {
-        let mut t = Tracker::default();
-        let inf = f64::INFINITY;
-        // 100 fast syncs (<= 0.1 s) since start.
-        let mut f = facts(metrics_with_sync(
-            &[(0.1, 100.0), (1.0, 100.0), (10.0, 100.0), (inf, 100.0)],
-            500.0,
-        ));
-        t.update(&mut f, 1000.0);
-        let s = f.sync.as_ref().unwrap();
-        assert!(s.p99_since_start.unwrap() <= 0.1);
-        assert_eq!(s.count_window, None, "first read: no window");
-        assert_eq!(f.last_sync_age_seconds, Some(10.0));
-        assert_eq!(f.queued_unsynced_seconds, Some(5.0), "queued at 995, last sync at 990");
-        // Then 10 slow syncs (1-10 s): the window p99 moves, the since-start one barely.
-        let mut f = facts(metrics_with_sync(
-            &[(0.1, 100.0), (1.0, 100.0), (10.0, 110.0), (inf, 110.0)],
-            500.0,
-        ));
-        t.update(&mut f, 1060.0);
-        let s = f.sync.as_ref().unwrap();
-        assert_eq!(s.count_window, Some(10.0));
-        assert_eq!(s.window_seconds, Some(60.0));
-        assert!(s.p99_window.unwrap() > 9.0, "{:?}", s.p99_window);
-        assert_eq!(s.p99(), s.p99_window);
-        assert_eq!(f.restarts, 0);
-        // A restart: new start time, counters reset -> no window, restart counted.
-        let mut f = facts(metrics_with_sync(
-            &[(0.1, 1.0), (1.0, 1.0), (10.0, 1.0), (inf, 1.0)],
-            1100.0,
-        ));
-        t.update(&mut f, 1120.0);
-        assert_eq!(f.restarts, 1);
-        assert_eq!(f.last_restart_seconds, Some(1120.0));
-        assert_eq!(f.sync.as_ref().unwrap().count_window, None);
     }
 }

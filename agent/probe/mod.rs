@@ -1,4 +1,14 @@
-//! Probes: each reads one source of facts and returns typed facts or a typed error.
+//! Probes: each reads one source of the node at one moment and returns a typed
+//! reading, "absent", or a typed error.
+//!
+//! **The one contract.** Every probe is
+//! `async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Facts>, ProbeError>`:
+//! the shared context (where the node's files are, how commands run, where
+//! kube-proxy listens) and the deadline of the whole run. Commands get
+//! `deadline - now` ([`Deadline::remaining`]); file reads run on the blocking
+//! pool behind the hang guard ([`blocking`]); HTTP requests end at the deadline.
+//! A probe knows nothing of earlier runs: what needs more than one reading is
+//! the history stage's (`crate::history`).
 //!
 //! A probe never panics on input and never decides what is healthy; that is
 //! `evaluate`'s job. "Absent" (no IPVS on this kernel, no conntrack) is not a
@@ -15,14 +25,14 @@ pub mod node;
 pub mod parse;
 pub mod sysctl;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::exec::{ExecError, Runner};
 use crate::host::{Host, ReadError};
-use crate::snapshot::FactUpdate;
+
+pub use crate::deadline::Deadline;
 
 /// Every probe, in the order reports list them. The name is the probe's
 /// `probe` label, its JSON key and its flag prefix.
@@ -101,7 +111,8 @@ pub enum ProbeError {
     StillRunning(Duration),
 }
 
-/// What probes need: where the node's files are and how to run commands.
+/// What every probe gets: where the node's files are, how commands run, and
+/// where kube-proxy listens.
 #[derive(Debug, Clone)]
 pub struct ProbeContext {
     pub host: Host,
@@ -112,44 +123,38 @@ pub struct ProbeContext {
     pub kube_proxy: kube_proxy::Endpoints,
 }
 
-/// Runs one probe once. File probes run on the blocking pool; `timeout`
-/// bounds each command a probe runs.
-pub async fn run(name: ProbeName, ctx: Arc<ProbeContext>, timeout: Duration) -> Result<Probed<FactUpdate>, ProbeError> {
-    fn present<T>(r: Result<T, ProbeError>, wrap: fn(T) -> FactUpdate) -> Result<Probed<FactUpdate>, ProbeError> {
-        r.map(|t| Probed::Present(wrap(t)))
-    }
-    fn probed<T>(
-        r: Result<Probed<T>, ProbeError>,
-        wrap: fn(T) -> FactUpdate,
-    ) -> Result<Probed<FactUpdate>, ProbeError> {
+/// What one probe run read: one variant per probe, its facts of that moment.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reading {
+    Node(node::NodeFacts),
+    Modules(modules::ModuleFacts),
+    Conntrack(conntrack::ConntrackFacts),
+    Sysctls(sysctl::SysctlFacts),
+    Iptables(iptables::IptablesFacts),
+    Nftables(nftables::NftablesFacts),
+    Ipvs(ipvs::IpvsFacts),
+    KubeProxy(Box<kube_proxy::KubeProxyFacts>),
+}
+
+/// Runs one probe once, until `deadline`: the one place that knows which
+/// function reads which probe.
+pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Reading>, ProbeError> {
+    fn wrap<T>(r: Result<Probed<T>, ProbeError>, into: fn(T) -> Reading) -> Result<Probed<Reading>, ProbeError> {
         r.map(|p| match p {
-            Probed::Present(t) => Probed::Present(wrap(t)),
+            Probed::Present(t) => Probed::Present(into(t)),
             Probed::Absent(why) => Probed::Absent(why),
         })
     }
-    let host = ctx.host.clone();
     match name {
-        ProbeName::Node => present(blocking(name, move || node::probe(&host)).await, FactUpdate::Node),
-        ProbeName::Modules => present(blocking(name, move || modules::probe(&host)).await, FactUpdate::Modules),
-        ProbeName::Sysctls => present(blocking(name, move || sysctl::probe(&host)).await, FactUpdate::Sysctls),
-        ProbeName::Conntrack => probed(
-            conntrack::probe(host, ctx.runner.clone(), timeout).await,
-            FactUpdate::Conntrack,
-        ),
-        ProbeName::Iptables => probed(
-            iptables::probe(&ctx.runner, timeout, ctx.max_output_bytes).await,
-            FactUpdate::Iptables,
-        ),
-        ProbeName::Nftables => probed(
-            nftables::probe(&ctx.runner, timeout, ctx.max_output_bytes).await,
-            FactUpdate::Nftables,
-        ),
-        ProbeName::Ipvs => {
-            let netlink = ctx.host.root() == std::path::Path::new("/");
-            probed(ipvs::probe(host, &ctx.runner, timeout, netlink).await, FactUpdate::Ipvs)
-        }
-        ProbeName::KubeProxy => probed(kube_proxy::probe(host, &ctx.kube_proxy).await, |f| {
-            FactUpdate::KubeProxy(Box::new(f))
+        ProbeName::Node => wrap(node::probe(ctx, deadline).await, Reading::Node),
+        ProbeName::Modules => wrap(modules::probe(ctx, deadline).await, Reading::Modules),
+        ProbeName::Conntrack => wrap(conntrack::probe(ctx, deadline).await, Reading::Conntrack),
+        ProbeName::Sysctls => wrap(sysctl::probe(ctx, deadline).await, Reading::Sysctls),
+        ProbeName::Iptables => wrap(iptables::probe(ctx, deadline).await, Reading::Iptables),
+        ProbeName::Nftables => wrap(nftables::probe(ctx, deadline).await, Reading::Nftables),
+        ProbeName::Ipvs => wrap(ipvs::probe(ctx, deadline).await, Reading::Ipvs),
+        ProbeName::KubeProxy => wrap(kube_proxy::probe(ctx, deadline).await, |f| {
+            Reading::KubeProxy(Box::new(f))
         }),
     }
 }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::parse::{quote, ParseError};
-use super::ProbeError;
+use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
 
 /// The modules watched, and a file that exists only while each is active.
@@ -137,7 +137,14 @@ pub fn decide(src: &ModuleSources) -> BTreeMap<String, ModuleState> {
         .collect()
 }
 
-pub fn probe(host: &Host) -> Result<ModuleFacts, ProbeError> {
+/// The probe: reads the files on the blocking pool, behind the hang guard.
+pub async fn probe(ctx: &ProbeContext, _deadline: Deadline) -> Result<Probed<ModuleFacts>, ProbeError> {
+    let host = ctx.host.clone();
+    super::blocking(ProbeName::Modules, move || read(&host).map(Probed::Present)).await
+}
+
+/// Reads every source of module state the host has.
+pub fn read(host: &Host) -> Result<ModuleFacts, ProbeError> {
     let release = host
         .read_optional("/proc/sys/kernel/osrelease")?
         .map(|s| s.trim().to_string())

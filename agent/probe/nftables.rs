@@ -417,10 +417,10 @@ pub struct NftablesFacts {
     pub tables: Vec<NftTable>,
 }
 
+/// Lists kube-proxy's table in each family; both lists share the deadline.
 pub async fn probe(
-    runner: &crate::exec::Runner,
-    timeout: std::time::Duration,
-    max_output_bytes: u64,
+    ctx: &super::ProbeContext,
+    deadline: super::Deadline,
 ) -> Result<super::Probed<NftablesFacts>, super::ProbeError> {
     if !crate::exec::on_path("nft") {
         return Ok(super::Probed::Absent("nft not on PATH".into()));
@@ -431,10 +431,10 @@ pub async fn probe(
     let mut tables = Vec::new();
     for family in ["ip", "ip6"] {
         let spec = crate::exec::CommandSpec::new("nft", &["list", "table", family, "kube-proxy"])
-            .timeout(timeout)
-            .max_output_bytes(max_output_bytes)
+            .timeout(deadline.remaining())
+            .max_output_bytes(ctx.max_output_bytes)
             .permission_hint(hint);
-        let (text, fin) = runner.run_capture(&spec).await?;
+        let (text, fin) = ctx.runner.run_capture(&spec).await?;
         if !fin.status.success() && fin.stderr_head.contains("No such file or directory") {
             continue; // no such table in this family
         }

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::parse::{quote, ParseError};
-use super::ProbeError;
+use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
 
 const CPU_ONLINE: &str = "/sys/devices/system/cpu/online";
@@ -56,7 +56,14 @@ pub fn parse_cpu_list(source: &str, text: &str) -> Result<u32, ParseError> {
     Ok(total)
 }
 
-pub fn probe(host: &Host) -> Result<NodeFacts, ProbeError> {
+/// The probe: reads the files on the blocking pool, behind the hang guard.
+pub async fn probe(ctx: &ProbeContext, _deadline: Deadline) -> Result<Probed<NodeFacts>, ProbeError> {
+    let host = ctx.host.clone();
+    super::blocking(ProbeName::Node, move || read(&host).map(Probed::Present)).await
+}
+
+/// Reads the kernel release and the online CPUs.
+pub fn read(host: &Host) -> Result<NodeFacts, ProbeError> {
     let kernel_release = host
         .read_optional("/proc/sys/kernel/osrelease")?
         .map(|s| s.trim().to_string())

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::parse::{quote, ParseError};
-use super::ProbeError;
+use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
 
 /// The sysctls read, by their dotted name.
@@ -57,7 +57,14 @@ pub fn parse_value(source: &str, text: &str) -> Result<i64, ParseError> {
         .map_err(|_| ParseError::new(source, 1, format!("expected an integer, found {}", quote(t))))
 }
 
-pub fn probe(host: &Host) -> Result<SysctlFacts, ProbeError> {
+/// The probe: reads the files on the blocking pool, behind the hang guard.
+pub async fn probe(ctx: &ProbeContext, _deadline: Deadline) -> Result<Probed<SysctlFacts>, ProbeError> {
+    let host = ctx.host.clone();
+    super::blocking(ProbeName::Sysctls, move || read(&host).map(Probed::Present)).await
+}
+
+/// Reads every watched sysctl; a missing one is None (its module is not loaded).
+pub fn read(host: &Host) -> Result<SysctlFacts, ProbeError> {
     let mut values = BTreeMap::new();
     for name in WATCHED {
         let path = proc_path(name);

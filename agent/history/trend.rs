@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-/// The `facts.conntrack.trend` fact: how fast the table grows and when it fills.
+/// `derived.conntrack.trend`: how fast the table grows and when it fills.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConntrackTrend {
     /// Fitted growth of the entry count, in entries per second (negative when shrinking).

@@ -1,7 +1,7 @@
 //! Counter increases over a recent window, from successive readings.
 //!
 //! Kernel counters (conntrack drops...) only grow since boot; what an SRE needs
-//! is "how many in the last few minutes". The scheduler keeps the readings of
+//! is "how many in the last few minutes". The history stage keeps the readings of
 //! one window (bounded) and derives the increase, the way Prometheus'
 //! `increase()` would, but without Prometheus. Pure: the caller gives the times.
 

@@ -1,0 +1,185 @@
+//! kube-proxy over time: latency over the interval since the previous reading
+//! (bucket deltas, as `histogram_quantile(rate(...))` would give), restarts
+//! (a new process start time), and how long ago it last synced.
+
+use serde::{Deserialize, Serialize};
+
+use crate::probe::kube_proxy::{KubeProxyFacts, Latency};
+use crate::probe::kube_proxy_text::{delta, quantile, Histogram, KubeProxyMetrics};
+
+/// A latency histogram over the window since the previous reading, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyWindow {
+    /// p50 / p99 over the window; None when nothing happened in it.
+    pub p50: Option<f64>,
+    pub p99: Option<f64>,
+    /// Events in the window.
+    pub count: f64,
+    /// Length of the window, in seconds.
+    pub seconds: f64,
+}
+
+impl LatencyWindow {
+    /// The window between two readings of one histogram; None without an
+    /// older reading or when the counters went backwards (a restart).
+    pub fn between(newer: &Histogram, older: Option<&Histogram>, seconds: f64) -> Option<Self> {
+        let d = delta(newer, older?)?;
+        Some(LatencyWindow {
+            p50: quantile(0.5, &d.buckets),
+            p99: quantile(0.99, &d.buckets),
+            count: d.count,
+            seconds,
+        })
+    }
+}
+
+/// The p99 to read: over the window since the previous reading when there is
+/// one, else since kube-proxy started.
+pub fn p99(since_start: &Latency, window: Option<&LatencyWindow>) -> Option<f64> {
+    match window {
+        Some(w) => w.p99,
+        None => since_start.p99_since_start,
+    }
+}
+
+/// `derived.kube_proxy`: what needs the previous reading or the clock.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KubeProxyDerived {
+    /// Sync duration since the previous reading; absent on the first reading
+    /// and right after a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<LatencyWindow>,
+    /// Network programming latency since the previous reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_programming: Option<LatencyWindow>,
+    /// Seconds since kube-proxy's last successful sync (at the time of reading).
+    pub last_sync_age_seconds: Option<f64>,
+    /// Seconds a queued change has waited without a sync; 0 when nothing waits.
+    pub queued_unsynced_seconds: Option<f64>,
+    /// Restarts seen since the agent started (a changed process start time).
+    pub restarts: u64,
+    /// Unix time of the latest restart seen, in seconds.
+    pub last_restart_seconds: Option<f64>,
+}
+
+/// What is remembered of kube-proxy between readings.
+#[derive(Debug, Default)]
+pub struct KubeProxyHistory {
+    previous: Option<(f64, KubeProxyMetrics)>,
+    start_time: Option<f64>,
+    restarts: u64,
+    last_restart: Option<f64>,
+}
+
+impl KubeProxyHistory {
+    /// Takes a reading made at `now` (wall clock, Unix seconds).
+    pub fn observe(&mut self, facts: &KubeProxyFacts, now: f64) -> KubeProxyDerived {
+        // A restart: the process or its metrics report a new start time.
+        let start = facts
+            .process
+            .as_ref()
+            .map(|p| p.start_time_seconds)
+            .or_else(|| facts.metrics.as_ref().and_then(|m| m.process_start_time_seconds));
+        if let (Some(old), Some(new)) = (self.start_time, start) {
+            if (new - old).abs() > 1.0 {
+                self.restarts += 1;
+                self.last_restart = Some(now);
+            }
+        }
+        if start.is_some() {
+            self.start_time = start;
+        }
+        let mut d = KubeProxyDerived {
+            restarts: self.restarts,
+            last_restart_seconds: self.last_restart,
+            ..Default::default()
+        };
+        if let Some(m) = &facts.metrics {
+            let prev = self.previous.as_ref();
+            let seconds = prev.map_or(0.0, |(t, _)| now - t);
+            let older = |f: fn(&KubeProxyMetrics) -> Option<&Histogram>| prev.and_then(|(_, p)| f(p));
+            d.sync = m
+                .sync_duration
+                .as_ref()
+                .and_then(|h| LatencyWindow::between(h, older(|p| p.sync_duration.as_ref()), seconds));
+            d.network_programming = m
+                .network_programming
+                .as_ref()
+                .and_then(|h| LatencyWindow::between(h, older(|p| p.network_programming.as_ref()), seconds));
+            d.last_sync_age_seconds = m.last_sync_timestamp_seconds.map(|t| (now - t).max(0.0));
+            d.queued_unsynced_seconds = match (m.last_queued_timestamp_seconds, m.last_sync_timestamp_seconds) {
+                (Some(q), Some(s)) if q > s => Some((now - q).max(0.0)),
+                (Some(_), _) => Some(0.0),
+                _ => None,
+            };
+            self.previous = Some((now, m.clone()));
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics_with_sync(buckets: &[(f64, f64)], start: f64) -> KubeProxyMetrics {
+        KubeProxyMetrics {
+            sync_duration: Some(Histogram {
+                buckets: buckets.to_vec(),
+                count: buckets.last().unwrap().1,
+                sum: 0.0,
+            }),
+            process_start_time_seconds: Some(start),
+            last_sync_timestamp_seconds: Some(990.0),
+            last_queued_timestamp_seconds: Some(995.0),
+            ..Default::default()
+        }
+    }
+
+    fn facts(m: KubeProxyMetrics) -> KubeProxyFacts {
+        KubeProxyFacts {
+            metrics: Some(m),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn window_quantiles_follow_a_burst_of_slow_syncs() {
+        let mut h = KubeProxyHistory::default();
+        let inf = f64::INFINITY;
+        // 100 fast syncs (<= 0.1 s) since start.
+        let d = h.observe(
+            &facts(metrics_with_sync(
+                &[(0.1, 100.0), (1.0, 100.0), (10.0, 100.0), (inf, 100.0)],
+                500.0,
+            )),
+            1000.0,
+        );
+        assert_eq!(d.sync, None, "first read: no window");
+        assert_eq!(d.last_sync_age_seconds, Some(10.0));
+        assert_eq!(d.queued_unsynced_seconds, Some(5.0), "queued at 995, last sync at 990");
+        // Then 10 slow syncs (1-10 s): the window p99 moves.
+        let d = h.observe(
+            &facts(metrics_with_sync(
+                &[(0.1, 100.0), (1.0, 100.0), (10.0, 110.0), (inf, 110.0)],
+                500.0,
+            )),
+            1060.0,
+        );
+        let w = d.sync.as_ref().unwrap();
+        assert_eq!((w.count, w.seconds), (10.0, 60.0));
+        assert!(w.p99.unwrap() > 9.0, "{:?}", w.p99);
+        assert_eq!(d.restarts, 0);
+        // A restart: new start time, counters reset -> no window, restart counted.
+        let d = h.observe(
+            &facts(metrics_with_sync(
+                &[(0.1, 1.0), (1.0, 1.0), (10.0, 1.0), (inf, 1.0)],
+                1100.0,
+            )),
+            1120.0,
+        );
+        assert_eq!(d.restarts, 1);
+        assert_eq!(d.last_restart_seconds, Some(1120.0));
+        assert_eq!(d.sync, None);
+    }
+}
