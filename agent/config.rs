@@ -77,6 +77,10 @@ pub struct CompareArgs {
     #[arg(value_name = "FILE")]
     pub baseline: PathBuf,
 
+    /// The saved snapshot to compare with, as `diff BEFORE AFTER` would; the same as --against.
+    #[arg(value_name = "AFTER", conflicts_with_all = ["against", "url"])]
+    pub after: Option<PathBuf>,
+
     /// Compare against this saved snapshot instead of running the probes now.
     #[arg(
         long,
@@ -143,6 +147,13 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub common: Common,
+}
+
+impl CompareArgs {
+    /// The saved snapshot to compare with: AFTER or --against.
+    pub fn after_file(&self) -> Option<&PathBuf> {
+        self.after.as_ref().or(self.against.as_ref())
+    }
 }
 
 impl ServeArgs {
@@ -540,6 +551,11 @@ mod tests {
         let Command::Compare(c) = cli.command else { panic!() };
         assert_eq!(c.against, Some(PathBuf::from("c.json")));
         assert_eq!(c.format, CompareFormat::Json);
+        // `compare BEFORE AFTER`, as with diff: the second file is --against.
+        let cli = Cli::try_parse_from(["proxywatch", "compare", "b.json", "c.json"]).unwrap();
+        let Command::Compare(c) = cli.command else { panic!() };
+        assert_eq!(c.after_file(), Some(&PathBuf::from("c.json")));
+        assert!(Cli::try_parse_from(["proxywatch", "compare", "b.json", "c.json", "--against", "d.json"]).is_err());
         assert!(Cli::try_parse_from([
             "proxywatch",
             "compare",

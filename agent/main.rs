@@ -170,7 +170,7 @@ fn read_document(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
 async fn compare_cmd(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     let before_name = args.baseline.display().to_string();
     let before = read_document(&args.baseline)?;
-    let (after_name, after) = if let Some(path) = &args.against {
+    let (after_name, after) = if let Some(path) = args.after_file() {
         (path.display().to_string(), read_document(path)?)
     } else if let Some(url) = &args.url {
         // A bare agent address gets /snapshot; a full URL is used as given.

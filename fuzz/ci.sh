@@ -41,8 +41,13 @@ for t in $targets; do
     s=$(date +%s%N)
     # -max_total_time bounds a target whose inputs got slow; -runs is the fixed budget.
     if "$bins/$t" "corpus/$t" -runs="$RUNS" -max_total_time=30 -rss_limit_mb=1024 \
-        -artifact_prefix="artifacts/$t/" -print_final_stats=0 >"$log" 2>&1; then
-        printf '%-20s ok    %6d runs %5d ms\n' "$t" "$RUNS" $(( ($(date +%s%N) - s) / 1000000 ))
+        -artifact_prefix="artifacts/$t/" -print_final_stats=1 >"$log" 2>&1; then
+        # The runs libFuzzer actually executed: the time limit can cut a slow target short.
+        ran=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+        ran=${ran:-0}
+        note=""
+        [ "$ran" -lt "$RUNS" ] && note=" (cut short by the 30 s limit: $RUNS requested)"
+        printf '%-20s ok    %6d runs %5d ms%s\n' "$t" "$ran" $(( ($(date +%s%N) - s) / 1000000 )) "$note"
     else
         printf '%-20s CRASH\n' "$t"
         grep -E "panicked at|SUMMARY|Test unit written" "$log" | head -5 | sed 's/^/    /'

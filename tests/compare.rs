@@ -156,7 +156,12 @@ fn worse_against_a_saved_file_and_against_live_probes() {
     // --against a second file.
     let r = compare(HEALTHY, &[base_s, "--against", near_s, "--format", "json"]);
     assert_eq!(r.code, 1, "worse exits 1\n{}\n{}", r.stdout, r.stderr);
-    assert_worse(&serde_json::from_str(&r.stdout).unwrap());
+    let with_flag: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_worse(&with_flag);
+    // `compare BEFORE AFTER`, as a user types it first (as with diff): the same comparison.
+    let r = compare(HEALTHY, &[base_s, near_s, "--format", "json"]);
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(serde_json::from_str::<Value>(&r.stdout).unwrap(), with_flag);
 
     // The probes now, on the other node.
     let mut args = vec![base_s.to_string(), "--format".into(), "json".into()];
