@@ -2,20 +2,25 @@
 //! (sync and network-programming latency), its health endpoint, and its
 //! process (CPU, memory, threads, start time, cgroup limits).
 //!
-//! The parsers live in `kube_proxy_text`; this file holds the facts and the
+//! The parsers live in the submodules and `crate::promtext`; this file holds the facts and the
 //! thin probe. kube-proxy replaced by something else (nothing listening, no
 //! process) is "absent", not a failure.
+
+pub mod healthz;
+pub mod metrics;
+pub mod proxy_mode;
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::kube_proxy_text::{self as text, Histogram, KubeProxyMetrics};
+use self::metrics::KubeProxyMetrics;
 use super::parse::{quote, ParseError};
 use super::{ProbeError, Probed};
 use crate::fetch::{self, FetchError};
 use crate::host::Host;
+use crate::promtext::{self, Histogram};
 
 /// Where kube-proxy is and how long to wait for it.
 #[derive(Debug, Clone)]
@@ -81,8 +86,8 @@ pub struct Latency {
 impl Latency {
     pub fn since_start(h: &Histogram) -> Self {
         Latency {
-            p50_since_start: text::quantile(0.5, &h.buckets),
-            p99_since_start: text::quantile(0.99, &h.buckets),
+            p50_since_start: promtext::quantile(0.5, &h.buckets),
+            p99_since_start: promtext::quantile(0.99, &h.buckets),
             count_since_start: h.count,
             ..Default::default()
         }
@@ -90,11 +95,11 @@ impl Latency {
 
     /// Fills the window quantiles from the previous reading of the same histogram.
     pub fn with_window(mut self, newer: &Histogram, older: Option<&Histogram>, seconds: f64) -> Self {
-        if let Some(d) = older.and_then(|o| text::delta(newer, o)) {
+        if let Some(d) = older.and_then(|o| promtext::delta(newer, o)) {
             self.count_window = Some(d.count);
             self.window_seconds = Some(seconds);
-            self.p50_window = text::quantile(0.5, &d.buckets);
-            self.p99_window = text::quantile(0.99, &d.buckets);
+            self.p50_window = promtext::quantile(0.5, &d.buckets);
+            self.p99_window = promtext::quantile(0.99, &d.buckets);
         }
         self
     }
@@ -249,12 +254,12 @@ pub async fn probe(host: Host, ep: &Endpoints) -> Result<Probed<KubeProxyFacts>,
     };
     if let Ok(r) = &mode {
         if r.status == 200 {
-            facts.mode = Some(text::parse_proxy_mode(&r.body)?.as_str().to_string());
+            facts.mode = Some(proxy_mode::parse_proxy_mode(&r.body)?.as_str().to_string());
         }
     }
     match metrics {
         Ok(r) if r.status == 200 => {
-            let m = text::extract(&fetch::join(&ep.metrics_url, "/metrics"), &r.body)?;
+            let m = metrics::extract(&fetch::join(&ep.metrics_url, "/metrics"), &r.body)?;
             facts.metrics_up = true;
             facts.sync = m.sync_duration.as_ref().map(Latency::since_start);
             facts.network_programming = m.network_programming.as_ref().map(Latency::since_start);
@@ -272,7 +277,7 @@ pub async fn probe(host: Host, ep: &Endpoints) -> Result<Probed<KubeProxyFacts>,
                 status_code: r.status,
                 ..Default::default()
             };
-            match text::parse_healthz(&r.body) {
+            match healthz::parse_healthz(&r.body) {
                 Ok(parsed) => {
                     h.staleness_seconds = parsed.staleness_seconds().ok().flatten();
                     h.last_updated = Some(parsed.last_updated);
