@@ -402,7 +402,7 @@ impl Common {
             conntrack_fill_critical: self.conntrack_fill_critical,
             conntrack_time_to_full_warning_seconds: self.conntrack_time_to_full_warning.as_secs_f64(),
             conntrack_time_to_full_critical_seconds: self.conntrack_time_to_full_critical.as_secs_f64(),
-            proxy_mode: self.kube_proxy_mode,
+            proxy_mode: self.kube_proxy_mode.clone(),
             iptables_rules_warning: self.iptables_rules_warning,
             iptables_rules_critical: self.iptables_rules_critical,
             iptables_save_warning_seconds: self.iptables_save_warning.as_secs_f64(),

@@ -1,6 +1,10 @@
-//! Wall-clock helpers: RFC 3339 rendering without pulling in a date crate.
+//! Wall-clock helpers without a date crate: rendering Unix times as RFC 3339 and spans as words,
+//! and parsing the timestamps kube-proxy's `/healthz` reports (Go `time.Time.String()` or
+//! RFC 3339) back into Unix times.
 
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::parse::quote;
 
 /// Seconds since the Unix epoch, as a float (Prometheus' timestamp unit).
 pub fn unix_seconds(t: SystemTime) -> f64 {
@@ -57,6 +61,166 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Removes Go's monotonic clock reading (` m=+1.23`, ` m=-0.5`) from a `time.Time.String()`.
+pub(crate) fn strip_monotonic(text: &str) -> Result<&str, String> {
+    let Some(pos) = text.rfind(" m=") else {
+        return Ok(text);
+    };
+    let reading = &text[pos + 3..];
+    let digits = reading.strip_prefix(['+', '-']).unwrap_or("");
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, "0"));
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(int) || !all_digits(frac) {
+        return Err(format!("invalid monotonic clock suffix {}", quote(&text[pos + 1..])));
+    }
+    Ok(&text[..pos])
+}
+
+/// Parses a timestamp into Unix seconds (with fraction). Accepted forms, strictly:
+///
+/// * RFC 3339: `2024-06-16T13:10:38.185Z`, `…+02:00` (`T`/`Z` may be lowercase);
+/// * Go `time.Time.String()`: `2024-06-16 13:10:38.185046097 +0000 UTC` (the zone
+///   abbreviation is checked for shape but the numeric offset is what counts). Strip a
+///   trailing ` m=+…` first with `strip_monotonic`.
+///
+/// Fractions beyond nanoseconds are truncated. Second 60 (leap second) is rejected, as Go does.
+pub fn parse_timestamp(text: &str) -> Result<f64, String> {
+    let (secs, nanos) = parse_timestamp_parts(text)?;
+    Ok(secs as f64 + f64::from(nanos) / 1e9)
+}
+
+fn fixed_digits(s: &str, start: usize, n: usize) -> Option<u32> {
+    let part = s.get(start..start + n)?;
+    if part.bytes().all(|b| b.is_ascii_digit()) {
+        part.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = i64::from((month + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn days_in_month(year: i64, month: u32) -> u32 {
+    match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        _ => {
+            let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+            if leap {
+                29
+            } else {
+                28
+            }
+        }
+    }
+}
+
+/// (Unix seconds, nanoseconds) of a timestamp in either accepted form.
+pub(crate) fn parse_timestamp_parts(text: &str) -> Result<(i64, u32), String> {
+    let bad = |what: &str| format!("invalid timestamp {}: {what}", quote(text));
+    if !text.is_ascii() {
+        return Err(bad("non-ASCII characters"));
+    }
+    let b = text.as_bytes();
+    // YYYY-MM-DD?HH:MM:SS
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
+        return Err(bad("expected YYYY-MM-DDTHH:MM:SS"));
+    }
+    let year = fixed_digits(text, 0, 4).ok_or_else(|| bad("year"))?;
+    let month = fixed_digits(text, 5, 2).ok_or_else(|| bad("month"))?;
+    let day = fixed_digits(text, 8, 2).ok_or_else(|| bad("day"))?;
+    let hour = fixed_digits(text, 11, 2).ok_or_else(|| bad("hour"))?;
+    let minute = fixed_digits(text, 14, 2).ok_or_else(|| bad("minute"))?;
+    let second = fixed_digits(text, 17, 2).ok_or_else(|| bad("second"))?;
+    let year = i64::from(year);
+    if !(1..=12).contains(&month) {
+        return Err(bad("month out of range"));
+    }
+    if day < 1 || day > days_in_month(year, month) {
+        return Err(bad("day out of range"));
+    }
+    if hour > 23 || minute > 59 || second > 59 {
+        return Err(bad("time of day out of range"));
+    }
+    let separator = b[10];
+    let mut rest = &text[19..];
+    let mut nanos: u32 = 0;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let n = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return Err(bad("expected digits after '.'"));
+        }
+        let digits = &frac[..n];
+        let kept = &digits[..n.min(9)];
+        nanos = kept.parse::<u32>().map_err(|_| bad("fraction"))? * 10u32.pow(9 - kept.len() as u32);
+        rest = &frac[n..];
+    }
+    let offset_seconds: i64 = match separator {
+        b'T' | b't' => {
+            // RFC 3339 zone: Z or ±HH:MM
+            if rest == "Z" || rest == "z" {
+                0
+            } else {
+                let rb = rest.as_bytes();
+                if rb.len() != 6 || !matches!(rb[0], b'+' | b'-') || rb[3] != b':' {
+                    return Err(bad("expected a zone 'Z' or '±HH:MM'"));
+                }
+                let oh = fixed_digits(rest, 1, 2).ok_or_else(|| bad("zone hour"))?;
+                let om = fixed_digits(rest, 4, 2).ok_or_else(|| bad("zone minute"))?;
+                if oh > 23 || om > 59 {
+                    return Err(bad("zone offset out of range"));
+                }
+                let off = i64::from(oh * 3600 + om * 60);
+                if rb[0] == b'-' {
+                    -off
+                } else {
+                    off
+                }
+            }
+        }
+        b' ' => {
+            // Go String(): " ±hhmm ABBR"
+            let rb = rest.as_bytes();
+            if rb.len() < 8 || rb[0] != b' ' || !matches!(rb[1], b'+' | b'-') || rb[6] != b' ' {
+                return Err(bad("expected ' ±hhmm ZONE' after the time"));
+            }
+            let oh = fixed_digits(rest, 2, 2).ok_or_else(|| bad("zone hour"))?;
+            let om = fixed_digits(rest, 4, 2).ok_or_else(|| bad("zone minute"))?;
+            if oh > 23 || om > 59 {
+                return Err(bad("zone offset out of range"));
+            }
+            let abbr = &rest[7..];
+            if abbr.is_empty()
+                || abbr.len() > 8
+                || !abbr
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'+' || c == b'-')
+            {
+                return Err(bad("invalid zone abbreviation"));
+            }
+            let off = i64::from(oh * 3600 + om * 60);
+            if rb[1] == b'-' {
+                -off
+            } else {
+                off
+            }
+        }
+        _ => return Err(bad("expected 'T' or ' ' between date and time")),
+    };
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second) - offset_seconds;
+    Ok((secs, nanos))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +243,56 @@ mod tests {
         assert_eq!(human_duration(3600.0), "60 minutes");
         assert_eq!(human_duration(5400.0), "2 hours");
         assert_eq!(human_duration(3.0 * 86_400.0), "3 days");
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(parse_timestamp("1970-01-01T00:00:00Z").unwrap(), 0.0);
+        assert_eq!(parse_timestamp("1970-01-01T00:00:00+00:00").unwrap(), 0.0);
+        assert_eq!(parse_timestamp("1970-01-01t01:00:00+01:00").unwrap(), 0.0);
+        assert_eq!(parse_timestamp("1969-12-31T23:59:59z").unwrap(), -1.0);
+        assert_eq!(parse_timestamp("2000-03-01T00:00:00Z").unwrap(), 951_868_800.0);
+        assert_eq!(parse_timestamp("2024-02-29T12:00:00.5Z").unwrap(), 1_709_208_000.5);
+        assert!((parse_timestamp("2024-06-16T13:10:38.185046097Z").unwrap() - 1_718_543_438.185_046).abs() < 1e-6);
+        assert_eq!(parse_timestamp("2024-06-16T08:40:38-04:30").unwrap(), 1_718_543_438.0);
+        // More than 9 fractional digits: truncated.
+        assert_eq!(
+            parse_timestamp("1970-01-01T00:00:01.1234567899Z").unwrap(),
+            1.123_456_789
+        );
+        assert_eq!(
+            parse_timestamp("2024-06-16 15:10:38.25 +0200 CEST").unwrap(),
+            1_718_543_438.25
+        );
+        assert_eq!(
+            parse_timestamp("2024-06-16 10:10:38 -0300 -03").unwrap(),
+            1_718_543_438.0
+        );
+        assert_eq!(
+            parse_timestamp("0001-01-01 00:00:00 +0000 UTC").unwrap(),
+            -62_135_596_800.0
+        );
+        for bad in [
+            "",
+            "2024-06-16",
+            "2024-06-16T13:10:38",       // no zone
+            "2024-06-16T13:10:38+0200",  // RFC 3339 needs the colon
+            "2024-06-16T13:10:38.Z",     // empty fraction
+            "2024-13-01T00:00:00Z",      // month
+            "2023-02-29T00:00:00Z",      // not a leap year
+            "2024-06-31T00:00:00Z",      // day
+            "2024-06-16T24:00:00Z",      // hour
+            "2024-06-16T13:60:00Z",      // minute
+            "2024-06-16T13:10:60Z",      // leap second
+            "2024-06-16T13:10:38Zjunk",  // trailing
+            "2024-06-16X13:10:38Z",      // separator
+            "2024-06-16 13:10:38 +0000", // Go form without zone name
+            "2024-06-16 13:10:38 +00:00 UTC",
+            "+024-06-16T13:10:38Z",
+            "2024-06-16T13:10:38+24:00",
+            "２０２４-06-16T13:10:38Z",
+        ] {
+            assert!(parse_timestamp(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -22,7 +22,9 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use proxywatch::probe::iptables::{KubeChains, SaveParser, TableCounts};
-use proxywatch::probe::{conntrack, ipvs, kube_proxy, kube_proxy_text as kpt, modules, nftables, node, sysctl};
+use proxywatch::probe::kube_proxy::{healthz, metrics, proxy_mode};
+use proxywatch::probe::{conntrack, ipvs, kube_proxy, modules, nftables, node, sysctl};
+use proxywatch::promtext;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -63,18 +65,18 @@ fn every_parser(text: &str) {
     let _ = ipvs::parse_proc_ip_vs_with_hz("t", text, 250);
     let _ = ipvs::parse_proc_ip_vs_with_hz("t", text, 0);
     let _ = ipvs::parse_proc_ip_vs_stats("t", text);
-    let _ = kpt::extract("t", text);
-    if let Ok(expo) = kpt::parse_exposition("t", text) {
+    let _ = metrics::extract("t", text);
+    if let Ok(expo) = promtext::parse_exposition("t", text) {
         for f in &expo.families {
-            if let Ok(Some(h)) = kpt::histogram(&expo, &f.name) {
-                let _ = (h.quantile(0.99), h.mean(), kpt::delta(&h, &h));
+            if let Ok(Some(h)) = promtext::histogram(&expo, &f.name) {
+                let _ = (h.quantile(0.99), h.mean(), promtext::delta(&h, &h));
             }
         }
     }
-    if let Ok(h) = kpt::parse_healthz(text) {
+    if let Ok(h) = healthz::parse_healthz(text) {
         let _ = h.staleness_seconds();
     }
-    let _ = kpt::parse_proxy_mode(text);
+    let _ = proxy_mode::parse_proxy_mode(text);
     let _ = kube_proxy::parse_btime("t", text);
     let _ = kube_proxy::parse_cpu_max(text);
 }

@@ -70,14 +70,13 @@ pub fn ipvs_modules_missing(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> O
         .copied()
         .filter(|m| modules.get(*m).is_none_or(|st| !st.is_present()))
         .collect();
-    let mode = m.mode;
+    let mode = &m.mode;
     let severity = match (missing.is_empty(), mode) {
         (true, _) => Severity::Ok,
         (false, ProxyMode::Ipvs) => Severity::Critical,
         (false, ProxyMode::Unknown) => Severity::Info,
         (false, _) => Severity::Ok,
     };
-    let mode = serde_json::to_value(mode).unwrap_or_default();
     Some(
         Finding::new(
             "ipvs_modules_missing",
@@ -85,11 +84,11 @@ pub fn ipvs_modules_missing(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> O
             format!(
                 "IPVS kernel modules missing: {} (proxy mode {})",
                 missing.join(", "),
-                mode.as_str().unwrap_or("unknown")
+                mode.as_str()
             ),
         )
         .evidence("missing", missing.clone())
-        .evidence("proxy_mode", mode)
+        .evidence("proxy_mode", mode.as_str())
         .remediation(&[
             "If kube-proxy should run in IPVS mode: load the modules on the node (modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh) and persist them in /etc/modules-load.d/ipvs.conf; without them kube-proxy falls back to iptables or fails ('IPVS required kernel modules not found').",
             "Or stay on iptables mode: set mode: iptables in the kube-proxy ConfigMap and kubectl -n kube-system rollout restart ds kube-proxy.",

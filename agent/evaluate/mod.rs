@@ -75,31 +75,7 @@ impl Finding {
     }
 }
 
-/// The proxy mode kube-proxy runs in, as far as the agent knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ProxyMode {
-    #[default]
-    Unknown,
-    Iptables,
-    Ipvs,
-    Nftables,
-}
-
-impl std::str::FromStr for ProxyMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" | "unknown" => Ok(ProxyMode::Unknown),
-            "iptables" => Ok(ProxyMode::Iptables),
-            "ipvs" => Ok(ProxyMode::Ipvs),
-            "nftables" => Ok(ProxyMode::Nftables),
-            other => Err(format!(
-                "unknown proxy mode {other:?}: expected auto, iptables, ipvs or nftables"
-            )),
-        }
-    }
-}
+pub use crate::probe::kube_proxy::proxy_mode::ProxyMode;
 
 /// The mode the checks assume, and where it came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,13 +94,11 @@ pub fn effective_mode(s: &Snapshot, t: &Thresholds) -> ModeDecision {
         source: source.to_string(),
     };
     if t.proxy_mode != ProxyMode::Unknown {
-        return decided(t.proxy_mode, "flag");
+        return decided(t.proxy_mode.clone(), "flag");
     }
-    if let Some(mode) = s.facts.kube_proxy.as_ref().and_then(|k| k.mode.as_deref()) {
-        if let Ok(m) = mode.parse::<ProxyMode>() {
-            if m != ProxyMode::Unknown {
-                return decided(m, "kube-proxy");
-            }
+    if let Some(mode) = s.facts.kube_proxy.as_ref().and_then(|k| k.mode.as_ref()) {
+        if mode.is_linux_mode() {
+            return decided(mode.clone(), "kube-proxy");
         }
     }
     if let Some(ipvs) = &s.facts.ipvs {

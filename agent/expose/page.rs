@@ -178,13 +178,8 @@ pub fn render(doc: &Document, collected_at: f64) -> String {
     o
 }
 
-fn mode_str(doc: &Document) -> &'static str {
-    match doc.proxy_mode.mode {
-        crate::evaluate::ProxyMode::Unknown => "unknown",
-        crate::evaluate::ProxyMode::Iptables => "iptables",
-        crate::evaluate::ProxyMode::Ipvs => "ipvs",
-        crate::evaluate::ProxyMode::Nftables => "nftables",
-    }
+fn mode_str(doc: &Document) -> &str {
+    doc.proxy_mode.mode.as_str()
 }
 
 fn section(o: &mut String, id: &str, title: &str) {
@@ -325,7 +320,7 @@ fn kube_proxy(o: &mut String, doc: &Document) {
     let row = |o: &mut String, k: &str, v: String| {
         let _ = writeln!(o, "<tr><th scope=\"row\">{k}</th><td>{}</td></tr>", esc(&v));
     };
-    row(o, "mode", kp.mode.clone().unwrap_or_else(|| "unknown".into()));
+    row(o, "mode", kp.mode.clone().unwrap_or_default().to_string());
     row(o, "metrics", if kp.metrics_up { "up".into() } else { "down".into() });
     let secs = |v: Option<f64>| v.map_or("—".into(), |s| format!("{:.3} s", s));
     let d = doc.derived.kube_proxy.clone().unwrap_or_default();

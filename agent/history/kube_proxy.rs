@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::probe::kube_proxy::metrics::KubeProxyMetrics;
 use crate::probe::kube_proxy::{KubeProxyFacts, Latency};
-use crate::probe::kube_proxy_text::{delta, quantile, Histogram, KubeProxyMetrics};
+use crate::promtext::{delta, quantile, Histogram};
 
 /// A latency histogram over the window since the previous reading, in seconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -2,18 +2,24 @@
 //! (sync and network-programming latency), its health endpoint, and its
 //! process (CPU, memory, threads, start time, cgroup limits).
 //!
-//! The parsers live in `kube_proxy_text`; this file holds the facts and the
+//! The parsers live in the submodules and `crate::promtext`; this file holds the facts and the
 //! thin probe. kube-proxy replaced by something else (nothing listening, no
 //! process) is "absent", not a failure.
 
-use serde::{Deserialize, Serialize};
+pub mod healthz;
+pub mod metrics;
+pub mod proxy_mode;
+
 use std::path::Path;
 
-use super::kube_proxy_text::{self as text, Histogram, KubeProxyMetrics};
+use serde::{Deserialize, Serialize};
+
+use self::metrics::KubeProxyMetrics;
 use super::parse::{quote, ParseError};
 use super::{Deadline, ProbeContext, ProbeError, Probed};
 use crate::fetch::{self, FetchError};
 use crate::host::Host;
+use crate::promtext::{self, Histogram};
 
 /// Where kube-proxy is and how long to wait for it.
 #[derive(Debug, Clone)]
@@ -70,8 +76,8 @@ pub struct Latency {
 impl Latency {
     pub fn since_start(h: &Histogram) -> Self {
         Latency {
-            p50_since_start: text::quantile(0.5, &h.buckets),
-            p99_since_start: text::quantile(0.99, &h.buckets),
+            p50_since_start: promtext::quantile(0.5, &h.buckets),
+            p99_since_start: promtext::quantile(0.99, &h.buckets),
             count_since_start: h.count,
         }
     }
@@ -80,7 +86,7 @@ impl Latency {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KubeProxyFacts {
     /// `/proxyMode`: iptables, ipvs, nftables...; None when unreachable.
-    pub mode: Option<String>,
+    pub mode: Option<proxy_mode::ProxyMode>,
     /// Whether `/metrics` answered.
     pub metrics_up: bool,
     /// Why `/metrics` could not be read, when it could not.
@@ -211,12 +217,12 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
     };
     if let Ok(r) = &mode {
         if r.status == 200 {
-            facts.mode = Some(text::parse_proxy_mode(&r.body)?.as_str().to_string());
+            facts.mode = Some(proxy_mode::parse_proxy_mode(&r.body)?);
         }
     }
     match metrics {
         Ok(r) if r.status == 200 => {
-            let m = text::extract(&fetch::join(&ep.metrics_url, "/metrics"), &r.body)?;
+            let m = metrics::extract(&fetch::join(&ep.metrics_url, "/metrics"), &r.body)?;
             facts.metrics_up = true;
             facts.sync = m.sync_duration.as_ref().map(Latency::since_start);
             facts.network_programming = m.network_programming.as_ref().map(Latency::since_start);
@@ -234,7 +240,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
                 status_code: r.status,
                 ..Default::default()
             };
-            match text::parse_healthz(&r.body) {
+            match healthz::parse_healthz(&r.body) {
                 Ok(parsed) => {
                     h.staleness_seconds = parsed.staleness_seconds().ok().flatten();
                     h.last_updated = Some(parsed.last_updated);

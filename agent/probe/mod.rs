@@ -18,12 +18,14 @@ pub mod conntrack;
 pub mod iptables;
 pub mod ipvs;
 pub mod kube_proxy;
-pub mod kube_proxy_text;
 pub mod modules;
 pub mod nftables;
 pub mod node;
-pub mod parse;
 pub mod sysctl;
+
+// The parse error lives at the crate root (promtext and timefmt use it too, and must not depend
+// on probe/); this keeps the probes' `super::parse::…` paths working.
+pub use crate::parse;
 
 use std::time::Duration;
 

@@ -1,0 +1,14 @@
+//! The Prometheus text exposition format, read: a strict parser of format 0.0.4
+//! ([`parse_exposition`], [`parse_exposition_filtered`]) and classic histograms over what it
+//! returns ([`histogram()`], [`quantile`], [`delta`]).
+//!
+//! Generic: nothing here knows which exporter wrote the text (kube-proxy's facts are in
+//! `probe::kube_proxy::metrics`) or does I/O.
+
+mod exposition;
+mod histogram;
+
+pub use exposition::{
+    parse_exposition, parse_exposition_filtered, parse_float, Exposition, MetricFamily, MetricType, Sample,
+};
+pub use histogram::{delta, histogram, quantile, Histogram, HistogramError};
