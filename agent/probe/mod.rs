@@ -146,7 +146,10 @@ pub async fn run(name: ProbeName, ctx: Arc<ProbeContext>, timeout: Duration) -> 
         ),
         ProbeName::Ipvs => {
             let netlink = ctx.host.root() == std::path::Path::new("/");
-            probed(ipvs::probe(host, &ctx.runner, timeout, netlink).await, FactUpdate::Ipvs)
+            probed(
+                ipvs::probe(host, &ctx.runner, timeout, ctx.max_output_bytes, netlink).await,
+                FactUpdate::Ipvs,
+            )
         }
         ProbeName::KubeProxy => probed(kube_proxy::probe(host, &ctx.kube_proxy).await, |f| {
             FactUpdate::KubeProxy(Box::new(f))
