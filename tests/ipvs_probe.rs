@@ -565,6 +565,42 @@ fn stand_in_ipvsadm_garbage_fails_with_line_number() {
 }
 
 #[test]
+fn stand_in_ipvsadm_output_over_the_configured_cap_is_killed() {
+    // `--exec.max-output-bytes` caps ipvsadm's stdout as it caps the rule-set dumps.
+    let list = read(&ipvs_fixture("ln-wrr-weight-electrocucaracha.txt"));
+    let stats = read(&ipvs_fixture("stats-ln-stats-rate-wrr-electrocucaracha.txt"));
+    let tmp = tempfile::tempdir().unwrap();
+    let root = ipvs_root(tmp.path(), "node_exporter-v4-fwm-tunnel.txt");
+    let m = marker(6);
+    stand_in(&root, &list, &stats, Behaviour::Capture, &m);
+    let cap = list.len() / 2;
+    let r = check(
+        Some(&root),
+        root.join("exec"),
+        &["--exec.max-output-bytes", &cap.to_string()],
+    );
+    assert_no_leftover(&m, "over the cap");
+    assert_eq!(r.status("ipvs"), "failed", "{:#}", r.doc["probes"]["ipvs"]);
+    let want = format!("ipvsadm -Ln: output exceeds {cap} bytes; killed");
+    assert!(
+        r.ipvs_error().contains(&want),
+        "error {:?} lacks {want:?}",
+        r.ipvs_error()
+    );
+    assert!(r.doc["facts"]["ipvs"].is_null(), "no facts from a failed probe");
+    // A cap above both outputs: the same stand-in is fine.
+    let enough = list.len().max(stats.len()) + 64;
+    let r = check(
+        Some(&root),
+        root.join("exec"),
+        &["--exec.max-output-bytes", &enough.to_string()],
+    );
+    assert_no_leftover(&m, "under the cap");
+    assert_eq!(r.status("ipvs"), "ok", "{:#}", r.doc["probes"]["ipvs"]);
+    assert_eq!(r.doc["facts"]["ipvs"]["source"], "ipvsadm");
+}
+
+#[test]
 fn proc_ip_vs_fallback_without_ipvsadm_ipv4_fwm() {
     let tmp = tempfile::tempdir().unwrap();
     let root = ipvs_root(tmp.path(), "node_exporter-v4-fwm-tunnel.txt");
@@ -611,7 +647,7 @@ fn proc_ip_vs_fallback_without_ipvsadm_ipv6() {
 
 /// Runs `local_addresses()` on a fresh thread that joined the namespace (the
 /// test's other threads stay where they are; the thread ends with the call).
-fn local_addresses_in(ns: &common::Netns) -> proxywatch::probe::ipvs::LocalAddresses {
+fn local_addresses_in(ns: &common::Netns) -> proxywatch::probe::ipvs::interface::LocalAddresses {
     let path = format!("/var/run/netns/{}", ns.name);
     std::thread::spawn(move || {
         let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -620,7 +656,7 @@ fn local_addresses_in(ns: &common::Netns) -> proxywatch::probe::ipvs::LocalAddre
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(proxywatch::probe::ipvs::local_addresses())
+        rt.block_on(proxywatch::probe::ipvs::interface::local_addresses())
             .expect("local_addresses")
     })
     .join()
@@ -672,7 +708,7 @@ fn kube_ipvs0_in_netns_real() {
     // kube-proxy's kind table: 10.96.0.1 and 10.96.0.10 are bound, 127.0.0.1 is
     // local on lo, the other service IPs are bound nowhere; fd00::1 has no service.
     let text = read(&ipvs_fixture("ln-kube-proxy-ipvs-kind-tkng.txt"));
-    let services = proxywatch::probe::ipvs::parse_ipvsadm_list("ipvsadm -Ln", &text).unwrap();
+    let services = proxywatch::probe::ipvs::ipvsadm::parse_ipvsadm_list("ipvsadm -Ln", &text).unwrap();
     let vs_ips: BTreeSet<IpAddr> = read_table(&text, decode_ipvsadm)
         .iter()
         .map(|v| v.name.rsplit_once(':').unwrap().0.parse().unwrap())

@@ -57,14 +57,14 @@ fn every_parser(text: &str) {
     feed_save(text);
     let _ = SaveParser::parse_str("t", text);
     let _ = nftables::parse_list_table("t", text);
-    let list = ipvs::parse_ipvsadm_list("t", text);
-    if let (Ok(mut services), Ok(stats)) = (list, ipvs::parse_ipvsadm_stats("t", text)) {
+    let list = ipvs::ipvsadm::parse_ipvsadm_list("t", text);
+    if let (Ok(mut services), Ok(stats)) = (list, ipvs::ipvsadm::parse_ipvsadm_stats("t", text)) {
         let _ = ipvs::merge_stats(&mut services, stats);
     }
-    let _ = ipvs::parse_proc_ip_vs("t", text);
-    let _ = ipvs::parse_proc_ip_vs_with_hz("t", text, 250);
-    let _ = ipvs::parse_proc_ip_vs_with_hz("t", text, 0);
-    let _ = ipvs::parse_proc_ip_vs_stats("t", text);
+    let _ = ipvs::proc::parse_proc_ip_vs("t", text);
+    let _ = ipvs::proc::parse_proc_ip_vs_with_hz("t", text, 250);
+    let _ = ipvs::proc::parse_proc_ip_vs_with_hz("t", text, 0);
+    let _ = ipvs::proc::parse_proc_ip_vs_stats("t", text);
     let _ = metrics::extract("t", text);
     if let Ok(expo) = promtext::parse_exposition("t", text) {
         for f in &expo.families {
