@@ -29,6 +29,12 @@ pub const NFTABLES_SYNC_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_sy
 pub const ENDPOINT_CHANGES_PENDING: &str = "kubeproxy_sync_proxy_rules_endpoint_changes_pending";
 /// Service changes not yet synced (gauge).
 pub const SERVICE_CHANGES_PENDING: &str = "kubeproxy_sync_proxy_rules_service_changes_pending";
+/// Packets accepted on NodePorts of the loopback interface (counter, iptables mode, v1.31+;
+/// kubernetes#125015): NodePorts reached on localhost, which stop working in nftables mode.
+pub const LOCALHOST_NODEPORTS_ACCEPTED: &str = "kubeproxy_iptables_localhost_nodeports_accepted_packets_total";
+/// Packets dropped by kube-proxy's conntrack-invalid rule (counter, iptables mode, v1.31+;
+/// kubernetes#122812): nftables mode no longer drops them.
+pub const CT_STATE_INVALID_DROPPED: &str = "kubeproxy_iptables_ct_state_invalid_dropped_packets_total";
 /// Process start, Unix time (s) (gauge, from client_golang's process collector).
 pub const PROCESS_START_TIME: &str = "process_start_time_seconds";
 /// Build info (gauge 1, labels `git_version`, or `gitVersion` before ~v1.14).
@@ -45,6 +51,8 @@ const WANTED_FAMILIES: &[&str] = &[
     NFTABLES_SYNC_FAILURES,
     ENDPOINT_CHANGES_PENDING,
     SERVICE_CHANGES_PENDING,
+    LOCALHOST_NODEPORTS_ACCEPTED,
+    CT_STATE_INVALID_DROPPED,
     PROCESS_START_TIME,
     BUILD_INFO,
 ];
@@ -76,6 +84,12 @@ pub struct KubeProxyMetrics {
     pub endpoint_changes_pending: Option<f64>,
     /// Service changes received but not yet synced (count).
     pub service_changes_pending: Option<f64>,
+    /// Packets accepted on NodePorts via localhost since start (iptables mode, v1.31+).
+    #[serde(default)]
+    pub localhost_nodeports_accepted_packets_total: Option<f64>,
+    /// Packets dropped as conntrack-invalid since start (iptables mode, v1.31+).
+    #[serde(default)]
+    pub ct_state_invalid_dropped_packets_total: Option<f64>,
     /// Unix time (s) the kube-proxy process started (restart detection for [`delta`](crate::promtext::delta)).
     pub process_start_time_seconds: Option<f64>,
     /// kube-proxy's `git_version`, e.g. `v1.21.1`.
@@ -174,6 +188,13 @@ pub fn extract_from(source_name: &str, expo: &Exposition) -> Result<KubeProxyMet
         sync_failures_total,
         endpoint_changes_pending: scalar(expo, source_name, ENDPOINT_CHANGES_PENDING, Combine::Sum)?,
         service_changes_pending: scalar(expo, source_name, SERVICE_CHANGES_PENDING, Combine::Sum)?,
+        localhost_nodeports_accepted_packets_total: scalar(
+            expo,
+            source_name,
+            LOCALHOST_NODEPORTS_ACCEPTED,
+            Combine::Sum,
+        )?,
+        ct_state_invalid_dropped_packets_total: scalar(expo, source_name, CT_STATE_INVALID_DROPPED, Combine::Sum)?,
         process_start_time_seconds: scalar(expo, source_name, PROCESS_START_TIME, Combine::Max)?,
         version,
     })
@@ -225,6 +246,9 @@ mod tests {
         assert_eq!(m.service_changes_pending, Some(0.0));
         assert_eq!(m.process_start_time_seconds, Some(1.641_495_795_1e9));
         assert_eq!(m.version.as_deref(), Some("v1.21.1"));
+        // Counters of v1.31+: absent from v1.21, so None (not 0).
+        assert_eq!(m.localhost_nodeports_accepted_packets_total, None);
+        assert_eq!(m.ct_state_invalid_dropped_packets_total, None);
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(serde_json::from_str::<KubeProxyMetrics>(&json).unwrap(), m);
     }
@@ -265,6 +289,10 @@ kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv6"} 1
 kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv4",table="nat"} 10
 kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv6",table="nat"} 7
 kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv4",table="filter"} 3
+# TYPE kubeproxy_iptables_localhost_nodeports_accepted_packets_total counter
+kubeproxy_iptables_localhost_nodeports_accepted_packets_total 12
+# TYPE kubeproxy_iptables_ct_state_invalid_dropped_packets_total counter
+kubeproxy_iptables_ct_state_invalid_dropped_packets_total 3
 # TYPE unrelated_histogram histogram
 unrelated_histogram_bucket{le="1"} 5
 unrelated_histogram_bucket{le="+Inf"} 2
@@ -277,6 +305,8 @@ unrelated_histogram_count 9
         assert_eq!(m.sync_failures_total, Some(3.0));
         assert_eq!(m.iptables_rules.get("nat"), Some(&17.0));
         assert_eq!(m.iptables_rules.get("filter"), Some(&3.0));
+        assert_eq!(m.localhost_nodeports_accepted_packets_total, Some(12.0));
+        assert_eq!(m.ct_state_invalid_dropped_packets_total, Some(3.0));
         assert_eq!(m.sync_duration, None);
     }
 
