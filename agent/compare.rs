@@ -130,6 +130,15 @@ pub struct Comparison {
     pub appeared: Vec<FindingChange>,
     pub resolved: Vec<FindingChange>,
     pub severity_changed: Vec<FindingChange>,
+    /// The proxy mode the node was judged by, when it changed between the two.
+    pub mode_change: Option<ModeChange>,
+}
+
+/// A proxy-mode switch (or its rollback) between the two snapshots.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModeChange {
+    pub before: String,
+    pub after: String,
 }
 
 fn rank(severity: Option<&str>) -> u8 {
@@ -388,11 +397,23 @@ pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &
     let mut severity_changed = Vec::new();
     let mut worse = Vec::new();
     let mut better = Vec::new();
+    let mode = |d: &Value| d["proxy_mode"]["mode"].as_str().map(str::to_string);
+    let mode_change = match (mode(before), mode(after)) {
+        (Some(b), Some(a)) if a != b => Some(ModeChange { before: b, after: a }),
+        _ => None,
+    };
     for (id, (sev, summary)) in &fa {
         match fb.get(id) {
             None => {
                 if rank(Some(sev)) >= 2 {
-                    worse.push(format!("{id} appeared ({sev})"));
+                    worse.push(match &mode_change {
+                        // What a switch or a rollback left behind is the point of comparing.
+                        Some(m) if id == "proxy_mode_leftovers" => format!(
+                            "{id} appeared ({sev}) after the mode change {} -> {}: state of the old mode is still there",
+                            m.before, m.after
+                        ),
+                        _ => format!("{id} appeared ({sev})"),
+                    });
                 }
                 appeared.push(FindingChange {
                     id: id.clone(),
@@ -464,6 +485,7 @@ pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &
         appeared,
         resolved,
         severity_changed,
+        mode_change,
     }
 }
 
@@ -555,6 +577,9 @@ pub fn render_text(c: &Comparison) -> String {
     );
     if c.before.node.is_some() && c.before.node != c.after.node {
         out.push_str("  note: the two snapshots are of different nodes\n");
+    }
+    if let Some(m) = &c.mode_change {
+        let _ = writeln!(out, "  proxy mode changed: {} -> {}", m.before, m.after);
     }
     for r in &c.reasons {
         wrap(&mut out, &format!("  {}: ", c.verdict.as_str()), 4, r);
@@ -798,6 +823,30 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn a_mode_change_is_shown_and_its_leftovers_are_worse() {
+        let before = doc("ok", 200, json!([]));
+        let mut after = doc("warning", 200, json!([finding("proxy_mode_leftovers", "warning")]));
+        after["proxy_mode"] = json!({"mode": "ipvs", "source": "kube-proxy"});
+        let c = compare("before", &before, "after", &after);
+        assert_eq!(
+            c.mode_change,
+            Some(ModeChange {
+                before: "iptables".into(),
+                after: "ipvs".into()
+            })
+        );
+        assert_eq!(c.verdict, Verdict::Worse);
+        assert!(
+            c.reasons[0].contains("after the mode change iptables -> ipvs"),
+            "{:?}",
+            c.reasons
+        );
+        assert!(render_text(&c).contains("  proxy mode changed: iptables -> ipvs\n"));
+        // The same mode on both sides: no mode line.
+        assert_eq!(compare("a", &before, "b", &before).mode_change, None);
     }
 
     #[test]

@@ -210,7 +210,7 @@ pub struct Common {
     #[arg(long, env = "PROXYWATCH_NODE_NAME")]
     pub node_name: Option<String>,
 
-    /// kube-proxy's mode, if known: auto, iptables, ipvs or nftables. Decides whether missing IPVS modules are critical.
+    /// The mode kube-proxy is meant to run in: auto, iptables, ipvs or nftables. Judges the node when kube-proxy and the data plane show no mode; a different mode running is a critical finding.
     #[arg(long = "kube-proxy.mode", env = "PROXYWATCH_KUBE_PROXY_MODE", default_value = "auto", value_parser = parse_mode)]
     pub kube_proxy_mode: ProxyMode,
 

@@ -184,7 +184,11 @@ mod tests {
         let (mut s, mut t) = ipvs_node();
         crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.vs.conntrack", 0);
         assert_eq!(judge(vs_conntrack, &s, &t).unwrap().severity, Severity::Critical);
+        // Declared iptables, but the node shows IPVS: it is judged by what runs.
         t.proxy_mode = ProxyMode::Iptables;
+        assert_eq!(judge(vs_conntrack, &s, &t).unwrap().severity, Severity::Critical);
+        // A node that shows no IPVS, declared iptables: not an IPVS node.
+        s.facts.ipvs.as_mut().unwrap().interface = None;
         assert!(judge(vs_conntrack, &s, &t).is_none());
     }
 

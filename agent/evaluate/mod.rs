@@ -11,6 +11,7 @@ mod iptables;
 mod ipvs;
 mod kernel;
 mod kube_proxy;
+mod mode;
 mod probes;
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,7 @@ use serde_json::{Map, Value};
 use crate::snapshot::Snapshot;
 
 pub use conntrack::recommended_conntrack_max;
+pub use mode::{effective_mode, ModeDecision, ObservedMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -76,49 +78,6 @@ impl Finding {
 }
 
 pub use crate::probe::kube_proxy::proxy_mode::ProxyMode;
-
-/// The mode the checks assume, and where it came from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModeDecision {
-    pub mode: ProxyMode,
-    /// `flag`, `kube-proxy` (its /proxyMode), `inferred: ...`, or `unknown`.
-    pub source: String,
-}
-
-/// The proxy mode: the `--kube-proxy.mode` flag wins; otherwise it is inferred
-/// from what the data plane shows (IPVS virtual servers with kube-ipvs0,
-/// kube-proxy's nftables table, or KUBE-SVC chains in iptables).
-pub fn effective_mode(s: &Snapshot, t: &Thresholds) -> ModeDecision {
-    let decided = |mode, source: &str| ModeDecision {
-        mode,
-        source: source.to_string(),
-    };
-    if t.proxy_mode != ProxyMode::Unknown {
-        return decided(t.proxy_mode.clone(), "flag");
-    }
-    if let Some(mode) = s.facts.kube_proxy.as_ref().and_then(|k| k.mode.as_ref()) {
-        if mode.is_linux_mode() {
-            return decided(mode.clone(), "kube-proxy");
-        }
-    }
-    if let Some(ipvs) = &s.facts.ipvs {
-        if ipvs.virtual_servers > 0 && ipvs.interface.as_ref().is_some_and(|i| i.exists) {
-            return decided(ProxyMode::Ipvs, "inferred: IPVS virtual servers and kube-ipvs0 exist");
-        }
-    }
-    if s.facts.nftables.as_ref().is_some_and(|n| !n.tables.is_empty()) {
-        return decided(ProxyMode::Nftables, "inferred: kube-proxy's nftables table exists");
-    }
-    if let Some(ipt) = &s.facts.iptables {
-        if ipt.saves.iter().any(|r| r.counts.kube.svc > 0 && r.counts.proxy_canary) {
-            return decided(
-                ProxyMode::Iptables,
-                "inferred: KUBE-SVC chains with kube-proxy's canary",
-            );
-        }
-    }
-    decided(ProxyMode::Unknown, "unknown")
-}
 
 /// Limits the checks compare facts against. Every one is a flag; its default
 /// lives in one place, the flag's definition (`crate::config`).
@@ -193,6 +152,9 @@ pub const CHECKS: &[Check] = &[
     Check { id: "kube_proxy_sync_stale", run: kube_proxy::sync_stale },
     Check { id: "kube_proxy_restarted", run: kube_proxy::restarted },
     Check { id: "kube_proxy_resources_near_limit", run: kube_proxy::resources_near_limit },
+    Check { id: "kube_proxy_mode_mismatch", run: mode::mismatch },
+    Check { id: "proxy_mode_leftovers", run: mode::leftovers },
+    Check { id: "nftables_migration_blockers", run: mode::nftables_migration_blockers },
     Check { id: "probe_failed", run: probes::failed },
 ];
 
