@@ -1,84 +1,369 @@
-//! The README is the user's manual: it must name every flag, finding and
-//! metric the agent has. This test fails when one is added without a line there.
+//! The README is the user's manual: it must say exactly what the agent has,
+//! both ways. Every flag row equals the binary's own definition (name,
+//! environment variable, default, help) and every flag has a row; every metric
+//! the agent emits has a row and every row is emitted; every finding id both ways;
+//! every documented endpoint answers.
 mod common;
 
-use std::process::Command;
+use std::collections::{BTreeMap, BTreeSet};
+
+use clap::CommandFactory;
 
 fn readme() -> String {
     std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
 }
 
-#[test]
-fn every_flag_is_documented() {
-    let text = readme();
-    let mut missing = Vec::new();
-    for sub in [&["serve"][..], &["check"], &["baseline", "save"], &["compare"]] {
-        let out = Command::new(common::binary()).args(sub).arg("--help").output().unwrap();
-        let help = String::from_utf8(out.stdout).unwrap();
-        for line in help.lines() {
-            let Some(flag) = line.split_whitespace().next() else {
-                continue;
-            };
-            if !flag.starts_with("--") || flag == "--help" || flag == "--version" {
-                continue;
-            }
-            let flag = flag.trim_end_matches(',');
-            if !text.contains(&format!("`{flag}`")) {
-                missing.push(format!("{} {flag}", sub.join(" ")));
-            }
+/// The cells of every table row of the README whose first cell is `` `PREFIX...` ``.
+fn rows<'a>(text: &'a str, prefix: &str) -> Vec<Vec<&'a str>> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("| `{prefix}")))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().trim_matches('`'))
+                .collect()
+        })
+        .collect()
+}
+
+/// One flag as the binary defines it: (flag, env, default, help).
+type FlagRow = (String, String, String, String);
+
+fn flags_of(cmd: &clap::Command, out: &mut BTreeSet<FlagRow>) {
+    for a in cmd.get_arguments() {
+        let Some(long) = a.get_long() else { continue };
+        if long == "help" || long == "version" {
+            continue;
         }
+        let env = a
+            .get_env()
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let default: Vec<String> = a
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect();
+        let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+        out.insert((
+            format!("--{long}"),
+            env,
+            default.join(","),
+            help.trim_end_matches('.').to_string(),
+        ));
     }
-    assert!(missing.is_empty(), "flags missing from README.md: {missing:?}");
+    for sub in cmd.get_subcommands() {
+        flags_of(sub, out);
+    }
 }
 
 #[test]
-fn every_finding_is_documented() {
+fn flag_rows_equal_the_binarys_flags_both_ways() {
+    let mut code = BTreeSet::new();
+    flags_of(&proxywatch::config::Cli::command(), &mut code);
     let text = readme();
-    let missing: Vec<&str> = proxywatch::evaluate::CHECKS
-        .iter()
-        .map(|c| c.id)
-        .filter(|id| !text.contains(&format!("`{id}`")))
-        .collect();
-    assert!(missing.is_empty(), "findings missing from README.md: {missing:?}");
-}
-
-#[test]
-fn every_metric_is_documented() {
-    let text = readme();
-    let source =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("agent/expose/metrics.rs"))
-            .unwrap();
-    let mut names: Vec<&str> = source
-        .split('"')
-        .filter(|s| {
-            s.starts_with("proxywatch_")
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit())
+    let documented: BTreeSet<FlagRow> = rows(&text, "--")
+        .into_iter()
+        .map(|c| {
+            assert_eq!(c.len(), 4, "a flag row has 4 cells: {c:?}");
+            (
+                c[0].to_string(),
+                c[1].to_string(),
+                c[2].to_string(),
+                c[3].replace("\\|", "|"),
+            )
         })
         .collect();
-    names.sort();
-    names.dedup();
+    let missing: Vec<_> = code.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&code).collect();
     assert!(
-        names.len() > 40,
-        "found only {} metric names in metrics.rs",
-        names.len()
+        missing.is_empty() && stale.is_empty(),
+        "README flag rows differ from the binary's flags.\nin the binary, not (or not so) in README.md:\n{missing:#?}\nin README.md, not (or not so) in the binary:\n{stale:#?}"
     );
-    let missing: Vec<&&str> = names
-        .iter()
-        .filter(|n| !n.starts_with("proxywatch_conntrack_stat_"))
-        .filter(|n| !text.contains(&format!("`{n}`")))
-        .collect();
-    assert!(missing.is_empty(), "metrics missing from README.md: {missing:?}");
-    assert!(text.contains("`proxywatch_conntrack_stat_<field>_total`"));
 }
 
 #[test]
-fn every_endpoint_is_documented() {
+fn finding_ids_both_ways() {
     let text = readme();
-    for path in ["/", "/metrics", "/snapshot", "/findings", "/healthz", "/readyz"] {
+    let code: BTreeSet<&str> = proxywatch::evaluate::CHECKS.iter().map(|c| c.id).collect();
+    // The findings table: rows of the Findings section whose second cell is a severity.
+    let documented: BTreeSet<&str> = section(&text, "## Findings")
+        .lines()
+        .filter_map(|l| {
+            let c: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            let id = c.first()?.strip_prefix('`')?.strip_suffix('`')?;
+            let sev = c.get(1)?;
+            ["info", "warning", "critical"]
+                .iter()
+                .any(|s| sev.contains(s))
+                .then_some(id)
+        })
+        .collect();
+    let missing: Vec<_> = code.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&code).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "findings table vs CHECKS: missing rows {missing:?}, rows without a check {stale:?}"
+    );
+}
+
+/// The README's text from `heading` to the next `## ` heading.
+fn section<'a>(text: &'a str, heading: &str) -> &'a str {
+    let start = text
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no {heading:?} in README.md"));
+    let rest = &text[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 4);
+    &rest[..end]
+}
+
+/// Metric names of a Prometheus text body (TYPE lines).
+fn metric_names(body: &str) -> BTreeSet<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn metric_rows_equal_what_the_agent_emits_both_ways() {
+    let body = full_node_metrics();
+    let emitted: BTreeSet<String> = metric_names(&body)
+        .into_iter()
+        // The standard process collector's series are documented as a group.
+        .filter(|n| n.starts_with("proxywatch_"))
+        .map(|n| {
+            // One row covers every conntrack statistic.
+            if n.starts_with("proxywatch_conntrack_stat_") {
+                "proxywatch_conntrack_stat_<field>_total".to_string()
+            } else {
+                n
+            }
+        })
+        .collect();
+    let text = readme();
+    // A row may name several metrics: `a`, `b`.
+    let documented: BTreeSet<String> = rows(&text, "proxywatch_")
+        .into_iter()
+        .flat_map(|c| c[0].split("`, `").map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let missing: Vec<_> = emitted.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&emitted).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "metrics table vs /metrics of a node with every source: undocumented {missing:?}, documented but never emitted {stale:?}"
+    );
+    assert!(
+        text.contains("`process_resident_memory_bytes`"),
+        "the process collector's group"
+    );
+}
+
+#[test]
+fn every_documented_endpoint_answers() {
+    let text = readme();
+    let documented: Vec<String> = rows(&text, "/").into_iter().map(|c| c[0].to_string()).collect();
+    assert!(documented.len() >= 6, "{documented:?}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let snapshot = full_snapshot();
+    let verdict = proxywatch::evaluate::evaluate(&snapshot, &proxywatch::config::default_thresholds());
+    tx.send_replace(Some(std::sync::Arc::new(proxywatch::expose::Publication::new(
+        &snapshot, verdict,
+    ))));
+    let router = proxywatch::expose::http::router(rx);
+    for path in &documented {
+        let status = rt.block_on(async {
+            use tower::ServiceExt;
+            let req = axum::http::Request::get(path.as_str())
+                .body(axum::body::Body::empty())
+                .unwrap();
+            router.clone().oneshot(req).await.unwrap().status()
+        });
+        // 503 is /readyz's documented answer on a node with a critical finding.
         assert!(
-            text.contains(&format!("| `{path}` |")),
-            "{path} missing from the endpoints table"
+            status == 200 || (path == "/readyz" && status == 503),
+            "{path}: {status}"
         );
     }
+    // And a path that is not documented does not answer.
+    let status = rt.block_on(async {
+        use tower::ServiceExt;
+        let req = axum::http::Request::get("/debug")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        router.clone().oneshot(req).await.unwrap().status()
+    });
+    assert_eq!(status, 404);
+}
+
+// --- a node where every probe has a source -----------------------------------------------------
+
+fn fixture(rel: &str) -> String {
+    let p = common::fixtures().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A snapshot with every probe's facts and every derived value, read by the
+/// agent's own parsers from the captured fixtures, so its /metrics has every
+/// series the agent can emit.
+fn full_snapshot() -> proxywatch::snapshot::Snapshot {
+    use proxywatch::history::kube_proxy::{KubeProxyDerived, LatencyWindow};
+    use proxywatch::history::trend::ConntrackTrend;
+    use proxywatch::history::window::CounterDeltas;
+    use proxywatch::history::{ConntrackDerived, Derived};
+    use proxywatch::probe::PROBES;
+    use proxywatch::probe::{conntrack, iptables, ipvs, kube_proxy, modules, nftables, node, sysctl};
+    use proxywatch::snapshot::{ProbeOutcome, ProbeStatus, Snapshot};
+
+    let mut s = Snapshot::new("readme");
+    s.collected_at = 1_800_000_000.0;
+    s.facts.node = Some(node::NodeFacts {
+        kernel_release: Some("6.1.0-28-amd64".into()),
+        cpus: 4,
+        cpus_source: "test".into(),
+    });
+    s.facts.modules = Some(modules::ModuleFacts {
+        kernel_release: Some("6.1.0-28-amd64".into()),
+        modules: modules::WATCHED
+            .iter()
+            .map(|(m, _)| (m.to_string(), modules::ModuleState::Loaded))
+            .collect(),
+        sources: vec!["/proc/modules".into()],
+    });
+    let stats = conntrack::parse_stat(
+        "stat",
+        &fixture("samples/proc-net-stat-nf_conntrack/debian12-kernel6.18-netns-loopback-invalid.txt"),
+    )
+    .unwrap();
+    s.facts.conntrack = Some(conntrack::ConntrackFacts {
+        entries: 1000,
+        max: 262_144,
+        buckets: Some(65_536),
+        stats: stats.clone(),
+        stats_source: Some("/proc/net/stat/nf_conntrack".into()),
+    });
+    s.facts.sysctls = Some(sysctl::SysctlFacts {
+        values: sysctl::WATCHED.iter().map(|n| (n.to_string(), Some(1))).collect(),
+    });
+    let counts =
+        iptables::SaveParser::parse_str("save", &fixture("iptables/kube-100x2-iptables-nft-save.txt")).unwrap();
+    let run = iptables::SaveRun {
+        backend: "nft".into(),
+        family: "ipv4".into(),
+        command: "iptables-nft-save".into(),
+        duration_seconds: 0.2,
+        counts,
+    };
+    let (backend_in_use, backend_reason, backends_with_kube_rules) =
+        iptables::detect_backend(std::slice::from_ref(&run));
+    s.facts.iptables = Some(iptables::IptablesFacts {
+        saves: vec![run],
+        backend_in_use,
+        backend_reason,
+        backends_with_kube_rules,
+    });
+    let nft = nftables::parse_list_table(
+        "nft",
+        &fixture("nft/list-table-ip-kube-proxy-pwgen-50svc-debian12-nft1.0.6.txt"),
+    )
+    .unwrap();
+    s.facts.nftables = Some(nftables::NftablesFacts {
+        tables: vec![nftables::NftTable {
+            family: "ip".into(),
+            duration_seconds: 0.1,
+            bytes: 1000,
+            counts: nft,
+        }],
+    });
+    let services =
+        ipvs::ipvsadm::parse_ipvsadm_list("ipvsadm", &fixture("ipvs/ln-kube-proxy-ipvs-kind-tkng.txt")).unwrap();
+    let global = ipvs::proc::parse_proc_ip_vs_stats("stats", &fixture("ipvs/ip_vs_stats-node_exporter.txt")).unwrap();
+    let mut ipvs_facts = ipvs::summarise("ipvsadm", services, Some(global), None);
+    ipvs_facts.interface = Some(ipvs::IpvsInterface {
+        exists: true,
+        addresses: vec!["10.96.0.1".into()],
+    });
+    s.facts.ipvs = Some(ipvs_facts);
+    let metrics = kube_proxy::metrics::extract(
+        "metrics",
+        &fixture("kube-proxy/v1.21.1-iptables-kind-datadog-integrations-core.prom"),
+    )
+    .unwrap();
+    s.facts.kube_proxy = Some(kube_proxy::KubeProxyFacts {
+        mode: Some(kube_proxy::proxy_mode::ProxyMode::Iptables),
+        metrics_up: true,
+        sync: metrics.sync_duration.as_ref().map(kube_proxy::Latency::since_start),
+        network_programming: metrics
+            .network_programming
+            .as_ref()
+            .map(kube_proxy::Latency::since_start),
+        metrics: Some(metrics),
+        healthz: Some(kube_proxy::HealthzFacts {
+            status_code: 200,
+            ..Default::default()
+        }),
+        process: Some(kube_proxy::ProcessFacts {
+            pid: 42,
+            start_time_seconds: 1_799_990_000.0,
+            cpu_seconds_total: 12.5,
+            resident_memory_bytes: 50 << 20,
+            threads: 10,
+            memory_limit_bytes: Some(256 << 20),
+            cpu_limit_cores: Some(1.0),
+        }),
+        ..Default::default()
+    });
+    let window = LatencyWindow {
+        p50: Some(0.1),
+        p99: Some(0.4),
+        count: 10.0,
+        seconds: 15.0,
+    };
+    s.derived = Derived {
+        conntrack: Some(ConntrackDerived {
+            window: Some(CounterDeltas {
+                seconds: 300.0,
+                increase: stats.keys().map(|k| (k.clone(), 1)).collect::<BTreeMap<_, _>>(),
+            }),
+            trend: Some(ConntrackTrend {
+                slope_per_second: 1.0,
+                seconds_to_full: Some(100_000.0),
+                window_seconds: 900.0,
+                points: 100,
+            }),
+        }),
+        kube_proxy: Some(KubeProxyDerived {
+            sync: Some(window.clone()),
+            network_programming: Some(window),
+            last_sync_age_seconds: Some(3.0),
+            queued_unsynced_seconds: Some(0.0),
+            restarts: 1,
+            last_restart_seconds: Some(1_799_999_000.0),
+        }),
+    };
+    for &p in PROBES {
+        s.probes.insert(
+            p,
+            ProbeOutcome {
+                status: ProbeStatus::Ok,
+                duration_seconds: 0.01,
+                error: None,
+                last_run_seconds: s.collected_at,
+                last_success_seconds: Some(s.collected_at),
+            },
+        );
+    }
+    s
+}
+
+fn full_node_metrics() -> String {
+    let s = full_snapshot();
+    let verdict = proxywatch::evaluate::evaluate(&s, &proxywatch::config::default_thresholds());
+    let p = proxywatch::expose::Publication::new(&s, verdict);
+    String::from_utf8(p.metrics.to_vec()).unwrap()
 }
