@@ -31,14 +31,12 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Netns, SysctlGuard};
+use common::{Agent, Netns, Process, Serve, SysctlGuard};
 use serde_json::Value;
 
 const COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
@@ -115,107 +113,13 @@ impl Drop for LogReport {
 }
 
 // ---------------------------------------------------------------------------
-// Processes: each started by the test, stopped by its own PID, always reaped.
+// Processes: each started by the test, stopped by its own PID (SIGTERM, then
+// SIGKILL), always reaped (common::Process; the agents are common::Agent).
 
-struct Proc {
-    what: &'static str,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Proc {
-    /// Runs `program args` in `ns` (`ip netns exec` execs it: the child's PID is
-    /// the program's), stdout and stderr to `log`.
-    fn spawn(what: &'static str, ns: &Netns, program: &str, args: &[&str], log: PathBuf) -> Proc {
-        let out = File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
-        let child = ns
-            .command(program, args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-        Proc {
-            what,
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn assert_running(&mut self) {
-        if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-            panic!("{} exited with {st}; log {}", self.what, self.log.display());
-        }
-    }
-
-    /// SIGTERM by PID, wait up to 10 s, then SIGKILL; always reaped.
-    fn terminate(&mut self) -> Option<ExitStatus> {
-        let mut child = self.child.take()?;
-        if let Ok(Some(st)) = child.try_wait() {
-            return Some(st);
-        }
-        // Not reaped yet, so the PID is still this child's.
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(st)) = child.try_wait() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        child.wait().ok()
-    }
-
-    /// Stops the process and asserts a clean exit on SIGTERM.
-    fn stop(mut self) {
-        let st = self.terminate().expect("a child to stop");
-        assert!(
-            st.success(),
-            "{} exited with {st} on SIGTERM; log {}",
-            self.what,
-            self.log.display()
-        );
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.terminate();
-    }
-}
-
-// ---------------------------------------------------------------------------
-// HTTP inside a namespace: a thread enters it with setns(2) (only that thread
-// changes namespace) and speaks HTTP/1.0 over a plain TcpStream.
-
-fn http_get_in(ns: &Netns, addr: &str, path: &str) -> Result<(u16, String), String> {
-    let nspath = format!("/run/netns/{}", ns.name);
-    let addr: SocketAddr = addr.parse().unwrap();
-    let path = path.to_string();
-    std::thread::spawn(move || -> Result<(u16, String), String> {
-        let f = File::open(&nspath).map_err(|e| format!("{nspath}: {e}"))?;
-        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| format!("setns {nspath}: {e}"))?;
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("{addr}: {e}"))?;
-        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| format!("{addr}: {e}"))?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).map_err(|e| format!("{addr}{path}: {e}"))?;
-        let resp = String::from_utf8(raw).map_err(|e| format!("{addr}{path}: {e}"))?;
-        let (head, body) = resp
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| format!("{addr}{path}: no header end in {resp:?}"))?;
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("{addr}{path}: bad status line {head:?}"))?;
-        Ok((code, body.to_string()))
-    })
-    .join()
-    .expect("HTTP thread panicked")
+/// Runs `program args` in `ns` (`ip netns exec` execs it: the child's PID is
+/// the program's), stdout and stderr to `log`.
+fn spawn_in(what: &str, ns: &Netns, program: &str, args: &[&str], log: PathBuf) -> Process {
+    Process::spawn(what, &mut ns.command(program, args), &log)
 }
 
 fn percent_encode(s: &str) -> String {
@@ -237,7 +141,7 @@ struct Prom<'a> {
 
 impl Prom<'_> {
     fn api(&self, path: &str) -> Result<Value, String> {
-        let (code, body) = http_get_in(self.ns, PROMETHEUS, path)?;
+        let (code, body) = common::http_get_in(self.ns, PROMETHEUS.parse().unwrap(), path)?;
         let v: Value = serde_json::from_str(&body).map_err(|e| format!("{path}: {code} {e}: {body}"))?;
         if code != 200 || v["status"] != "success" {
             return Err(format!("{path}: {code} {body}"));
@@ -448,48 +352,31 @@ fn veth(a: &Netns, a_if: &str, a_addr: &str, b: &Netns, b_if: &str, b_addr: &str
     }
 }
 
-fn start_agent(ns: &Netns, node: &str, listen: &str, dir: &Path) -> Proc {
-    let bin = common::binary();
-    Proc::spawn(
-        "proxywatch serve",
-        ns,
-        bin.to_str().unwrap(),
-        &[
-            "serve",
-            "--listen",
-            listen,
+/// `proxywatch serve` in `ns` on `listen`, its output in `dir`; returns once its first
+/// snapshot exists (before it, /metrics is 503 and a scrape would count as down), and
+/// asserts the node is ready.
+fn start_agent(ns: &Netns, node: &str, listen: &str, dir: &Path) -> Agent {
+    let agent = Serve::new()
+        .in_netns(ns)
+        .listen(listen)
+        .args([
             "--node-name",
             node,
             "--conntrack.interval",
             "500ms",
             "--conntrack.window",
             "30s",
-        ],
-        dir.join(format!("agent-{node}.log")),
-    )
-}
-
-/// Waits for the agent's first snapshot (before it, /metrics is 503 and a
-/// scrape would count as down), then asserts the node is ready.
-fn wait_ready(agent: &mut Proc, ns: &Netns, addr: &str) {
-    wait_for(
-        &format!("first snapshot of the agent at {addr}"),
-        START_DEADLINE,
-        || {
-            agent.assert_running();
-            match http_get_in(ns, addr, "/metrics")? {
-                (200, _) => Ok(()),
-                (code, body) => Err(format!("{code} {body}")),
-            }
-        },
-    );
-    let (code, body) = http_get_in(ns, addr, "/readyz").unwrap();
-    assert_eq!(code, 200, "{addr}/readyz before any pressure: {body}");
+        ])
+        .log(dir.join(format!("agent-{node}.log")))
+        .start();
+    let (code, body) = agent.get("/readyz").unwrap();
+    assert_eq!(code, 200, "{listen}/readyz before any pressure: {body}");
+    agent
 }
 
 /// The agent's active findings: id -> severity.
-fn findings(ns: &Netns, addr: &str) -> BTreeMap<String, String> {
-    let (code, body) = http_get_in(ns, addr, "/findings").unwrap();
+fn findings(agent: &Agent) -> BTreeMap<String, String> {
+    let (code, body) = agent.get("/findings").unwrap();
     assert_eq!(code, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     v.as_array()
@@ -605,10 +492,8 @@ fn conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheus() {
     }
 
     // ---- the agents, then Prometheus
-    let mut sick_agent = start_agent(&sick, SICK, SICK_AGENT, &dir);
-    let mut healthy_agent = start_agent(&healthy, HEALTHY, HEALTHY_AGENT, &dir);
-    wait_ready(&mut sick_agent, &sick, SICK_AGENT);
-    wait_ready(&mut healthy_agent, &healthy, HEALTHY_AGENT);
+    let sick_agent = start_agent(&sick, SICK, SICK_AGENT, &dir);
+    let healthy_agent = start_agent(&healthy, HEALTHY, HEALTHY_AGENT, &dir);
 
     // The same file users deploy: its spec is the rules file.
     let rules = dir.join("proxywatch-rules.yaml");
@@ -625,7 +510,7 @@ fn conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheus() {
     let config = dir.join("prometheus.yml");
     std::fs::write(&config, prometheus_config(&rules)).unwrap();
     let tsdb = tempfile::tempdir().unwrap();
-    let mut prometheus = Proc::spawn(
+    let prometheus = spawn_in(
         "prometheus",
         &sick,
         "prometheus",
@@ -681,7 +566,7 @@ fn conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheus() {
     let before = ns_number(&sick, COUNT);
     fill_assured(&sick, limit - before - FREE_SLOTS);
     assert_eq!(ns_number(&sick, COUNT), limit - FREE_SLOTS);
-    let flows = Proc::spawn(
+    let flows = spawn_in(
         "UDP flow generator",
         &sick,
         "python3",
@@ -752,7 +637,7 @@ fn conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheus() {
         prom.value(&format!(r#"proxywatch_node_ready{{instance="{SICK}"}}"#)),
         Some(0.0)
     );
-    let (code, body) = http_get_in(&sick, SICK_AGENT, "/readyz").unwrap();
+    let (code, body) = sick_agent.get("/readyz").unwrap();
     assert_eq!(code, 503, "{body}");
     assert!(
         body.contains("conntrack table ") && body.contains("% full ("),
@@ -762,7 +647,7 @@ fn conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheus() {
         body.contains("table full, dropping packet"),
         "readyz without the drops: {body}"
     );
-    let f = findings(&sick, SICK_AGENT);
+    let f = findings(&sick_agent);
     assert_eq!(
         f.get("conntrack_table_fill").map(String::as_str),
         Some("critical"),
@@ -806,7 +691,7 @@ fn conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheus() {
             return Err(format!("still active: {alerts:?}"));
         }
         let ready = prom.value(&format!(r#"proxywatch_node_ready{{instance="{SICK}"}}"#));
-        let (code, body) = http_get_in(&sick, SICK_AGENT, "/readyz")?;
+        let (code, body) = sick_agent.get("/readyz")?;
         if ready != Some(1.0) || code != 200 {
             return Err(format!("node_ready {ready:?}, /readyz {code} {body}"));
         }
@@ -902,7 +787,7 @@ fn conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheus() {
     eprintln!("done over {range}: min up {up_min:?}, slowest scrape {slowest:?} s, healthy pending {pending:?}");
 
     // Clean shutdowns on SIGTERM.
-    prometheus.stop();
-    sick_agent.stop();
-    healthy_agent.stop();
+    prometheus.stop_cleanly();
+    sick_agent.stop_cleanly();
+    healthy_agent.stop_cleanly();
 }

@@ -20,14 +20,11 @@
 //! agent's blocking thread).
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::Serve;
 use serde_json::Value;
 
 const NODE: &str = "old-kernel-no-stat-file";
@@ -220,103 +217,50 @@ impl Node {
 // ---------------------------------------------------------------------------
 // The agent.
 
-struct Agent {
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Response {
-    status: u16,
-    body: String,
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<Response> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    // HTTP/1.0: the server closes the connection after one plain (not chunked) body.
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok(Response {
-        status,
-        body: body.to_string(),
-    })
-}
+/// `proxywatch serve` (the shared harness's agent) with what these tests read of it.
+struct Agent(common::Agent);
 
 impl Agent {
     /// `proxywatch serve` on `node` with nothing from this machine's environment.
     fn start(node: &Node, as_nobody: bool) -> Agent {
-        for _attempt in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-            let log = node.root.parent().unwrap().join(format!("agent-{port}.log"));
-            let interval = format!("{INTERVAL_MS}ms");
-            let timeout = format!("{TIMEOUT_MS}ms");
-            let mut cmd = Command::new(common::binary());
-            cmd.env_clear()
-                .env("PATH", &node.bin)
-                .args([
-                    "serve",
-                    "--listen",
-                    &addr.to_string(),
-                    "--node-name",
-                    "faults",
-                    "--host-root",
-                ])
-                .arg(&node.root)
-                .args(["--conntrack.interval", &interval, "--probe.timeout", &timeout])
-                .args(["--iptables.interval", &interval, "--iptables.timeout", &timeout])
-                .args(["--exec.max-output-bytes", &MAX_OUTPUT.to_string()])
-                .args(common::NO_KUBE_PROXY)
-                .args(["--log.level", "error"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap());
-            if as_nobody {
-                cmd.uid(65534).gid(65534);
-            }
-            let child = cmd.spawn().expect("start proxywatch serve");
-            let mut agent = Agent { child, addr, log };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if agent.child.try_wait().unwrap().is_some() {
-                    break; // port taken meanwhile: try another
-                }
-                if http_get(addr, "/healthz").is_ok() {
-                    return agent;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            eprintln!("agent on {addr} did not come up: {}", agent.stderr());
+        let interval = format!("{INTERVAL_MS}ms");
+        let timeout = format!("{TIMEOUT_MS}ms");
+        let mut serve = Serve::new()
+            .env_clear()
+            .env("PATH", &node.bin)
+            .args(["--node-name", "faults", "--host-root"])
+            .arg(&node.root)
+            .args(["--conntrack.interval", &interval, "--probe.timeout", &timeout])
+            .args(["--iptables.interval", &interval, "--iptables.timeout", &timeout])
+            .args(["--exec.max-output-bytes", &MAX_OUTPUT.to_string()])
+            .args(common::NO_KUBE_PROXY)
+            .args(["--log.level", "error"])
+            // Up once /healthz answers; each test then waits for the probe states it needs.
+            .ready("/healthz");
+        if as_nobody {
+            serve = serve.user(65534, 65534);
         }
-        panic!("proxywatch serve never came up");
+        Agent(serve.start())
+    }
+
+    fn get(&self, path: &str) -> Result<(u16, String), String> {
+        self.0.get(path)
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.0.pid()
     }
 
     fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.0.log()
     }
 
     fn snapshot(&self) -> Option<Value> {
-        let r = http_get(self.addr, "/snapshot").ok()?;
-        if r.status != 200 {
+        let (code, body) = self.get("/snapshot").ok()?;
+        if code != 200 {
             return None;
         }
-        serde_json::from_str(&r.body).ok()
+        serde_json::from_str(&body).ok()
     }
 
     /// Polls /snapshot until `want` holds for it; panics with the last one after `secs`.
@@ -440,15 +384,12 @@ fn command_fault(case: u32, target: Target, fault: Fault, want_status: &str, wan
     let err = error(&doc, probe);
     assert!(err.len() < 1024, "{what}: error is {} bytes: {err}", err.len());
     assert_others_healthy(&doc, probe);
-    let metrics = http_get(agent.addr, "/metrics").expect("/metrics during the fault");
-    assert_eq!(metrics.status, 200, "{what}: /metrics");
+    let (code, body) = agent.get("/metrics").expect("/metrics during the fault");
+    assert_eq!(code, 200, "{what}: /metrics");
     let success = if want_status == "failed" { 0 } else { 1 };
     assert!(
-        metrics
-            .body
-            .contains(&format!("proxywatch_probe_success{{probe=\"{probe}\"}} {success}")),
-        "{what}: /metrics must show the probe's state:\n{}",
-        metrics.body
+        body.contains(&format!("proxywatch_probe_success{{probe=\"{probe}\"}} {success}")),
+        "{what}: /metrics must show the probe's state:\n{body}"
     );
     if matches!(fault, Fault::Endless | Fault::Stderr10M) {
         // Let a few more floods run before measuring.
@@ -650,7 +591,7 @@ fn proc_fault(case: u32, as_nobody: bool, make: impl FnOnce(&Path), want: &str) 
         status(d, "conntrack") == "failed" && want.split('|').any(|w| error(d, "conntrack").contains(w))
     });
     assert_others_healthy(&doc, "conntrack");
-    assert_eq!(http_get(agent.addr, "/metrics").unwrap().status, 200);
+    assert_eq!(agent.get("/metrics").unwrap().0, 200);
     (node, agent)
 }
 
@@ -723,7 +664,7 @@ fn proc_file_that_hangs_on_read_times_out() {
     let doc = agent.snapshot().unwrap();
     assert_eq!(status(&doc, "conntrack"), "failed", "{:#}", doc["probes"]["conntrack"]);
     assert_others_healthy(&doc, "conntrack");
-    assert_eq!(http_get(agent.addr, "/metrics").unwrap().status, 200);
+    assert_eq!(agent.get("/metrics").unwrap().0, 200);
     release_fifo(&node.root.join(COUNT));
     restore_count(&node, &agent);
 }

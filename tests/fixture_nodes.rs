@@ -1,10 +1,12 @@
 //! Fixture nodes, end to end: `proxywatch check` on a recorded host root
-//! (tests/fixtures/nodes/<scenario>/) must print its golden report.
+//! (tests/fixtures/nodes/<scenario>/) must print its golden report, and
+//! `proxywatch serve` on it must serve its golden `/metrics`.
 //!
 //! Goldens catch any change in the output; the targeted assertions in each test
 //! catch a golden regenerated over a regression (`PROXYWATCH_UPDATE_GOLDEN=1`
-//! rewrites expected.json / expected.txt but not them). Expected numbers are read
-//! from the scenario's own files, so a fixture edit cannot silently agree with a bug.
+//! rewrites expected.json / expected.txt / expected.metrics but not them; it is
+//! refused in CI). Expected numbers are read from the scenario's own files, so a
+//! fixture edit cannot silently agree with a bug.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -40,9 +42,41 @@ fn scenario_dir(name: &str) -> PathBuf {
     nodes_dir().join(name)
 }
 
+const UPDATE: &str = "PROXYWATCH_UPDATE_GOLDEN";
+
+/// Whether to rewrite the goldens instead of comparing with them. Refused in CI: a
+/// golden rewritten there would make every comparison pass, whatever the output.
 fn update_goldens() -> bool {
-    std::env::var("PROXYWATCH_UPDATE_GOLDEN").is_ok_and(|v| v == "1")
+    let update = std::env::var(UPDATE).is_ok_and(|v| v == "1");
+    assert!(
+        !(update && common::in_ci()),
+        "{UPDATE}=1 with CI set: goldens are not regenerated in CI; regenerate them \
+         locally ({UPDATE}=1 cargo test --test fixture_nodes), review the diff and commit them"
+    );
+    update
 }
+
+/// Every probe's interval, made longer than any test: `serve` runs one round of
+/// probes, as `check` does. (A second conntrack reading would open the drop window,
+/// which changes the conntrack_drops finding.)
+const ONE_ROUND: &[&str] = &[
+    "--node.interval",
+    "1h",
+    "--modules.interval",
+    "1h",
+    "--conntrack.interval",
+    "1h",
+    "--sysctls.interval",
+    "1h",
+    "--iptables.interval",
+    "1h",
+    "--nftables.interval",
+    "1h",
+    "--ipvs.interval",
+    "1h",
+    "--kube-proxy.interval",
+    "1h",
+];
 
 struct Run {
     code: i32,
@@ -71,6 +105,29 @@ fn check(cwd: &Path, host_root: &Path, exec: &Path, format: &str, extra: &[&str]
     };
     assert!(!run.stderr.contains("panicked"), "panic:\n{}", run.stderr);
     run
+}
+
+/// `proxywatch serve` on a host root with what `check` gets (the same environment,
+/// directory and flags, plus ONE_ROUND), scraped once: its first `/metrics` and
+/// `/snapshot`, published once every probe has reported.
+fn serve_once(cwd: &Path, host_root: &Path, exec: &Path) -> (String, Value) {
+    let agent = common::Serve::new()
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", exec)
+        .args(["--node-name", "fixture"])
+        .arg("--host-root")
+        .arg(host_root)
+        .args(common::NO_KUBE_PROXY)
+        .args(ONE_ROUND)
+        .start();
+    let metrics = agent.first_answer().to_string();
+    let snapshot = agent.get_ok("/snapshot");
+    let log = agent.log();
+    agent.stop_cleanly();
+    assert!(!log.contains("panicked"), "panic:\n{log}");
+    let doc = serde_json::from_str(&snapshot).unwrap_or_else(|e| panic!("/snapshot: {e}: {snapshot}"));
+    (metrics, doc)
 }
 
 /// A JSON run of a scenario without goldens, for extra flags or comparisons.
@@ -160,6 +217,16 @@ fn scenario(name: &'static str, want_code: i32) -> Scenario {
     let got_text = normalize_text(&text.stdout);
     compare_golden(&dir.join("expected.json"), &got_json);
     compare_golden(&dir.join("expected.txt"), &got_text);
+    // `serve` on the same node with the same flags: its first /snapshot is check's
+    // document, so its /metrics golden holds the same node's values.
+    let (metrics, served) = serve_once(&nodes_dir(), Path::new(name), &exec);
+    assert_eq!(
+        normalize_json(served),
+        normalize_json(doc.clone()),
+        "{name}: serve's first /snapshot is not check's document"
+    );
+    compare_golden(&dir.join("expected.metrics"), &normalize_metrics(&metrics));
+    assert_metrics_agree(name, &doc, &metrics);
     assert_eq!(
         json.code, want_code,
         "{name}: exit code; findings: {:#}\nstderr: {}",
@@ -262,6 +329,89 @@ fn normalize_text(text: &str) -> String {
     out
 }
 
+/// Prometheus text: the values that change from run to run become 0, nothing else
+/// changes (names, labels, HELP and TYPE lines stay): the probes' wall times and
+/// success times, the agent's own `process_*` series (its memory, CPU time, file
+/// descriptors, threads, start time), and the `revision` label of
+/// `proxywatch_build_info` (set at build time; `version` stays, as in expected.json).
+fn normalize_metrics(text: &str) -> String {
+    const TIMES: &[&str] = &[
+        "proxywatch_probe_duration_seconds",
+        "proxywatch_probe_last_success_timestamp_seconds",
+        "proxywatch_iptables_save_duration_seconds",
+        "proxywatch_nftables_list_duration_seconds",
+    ];
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut line = line.to_string();
+        if !line.starts_with('#') {
+            let (series, _) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("not a sample: {line:?}"));
+            let name = series.split('{').next().unwrap();
+            if name.starts_with("process_") || TIMES.contains(&name) {
+                line = format!("{series} 0");
+            } else if name == "proxywatch_build_info" {
+                let start = line.find("revision=\"").expect("a revision label") + "revision=\"".len();
+                let end = start + line[start..].find('"').unwrap();
+                line.replace_range(start..end, "<revision>");
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The value of one series (`name{labels}` exactly as rendered) in Prometheus text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.rsplit_once(' ').filter(|(s, _)| *s == series))
+        .map(|(_, v)| v.parse().unwrap_or_else(|_| panic!("{series}: {v:?}")))
+}
+
+/// /metrics says what the JSON document says (which the tests check against the
+/// scenario's files): a golden regenerated over a rendering bug still fails here.
+fn assert_metrics_agree(name: &str, doc: &Value, metrics: &str) {
+    let want = |series: String, v: Option<f64>| {
+        assert_eq!(sample(metrics, &series), v, "{name}: {series}");
+    };
+    for (probe, o) in doc["probes"].as_object().unwrap() {
+        let ok = if o["status"] == "failed" { 0.0 } else { 1.0 };
+        want(format!("proxywatch_probe_success{{probe=\"{probe}\"}}"), Some(ok));
+    }
+    let ct = &doc["facts"]["conntrack"];
+    want("proxywatch_conntrack_entries".into(), ct["entries"].as_f64());
+    want("proxywatch_conntrack_entries_limit".into(), ct["max"].as_f64());
+    want("proxywatch_conntrack_buckets".into(), ct["buckets"].as_f64());
+    for (field, v) in ct["stats"].as_object().into_iter().flatten() {
+        want(format!("proxywatch_conntrack_stat_{field}_total"), v.as_f64());
+    }
+    want("proxywatch_node_cpus".into(), doc["facts"]["node"]["cpus"].as_f64());
+    for (module, state) in doc["facts"]["modules"]["modules"].as_object().into_iter().flatten() {
+        let loaded = if state == "missing" { 0.0 } else { 1.0 };
+        want(
+            format!("proxywatch_kernel_module_loaded{{module=\"{module}\"}}"),
+            Some(loaded),
+        );
+    }
+    for (sysctl, v) in doc["facts"]["sysctls"]["values"].as_object().into_iter().flatten() {
+        want(format!("proxywatch_sysctl_value{{name=\"{sysctl}\"}}"), v.as_f64());
+    }
+    for f in doc["findings"].as_array().unwrap() {
+        let level = match f["severity"].as_str().unwrap() {
+            "info" => 1.0,
+            "warning" => 2.0,
+            "critical" => 3.0,
+            other => panic!("{name}: severity {other}"),
+        };
+        want(format!("proxywatch_finding_severity{{id={}}}", f["id"]), Some(level));
+    }
+    let ready = if doc["status"] == "critical" { 0.0 } else { 1.0 };
+    want("proxywatch_node_ready".into(), Some(ready));
+}
+
 /// Sums a column of a /proc/net/stat/nf_conntrack file (the test's own reading of it).
 fn stat_column(text: &str, column: &str) -> (u64, usize) {
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
@@ -303,6 +453,27 @@ fn every_scenario_directory_has_a_test() {
         .collect();
     dirs.sort();
     assert_eq!(dirs, SCENARIOS);
+}
+
+#[test]
+fn golden_update_is_refused_in_ci() {
+    // This test binary again, on one scenario, as CI would run it with the update asked for.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["healthy_iptables", "--exact", "--test-threads=1"])
+        .env(UPDATE, "1")
+        .env("CI", "true")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "the update ran in CI:\n{said}");
+    assert!(
+        said.contains("goldens are not regenerated in CI"),
+        "no clear refusal:\n{said}"
+    );
 }
 
 #[test]

@@ -7,11 +7,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Netns;
+use common::{Agent, Netns, Serve};
 use proxywatch::probe::conntrack::{parse_conntrack_s, parse_stat};
 use serde_json::Value;
 
@@ -231,156 +230,18 @@ fn metric(body: &str, name: &str) -> Option<u64> {
 }
 
 // ---------------------------------------------------------------------------
-// The agent as a server: a child process killed (by its PID) and reaped on drop.
+// The agent as a server (the shared harness): stopped by its PID and reaped on drop.
 
-struct Server {
-    child: Option<Child>,
-    ns: Option<String>,
-    port: u16,
-    log: PathBuf,
-    _logdir: tempfile::TempDir,
-}
-
-impl Server {
-    /// Starts `proxywatch serve` on 127.0.0.1:`port`, inside `ns` when given.
-    /// `ip netns exec` execs the agent, so the child's PID is the agent's.
-    fn start(ns: Option<&Netns>, port: u16) -> Server {
-        let logdir = tempfile::tempdir().unwrap();
-        let log = logdir.path().join("serve.log");
-        let bin = common::binary();
-        let listen = format!("127.0.0.1:{port}");
-        let args = [
-            "serve",
-            "--listen",
-            &listen,
-            "--conntrack.interval",
-            "200ms",
-            "--log.level",
-            "debug",
-        ];
-        let mut cmd = match ns {
-            Some(ns) => ns.command(bin.to_str().unwrap(), &args),
-            None => {
-                let mut c = Command::new(&bin);
-                c.args(args);
-                c
-            }
-        };
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn proxywatch serve");
-        Server {
-            child: Some(child),
-            ns: ns.map(|n| n.name.clone()),
-            port,
-            log,
-            _logdir: logdir,
-        }
+/// Starts `proxywatch serve`, inside `ns` on NS_PORT when given (`ip netns exec` execs
+/// the agent, so the child's PID is the agent's), else on a free loopback port; waits for
+/// its first snapshot (the first `/metrics`: `first_answer()`). Requests go from inside
+/// the agent's namespace.
+fn serve(ns: Option<&Netns>) -> Agent {
+    let mut serve = Serve::new().args(["--conntrack.interval", "200ms", "--log.level", "debug"]);
+    if let Some(ns) = ns {
+        serve = serve.in_netns(ns).listen(&format!("127.0.0.1:{NS_PORT}"));
     }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// GET over HTTP/1.0 from inside the server's namespace (bash's /dev/tcp, so
-    /// no client needs installing). None when nothing answers.
-    fn get(&self, path: &str) -> Option<(u16, String)> {
-        let script = format!(
-            "exec 3<>/dev/tcp/127.0.0.1/{} && printf 'GET {path} HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && cat <&3",
-            self.port
-        );
-        let args = ["10", "bash", "-c", script.as_str()];
-        let mut cmd = match &self.ns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "timeout"]).args(args);
-                c
-            }
-            None => {
-                let mut c = Command::new("timeout");
-                c.args(args);
-                c
-            }
-        };
-        let out = cmd.stdin(Stdio::null()).stderr(Stdio::null()).output().unwrap();
-        if !out.status.success() {
-            return None;
-        }
-        let resp = String::from_utf8(out.stdout).expect("UTF-8 response");
-        let (head, body) = resp.split_once("\r\n\r\n")?;
-        let code = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, body.to_string()))
-    }
-
-    fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut()?.try_wait().unwrap()
-    }
-
-    /// Polls `/metrics` until the first snapshot is published; returns its body.
-    /// Err when the agent exited first (e.g. the port was taken).
-    fn first_metrics(&mut self) -> Result<String, String> {
-        let start = Instant::now();
-        loop {
-            if let Some(st) = self.exited() {
-                return Err(format!(
-                    "serve exited with {st} before its first snapshot:\n{}",
-                    self.log()
-                ));
-            }
-            match self.get("/metrics") {
-                Some((200, body)) => return Ok(body),
-                Some((503, body)) => assert!(body.contains("no snapshot yet"), "{body}"),
-                Some((code, body)) => panic!("/metrics answered {code}: {body}"),
-                None => {}
-            }
-            if start.elapsed() > DEADLINE {
-                panic!("no snapshot within {DEADLINE:?}:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn metrics(&self) -> String {
-        match self.get("/metrics") {
-            Some((200, body)) => body,
-            other => panic!("/metrics: {other:?}\n{}", self.log()),
-        }
-    }
-
-    /// SIGTERM by PID, then reap; SIGKILL if it has not exited within the deadline.
-    fn terminate(&mut self) -> Option<ExitStatus> {
-        let mut child = self.child.take()?;
-        if let Ok(Some(st)) = child.try_wait() {
-            return Some(st);
-        }
-        // Not reaped yet, so the PID is still this child's.
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let start = Instant::now();
-        while start.elapsed() < DEADLINE {
-            if let Ok(Some(st)) = child.try_wait() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        child.wait().ok()
-    }
-
-    /// Stops the agent and asserts it shut down cleanly on SIGTERM.
-    fn stop(mut self) {
-        let st = self.terminate().expect("a child to stop");
-        assert!(st.success(), "serve exited with {st} on SIGTERM:\n{}", self.log());
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.terminate();
-    }
+    serve.start()
 }
 
 /// `promtool check metrics` on a body: exit 0 and nothing printed.
@@ -409,14 +270,6 @@ fn promtool_check(body: &str, what: &str) {
         "{what}: promtool {}:\n{said}",
         out.status
     );
-}
-
-fn free_loopback_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 // ---------------------------------------------------------------------------
@@ -480,7 +333,7 @@ fn check_counts_exactly_the_entries_of_its_namespace() {
 /// Packets the kernel marks invalid show up in `proxywatch_conntrack_stat_invalid_total`.
 #[test]
 fn invalid_packets_are_counted() {
-    if !common::can_run(&["ip", "conntrack", "nft", "python3", "bash", "timeout"]) {
+    if !common::can_run(&["ip", "conntrack", "nft", "python3"]) {
         return;
     }
     let ns = Netns::new("ctinv");
@@ -502,11 +355,10 @@ fn invalid_packets_are_counted() {
         );
     }
 
-    let mut server = Server::start(Some(&ns), NS_PORT);
-    server.first_metrics().unwrap_or_else(|e| panic!("{e}"));
+    let server = serve(Some(&ns));
     // Read the kernel around the scrape: the agent's traffic on lo is tracked too.
     let k_before = ns_stats(&ns)["invalid"];
-    let body = server.metrics();
+    let body = server.get_ok("/metrics");
     let k_after = ns_stats(&ns)["invalid"];
     let agent = metric(&body, "proxywatch_conntrack_stat_invalid_total")
         .unwrap_or_else(|| panic!("no proxywatch_conntrack_stat_invalid_total in:\n{body}"));
@@ -515,19 +367,19 @@ fn invalid_packets_are_counted() {
         "agent {agent}, kernel {k_before} before the scrape and {k_after} after"
     );
     assert!(agent >= after, "agent {agent} < {after} counted right after sending");
-    server.stop();
+    server.stop_cleanly();
 }
 
 /// `serve` follows the namespace's table as entries come and go.
 #[test]
 fn serve_follows_the_table() {
-    if !common::can_run(&["ip", "conntrack", "bash", "timeout"]) {
+    if !common::can_run(&["ip", "conntrack"]) {
         return;
     }
     let ns = Netns::new("ctserve");
-    let mut server = Server::start(Some(&ns), NS_PORT);
-    let first = server.first_metrics().unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(metric(&first, "proxywatch_conntrack_entries"), Some(0), "{first}");
+    let server = serve(Some(&ns));
+    let first = server.first_answer();
+    assert_eq!(metric(first, "proxywatch_conntrack_entries"), Some(0), "{first}");
     // /readyz exists now; a bare namespace has ip_forward=0, so it may say "not ready".
     let (code, body) = server.get("/readyz").expect("/readyz answers");
     assert!(
@@ -536,10 +388,10 @@ fn serve_follows_the_table() {
     );
 
     // Poll until the agent reports the kernel's count (or the deadline), then assert the value.
-    let follow = |server: &Server, want: u64| {
+    let follow = |server: &Agent, want: u64| {
         let start = Instant::now();
         loop {
-            let got = metric(&server.metrics(), "proxywatch_conntrack_entries");
+            let got = metric(&server.get_ok("/metrics"), "proxywatch_conntrack_entries");
             if got == Some(want) || start.elapsed() > DEADLINE {
                 assert_eq!(got, Some(want), "agent vs conntrack -C\n{}", server.log());
                 return;
@@ -555,13 +407,13 @@ fn serve_follows_the_table() {
     let left = ns_conntrack_count(&ns);
     assert_eq!(left, 20);
     follow(&server, left);
-    server.stop();
+    server.stop_cleanly();
 }
 
 /// promtool accepts `/metrics`, in a namespace with non-zero counters and in the root namespace.
 #[test]
 fn promtool_accepts_metrics() {
-    if !common::can_run(&["ip", "conntrack", "nft", "python3", "bash", "timeout", "promtool"]) {
+    if !common::can_run(&["ip", "conntrack", "nft", "python3", "promtool"]) {
         return;
     }
     {
@@ -569,8 +421,8 @@ fn promtool_accepts_metrics() {
         track_and_count_invalid(&ns);
         send_invalid(&ns, 3);
         insert_entries(&ns, 40000, 5, 2);
-        let mut server = Server::start(Some(&ns), NS_PORT);
-        let body = server.first_metrics().unwrap_or_else(|e| panic!("{e}"));
+        let server = serve(Some(&ns));
+        let body = server.first_answer().to_string();
         // At least the 7 inserted: the namespace's tracked loopback HTTP adds its own entries.
         assert!(metric(&body, "proxywatch_conntrack_entries") >= Some(7), "{body}");
         assert!(
@@ -578,22 +430,14 @@ fn promtool_accepts_metrics() {
             "{body}"
         );
         promtool_check(&body, "netns /metrics");
-        server.stop();
+        server.stop_cleanly();
     }
     // The root namespace: read-only, but its rule sets are global state other tests change.
     let _lock = common::global_lock();
-    let mut tries = 0;
-    let (server, body) = loop {
-        let mut server = Server::start(None, free_loopback_port());
-        match server.first_metrics() {
-            Ok(body) => break (server, body),
-            // Another process took the port between our probe and the agent's bind.
-            Err(e) if tries < 3 && e.contains("listening on") => tries += 1,
-            Err(e) => panic!("{e}"),
-        }
-    };
-    promtool_check(&body, "root namespace /metrics");
-    server.stop();
+    // On a free loopback port (the harness tries another if one is taken meanwhile).
+    let server = serve(None);
+    promtool_check(server.first_answer(), "root namespace /metrics");
+    server.stop_cleanly();
 }
 
 /// Without the proc file the agent asks `conntrack -S`; both sources agree on the real kernel.

@@ -307,94 +307,39 @@ fn closed_url() -> String {
     format!("http://{}", l.local_addr().unwrap())
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 // ---------------------------------------------------------------------------
 // The agent.
 
-/// A minimal HTTP/1.1 GET (Connection: close): status and body.
-fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let bad = || std::io::Error::other(format!("bad response {text:?}"));
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    let chunked = head
-        .lines()
-        .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding: chunked"));
-    if !chunked {
-        return Ok((status, body.to_string()));
-    }
-    let (mut rest, mut out) = (body, String::new());
-    loop {
-        let (size, after) = rest.split_once("\r\n").ok_or_else(bad)?;
-        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad())?;
-        if size == 0 {
-            return Ok((status, out));
-        }
-        out.push_str(after.get(..size).ok_or_else(bad)?);
-        rest = after.get(size + 2..).ok_or_else(bad)?;
-    }
-}
-
-/// `proxywatch serve` on a free loopback port, with no inherited environment and an empty PATH;
-/// killed and reaped on drop (also on panic).
+/// `proxywatch serve` (the shared harness's agent) with no inherited environment and an
+/// empty PATH; stopped and reaped on drop (also on panic).
 struct Agent {
-    child: Child,
-    port: u16,
-    stderr: PathBuf,
-    _dir: tempfile::TempDir,
+    agent: common::Agent,
+    _empty_path: tempfile::TempDir,
 }
 
 impl Agent {
     fn serve(host_root: &Path, metrics_url: &str, healthz_url: &str, extra: &[&str]) -> Agent {
-        let dir = tempfile::tempdir().unwrap();
-        let empty = dir.path().join("empty-path");
-        std::fs::create_dir(&empty).unwrap();
-        let stderr = dir.path().join("stderr");
-        let port = free_port();
-        let child = Command::new(common::binary())
+        let empty = tempfile::tempdir().unwrap();
+        let agent = common::Serve::new()
             .env_clear()
-            .env("PATH", &empty)
-            .arg("serve")
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--node-name", "fixture"])
+            .env("PATH", empty.path())
+            .args(["--node-name", "fixture"])
             .arg("--host-root")
             .arg(host_root)
             .args(["--kube-proxy.metrics-url", metrics_url])
             .args(["--kube-proxy.healthz-url", healthz_url])
             .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("start proxywatch serve");
+            .start();
         Agent {
-            child,
-            port,
-            stderr,
-            _dir: dir,
+            agent,
+            _empty_path: empty,
         }
     }
 
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    /// GET a path; Err while the agent is not answering yet. Panics if the agent exited.
+    /// GET a path; Err while the agent is not answering. Panics if the agent exited.
     fn get(&mut self, path: &str) -> Result<(u16, String), String> {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("proxywatch serve exited ({status}):\n{}", self.stderr());
-        }
-        http_get(self.port, path).map_err(|e| format!("GET {path}: {e}"))
+        self.agent.assert_running();
+        self.agent.get(path)
     }
 
     fn snapshot(&mut self) -> Result<Value, String> {
@@ -405,10 +350,8 @@ impl Agent {
     }
 
     fn metrics(&mut self) -> String {
-        match self.get("/metrics") {
-            Ok((200, body)) => body,
-            other => panic!("/metrics: {other:?}"),
-        }
+        self.agent.assert_running();
+        self.agent.get_ok("/metrics")
     }
 
     fn readyz(&mut self) -> (u16, String) {
@@ -416,18 +359,10 @@ impl Agent {
     }
 
     /// Stops the agent and checks it never panicked.
-    fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let stderr = self.stderr();
-        assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn stop(self) {
+        let log = self.agent.log();
+        self.agent.stop();
+        assert!(!log.contains("panicked"), "panic:\n{log}");
     }
 }
 

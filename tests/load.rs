@@ -6,21 +6,12 @@
 //!     PROXYWATCH_SOAK_SECONDS=30 cargo test --release --test load -- --nocapture
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::Serve;
 
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -32,17 +23,8 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-fn get(port: u16, path: &str) -> Result<u16, String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).map_err(|e| format!("read: {e}"))?;
-    let head = String::from_utf8_lossy(&buf[..buf.len().min(12)]).to_string();
-    head.get(9..12)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad response {head:?}"))
+fn get(addr: SocketAddr, path: &str) -> Result<u16, String> {
+    common::http_get(addr, path).map(|(code, _)| code)
 }
 
 #[test]
@@ -51,44 +33,28 @@ fn sixty_four_connections_see_no_errors_and_memory_stays_flat() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let empty = tempfile::tempdir().unwrap();
-    let agent = Agent(
-        Command::new(common::binary())
-            .env_clear()
-            .env("PATH", empty.path())
-            .arg("serve")
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .arg("--host-root")
-            .arg(common::fixtures().join("nodes/conntrack-near-full-drops"))
-            .args(common::NO_KUBE_PROXY)
-            // Probes keep publishing new snapshots during the load.
-            .args([
-                "--conntrack.interval",
-                "100ms",
-                "--sysctls.interval",
-                "200ms",
-                "--modules.interval",
-                "500ms",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let pid = agent.0.id();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while get(port, "/metrics") != Ok(200) {
-        assert!(Instant::now() < deadline, "agent did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Waits for the first snapshot (/metrics 200).
+    let agent = Serve::new()
+        .env_clear()
+        .env("PATH", empty.path())
+        .arg("--host-root")
+        .arg(common::fixtures().join("nodes/conntrack-near-full-drops"))
+        .args(common::NO_KUBE_PROXY)
+        // Probes keep publishing new snapshots during the load.
+        .args([
+            "--conntrack.interval",
+            "100ms",
+            "--sysctls.interval",
+            "200ms",
+            "--modules.interval",
+            "500ms",
+        ])
+        .start();
+    let (addr, pid) = (agent.addr(), agent.pid());
     // Warm up, then measure the baseline RSS.
     for _ in 0..200 {
-        let _ = get(port, "/snapshot");
+        let _ = get(addr, "/snapshot");
     }
     let rss_before = rss_kib(pid);
 
@@ -101,7 +67,7 @@ fn sixty_four_connections_see_no_errors_and_memory_stays_flat() {
                 let (mut ok, mut shed, mut errors, mut latencies) = (0u64, 0u64, Vec::new(), Vec::new());
                 while !stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
-                    match get(port, path) {
+                    match get(addr, path) {
                         Ok(200) => ok += 1,
                         Ok(503) => shed += 1,
                         Ok(other) => errors.push(format!("{path}: HTTP {other}")),

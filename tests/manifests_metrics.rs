@@ -3,20 +3,12 @@
 //! silently disable an alert.
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::Serve;
 
 /// Metrics that only exist after activity the fixture cannot make (kube-proxy
 /// syncing between two reads): they must at least be rendered by the agent.
@@ -71,14 +63,6 @@ fn fake_kube_proxy(root: &Path) -> u16 {
     port
 }
 
-fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.starts_with("HTTP/1.0 200").then_some(out)
-}
-
 #[test]
 fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -97,24 +81,16 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
     .unwrap();
     std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let kp = fake_kube_proxy(&fixtures);
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let kp_url = format!("http://127.0.0.1:{kp}");
-    let _agent = Agent(
-        Command::new(common::binary())
-            .env_clear()
-            .env("PATH", bin.path())
-            .arg("serve")
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .arg("--host-root")
-            .arg(fixtures.join("nodes/ipvs-modules-loaded"))
-            .args(["--kube-proxy.metrics-url", &kp_url, "--kube-proxy.healthz-url", &kp_url])
-            // A short trend window, so the time-to-full series exists quickly.
-            .args(["--conntrack.interval", "100ms", "--conntrack.trend-window", "1s"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let agent = Serve::new()
+        .env_clear()
+        .env("PATH", bin.path())
+        .arg("--host-root")
+        .arg(fixtures.join("nodes/ipvs-modules-loaded"))
+        .args(["--kube-proxy.metrics-url", &kp_url, "--kube-proxy.healthz-url", &kp_url])
+        // A short trend window, so the time-to-full series exists quickly.
+        .args(["--conntrack.interval", "100ms", "--conntrack.trend-window", "1s"])
+        .start();
     let served = |m: &str, body: &str| {
         body.lines()
             .any(|l| l.starts_with(m) && l[m.len()..].starts_with(['{', ' ']))
@@ -133,7 +109,10 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut missing: Vec<String>;
     loop {
-        let body = get(port, "/metrics").unwrap_or_default();
+        let body = match agent.get("/metrics") {
+            Ok((200, body)) => body,
+            _ => String::new(),
+        };
         missing = used
             .iter()
             .filter(|m| !NEED_ACTIVITY.contains(&m.as_str()) && !served(m, &body))

@@ -264,19 +264,15 @@ fn a_full_agent_run_changes_nothing() {
 
     // 2. serve: a few seconds of every probe on a fast schedule.
     let fast = "300ms";
-    let mut serve = ns.command(
-        bin,
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:19877",
-            "--node-name",
-            "nse",
-            "--log.level",
-            "error",
-        ],
-    );
-    serve.args(kube_proxy_flags).env_clear().env("PATH", &path);
+    // No wait for an answer: the test sends no traffic into the namespace.
+    let mut serve = common::Serve::new()
+        .in_netns(&ns)
+        .listen("127.0.0.1:19877")
+        .args(["--node-name", "nse", "--log.level", "error"])
+        .args(kube_proxy_flags)
+        .env_clear()
+        .env("PATH", &path)
+        .no_wait();
     for probe in [
         "conntrack",
         "sysctls",
@@ -287,31 +283,18 @@ fn a_full_agent_run_changes_nothing() {
         "ipvs",
         "kube-proxy",
     ] {
-        serve.args([format!("--{probe}.interval"), fast.to_string()]);
+        serve = serve.args([format!("--{probe}.interval"), fast.to_string()]);
     }
-    let mut agent = serve.stdin(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
+    let agent = serve.start();
     let until = Instant::now() + Duration::from_secs(4);
     while Instant::now() < until {
-        if let Some(status) = agent.try_wait().unwrap() {
-            panic!("proxywatch serve exited early: {status}");
+        if let Some(status) = agent.exited() {
+            panic!("proxywatch serve exited early: {status}\n{}", agent.log());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // `ip netns exec` execs the agent, so this pid is the agent's.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(agent.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while agent.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = agent.kill();
-            let _ = agent.wait();
-            panic!("proxywatch serve did not stop on SIGTERM within 5 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // SIGTERM by the agent's PID (`ip netns exec` execs it); it must stop within 5 s.
+    agent.stop_within(Duration::from_secs(5));
     let after_serve = state(&ns);
     assert_same(&before, &after_serve, "proxywatch serve");
 }

@@ -4,8 +4,7 @@
 //! that leaves a grandchild behind on every run.
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -71,18 +70,16 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
     )
     .unwrap();
     std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // The agent runs under unshare, so the harness's Serve (whose child is the agent) does
+    // not fit: this test starts and stops it itself, and only scrapes with common::http_get.
+    let addr = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     let mut guard = Guard {
         unshare: Command::new(common::which("unshare").unwrap())
             // --kill-child: the agent dies with unshare even if this test is killed.
             .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
             .arg(common::binary())
             .arg("serve")
-            .arg(format!("--listen=127.0.0.1:{port}"))
+            .arg(format!("--listen={addr}"))
             .arg("--host-root")
             .arg(common::fixtures().join("nodes/healthy-iptables"))
             .args(common::NO_KUBE_PROXY)
@@ -116,14 +113,9 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
     let until = Instant::now() + Duration::from_secs(3);
     let mut runs_seen = false;
     while Instant::now() < until {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            let _ = s.write_all(b"GET /snapshot HTTP/1.0\r\n\r\n");
-            let mut body = String::new();
-            let _ = s.read_to_string(&mut body);
-            if let Some((_, json)) = body.split_once("\r\n\r\n") {
-                let doc: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
-                runs_seen |= doc["probes"]["iptables"]["status"] == "ok";
-            }
+        if let Ok((_, json)) = common::http_get(addr, "/snapshot") {
+            let doc: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+            runs_seen |= doc["probes"]["iptables"]["status"] == "ok";
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -8,65 +8,26 @@ mod common;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{Agent, Serve};
 
 const NODE: &str = "ip-forward-off";
 
-/// Kills the agent when the test ends, also on panic.
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A plain HTTP/1.0 GET: (status code, body), or None when nothing answers.
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let code = resp.split_whitespace().nth(1)?.parse().ok()?;
-    let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
-    Some((code, body))
-}
-
-fn serve(port: u16) -> Agent {
+/// `proxywatch serve` on the fixture node, once its first snapshot exists; stopped when the test ends, also on panic.
+fn serve() -> Agent {
     let nodes = common::fixtures().join("nodes");
-    let child = Command::new(common::binary())
+    Serve::new()
         .current_dir(&nodes)
         .env_clear()
         .env("PATH", nodes.join(NODE).join("exec"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--host-root", NODE])
+        .args(["--host-root", NODE])
         .args(["--node-name", "fixture"])
         .args(["--kube-proxy.metrics-url", "http://127.0.0.1:9"])
         .args(["--kube-proxy.healthz-url", "http://127.0.0.1:9"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start proxywatch serve");
-    let agent = Agent(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some((200, _)) = get(port, "/snapshot") {
-            return agent;
-        }
-        assert!(Instant::now() < deadline, "no snapshot on port {port} within 30 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        .ready("/snapshot")
+        .start()
 }
 
 /// Runs headless Chromium with a fresh profile; kills its whole process group after 90 s.
@@ -147,9 +108,8 @@ fn status_page_in_headless_chromium() {
     if !common::can_run(&["chromium"]) {
         return;
     }
-    let port = free_port();
-    let _agent = serve(port);
-    let url = format!("http://127.0.0.1:{port}/");
+    let agent = serve();
+    let url = format!("http://{}/", agent.addr());
     let profile = tempfile::tempdir().unwrap();
 
     // The DOM as the browser built it.

@@ -49,13 +49,40 @@ impl Out {
     fn counter(&self, name: &str, help: &str, labels: &[&str]) -> Counters {
         self.register(Counters::new(Opts::new(name, help), labels).expect("valid metric"))
     }
+
+    /// The registry in the Prometheus text format.
+    fn encode(&self) -> String {
+        let mut buf = Vec::with_capacity(8192);
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::error!("metrics encoding failed: {e}");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
 }
 
+/// Renders a snapshot and its findings: one function per section, each registering its
+/// series in the shared registry; the encoder writes the families sorted by name.
 pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     let out = Out {
         registry: Registry::new(),
     };
+    build_info(&out);
+    probes(&out, s);
+    conntrack(&out, s);
+    node(&out, s);
+    modules(&out, s);
+    sysctls(&out, s);
+    iptables(&out, s);
+    nftables(&out, s);
+    ipvs(&out, s);
+    kube_proxy(&out, s);
+    own_process(&out);
+    self::findings(&out, findings);
+    out.encode()
+}
 
+/// The agent's version and build revision.
+fn build_info(out: &Out) {
     out.gauge(
         "proxywatch_build_info",
         "proxywatch version and revision; always 1.",
@@ -63,8 +90,10 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     )
     .with_label_values(&[env!("CARGO_PKG_VERSION"), REVISION])
     .set(1.0);
+}
 
-    // Probes.
+/// Probes: each one's latest run.
+fn probes(out: &Out, s: &Snapshot) {
     let success = out.gauge(
         "proxywatch_probe_success",
         "1 when the probe's latest run succeeded or found its source absent, 0 when it failed.",
@@ -89,8 +118,10 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             last_ok.with_label_values(&[p.as_str()]).set(t);
         }
     }
+}
 
-    // Conntrack.
+/// Conntrack: the table, its growth trend and the kernel's statistics.
+fn conntrack(out: &Out, s: &Snapshot) {
     if let Some(ct) = &s.facts.conntrack {
         out.gauge(
             "proxywatch_conntrack_entries",
@@ -143,6 +174,10 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             .inc_by(*v);
         }
     }
+}
+
+/// The node: its CPUs, and kube-proxy's conntrack sizing for them.
+fn node(out: &Out, s: &Snapshot) {
     if let Some(node) = &s.facts.node {
         out.gauge(
             "proxywatch_conntrack_recommended_limit",
@@ -155,8 +190,10 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             .with_label_values(&[] as &[&str])
             .set(node.cpus as f64);
     }
+}
 
-    // Kernel modules and sysctls.
+/// Kernel modules.
+fn modules(out: &Out, s: &Snapshot) {
     if let Some(m) = &s.facts.modules {
         let g = out.gauge(
             "proxywatch_kernel_module_loaded",
@@ -168,6 +205,10 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
                 .set(if state.is_present() { 1.0 } else { 0.0 });
         }
     }
+}
+
+/// Sysctls.
+fn sysctls(out: &Out, s: &Snapshot) {
     if let Some(sys) = &s.facts.sysctls {
         let g = out.gauge(
             "proxywatch_sysctl_value",
@@ -180,8 +221,10 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             }
         }
     }
+}
 
-    // iptables rule sets, per backend and family.
+/// iptables rule sets, per backend and family.
+fn iptables(out: &Out, s: &Snapshot) {
     if let Some(ipt) = &s.facts.iptables {
         let rules = out.gauge(
             "proxywatch_iptables_rules",
@@ -241,8 +284,10 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
         .with_label_values(&[ipt.backend_in_use.as_str()])
         .set(1.0);
     }
+}
 
-    // kube-proxy's nftables tables (nftables mode).
+/// kube-proxy's nftables tables (nftables mode).
+fn nftables(out: &Out, s: &Snapshot) {
     if let Some(nft) = &s.facts.nftables {
         let chains = out.gauge(
             "proxywatch_nftables_chains",
@@ -289,8 +334,10 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             }
         }
     }
+}
 
-    // IPVS: totals only; per-backend detail lives in /snapshot (bounded cardinality).
+/// IPVS: totals only; per-backend detail lives in /snapshot (bounded cardinality).
+fn ipvs(out: &Out, s: &Snapshot) {
     if let Some(ipvs) = &s.facts.ipvs {
         let vs = out.gauge(
             "proxywatch_ipvs_virtual_servers",
@@ -359,8 +406,10 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             }
         }
     }
+}
 
-    // kube-proxy itself.
+/// kube-proxy itself.
+fn kube_proxy(out: &Out, s: &Snapshot) {
     if let Some(k) = &s.facts.kube_proxy {
         let one = |name: &str, help: &str, v: f64| {
             out.gauge(name, help, &[]).with_label_values(&[] as &[&str]).set(v);
@@ -449,15 +498,19 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
         .with_label_values(&[] as &[&str])
         .inc_by(d.restarts);
     }
+}
 
-    // The agent's own process (process_resident_memory_bytes, process_cpu_seconds_total...),
-    // the standard collector every Prometheus exporter has; read per render, not per scrape.
+/// The agent's own process (process_resident_memory_bytes, process_cpu_seconds_total...),
+/// the standard collector every Prometheus exporter has; read per render, not per scrape.
+fn own_process(out: &Out) {
     let own = prometheus::process_collector::ProcessCollector::for_self();
     if let Err(e) = out.registry.register(Box::new(own)) {
         tracing::error!("process metrics registration failed: {e}");
     }
+}
 
-    // Findings: every known check, always present.
+/// Findings: every known check, always present.
+fn findings(out: &Out, findings: &[Finding]) {
     let sev = out.gauge(
         "proxywatch_finding_severity",
         "Severity of each check: 0 ok, 1 info, 2 warning, 3 critical.",
@@ -483,12 +536,6 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     )
     .with_label_values(&[] as &[&str])
     .set(if critical { 0.0 } else { 1.0 });
-
-    let mut buf = Vec::with_capacity(8192);
-    if let Err(e) = TextEncoder::new().encode(&out.registry.gather(), &mut buf) {
-        tracing::error!("metrics encoding failed: {e}");
-    }
-    String::from_utf8(buf).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,10 +1,18 @@
 //! Shared support for the end-to-end tests: the binary, network namespaces
-//! that clean up after themselves, and a lock for tests that touch global state.
+//! that clean up after themselves, a lock for tests that touch global state,
+//! child processes stopped by their PID, and the agent as a server (`Serve`,
+//! `Agent`): started on a free port, scraped over HTTP, stopped on drop.
 #![allow(dead_code)]
 
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The binary under test.
 pub fn binary() -> PathBuf {
@@ -155,5 +163,494 @@ pub fn copy_tree(from: &Path, to: &Path) {
         } else {
             std::fs::copy(e.path(), &dest).unwrap();
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Processes the tests start: stopped by their own PID, always reaped.
+
+/// How long `stop` waits for a process to exit on SIGTERM before it sends SIGKILL.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long `Serve::start` waits for the agent to answer.
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A child process of the test, stopped by its PID: SIGTERM, then SIGKILL after a
+/// deadline, always reaped; also on drop (so on panic).
+pub struct Process {
+    what: String,
+    pid: u32,
+    child: Mutex<Option<Child>>,
+    log: Option<PathBuf>,
+}
+
+impl Process {
+    /// Wraps a spawned child; `log` is where its output goes, for messages.
+    pub fn new(what: &str, child: Child, log: Option<PathBuf>) -> Process {
+        Process {
+            what: what.to_string(),
+            pid: child.id(),
+            child: Mutex::new(Some(child)),
+            log,
+        }
+    }
+
+    /// Spawns `cmd` with stdin closed and stdout and stderr to `log`.
+    pub fn spawn(what: &str, cmd: &mut Command, log: &Path) -> Process {
+        let out = File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+        Process::new(what, child, Some(log.to_path_buf()))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The child, while not yet reaped (a panic elsewhere must not stop the reaping).
+    fn child(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The whole log, empty when there is none.
+    pub fn log(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
+    }
+
+    /// Where the log is and its last lines, for failure messages.
+    fn log_tail(&self) -> String {
+        let Some(path) = &self.log else {
+            return "(no log)".to_string();
+        };
+        let text = self.log();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(40)..];
+        format!("log {}:\n{}", path.display(), tail.join("\n"))
+    }
+
+    /// The exit status, once the process has exited.
+    pub fn exited(&self) -> Option<ExitStatus> {
+        self.child().as_mut()?.try_wait().unwrap()
+    }
+
+    pub fn assert_running(&self) {
+        if let Some(st) = self.exited() {
+            panic!("{} exited with {st}; {}", self.what, self.log_tail());
+        }
+    }
+
+    /// SIGTERM by PID, up to `deadline` for it to exit, then SIGKILL; always reaped.
+    /// The exit status and whether the process exited on SIGTERM (not killed);
+    /// None when it was already stopped.
+    pub fn terminate(&self, deadline: Duration) -> Option<(ExitStatus, bool)> {
+        let mut child = self.child().take()?;
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some((st, true));
+        }
+        // Not reaped yet, so the PID is still this child's.
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let start = Instant::now();
+        while start.elapsed() < deadline {
+            if let Ok(Some(st)) = child.try_wait() {
+                return Some((st, true));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        child.wait().ok().map(|st| (st, false))
+    }
+
+    /// Stops the process; panics if it did not exit within STOP_DEADLINE of SIGTERM.
+    pub fn stop(self) -> ExitStatus {
+        self.stop_within(STOP_DEADLINE)
+    }
+
+    /// Stops the process; panics if it did not exit within `deadline` of SIGTERM (it is killed then).
+    pub fn stop_within(self, deadline: Duration) -> ExitStatus {
+        self.stop_by(deadline)
+    }
+
+    /// Stops the process and asserts a clean exit (0) on SIGTERM.
+    pub fn stop_cleanly(self) {
+        let st = self.stop_by(STOP_DEADLINE);
+        assert!(
+            st.success(),
+            "{} exited with {st} on SIGTERM; {}",
+            self.what,
+            self.log_tail()
+        );
+    }
+
+    fn stop_by(&self, deadline: Duration) -> ExitStatus {
+        match self.terminate(deadline) {
+            Some((st, true)) => st,
+            Some((_, false)) => panic!(
+                "{} did not stop on SIGTERM within {deadline:?} (killed); {}",
+                self.what,
+                self.log_tail()
+            ),
+            None => panic!("{}: no child to stop", self.what),
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.terminate(STOP_DEADLINE);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP/1.0 clients: the server closes the connection after one plain body.
+
+/// A port on 127.0.0.1 free a moment ago (bound, learned, closed).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Sends `request` as is and returns the whole answer, from inside the network
+/// namespace `netns` when given: a thread enters it with setns(2), so only that
+/// thread changes namespace.
+fn exchange(netns: Option<&str>, addr: SocketAddr, request: &[u8]) -> Result<Vec<u8>, String> {
+    let talk = move |request: &[u8]| -> Result<Vec<u8>, String> {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("{addr}: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(request).map_err(|e| format!("{addr}: {e}"))?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).map_err(|e| format!("{addr}: {e}"))?;
+        Ok(raw)
+    };
+    let Some(netns) = netns else {
+        return talk(request);
+    };
+    let nspath = format!("/run/netns/{netns}");
+    let request = request.to_vec();
+    std::thread::spawn(move || {
+        let f = File::open(&nspath).map_err(|e| format!("{nspath}: {e}"))?;
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| format!("setns {nspath}: {e}"))?;
+        talk(&request)
+    })
+    .join()
+    .expect("HTTP thread panicked")
+}
+
+/// `GET path` with extra header lines (each ending in CRLF): the status code and the body.
+fn get(netns: Option<&str>, addr: SocketAddr, path: &str, headers: &str) -> Result<(u16, String), String> {
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}\r\n");
+    let raw = exchange(netns, addr, request.as_bytes()).map_err(|e| format!("GET {path}: {e}"))?;
+    let resp = String::from_utf8(raw).map_err(|e| format!("{addr}{path}: {e}"))?;
+    let (head, body) = resp
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{addr}{path}: no header end in {resp:?}"))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("{addr}{path}: bad status line {head:?}"))?;
+    Ok((code, body.to_string()))
+}
+
+/// `GET path` over HTTP/1.0: the status code and the body.
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    get(None, addr, path, "")
+}
+
+/// `GET path` from inside `ns` (for servers listening in it).
+pub fn http_get_in(ns: &Netns, addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    get(Some(&ns.name), addr, path, "")
+}
+
+// ---------------------------------------------------------------------------
+// The agent as a server.
+
+/// `proxywatch serve` as a test starts it: on a free loopback port (or a given
+/// address, e.g. inside a network namespace), with the given arguments and
+/// environment; stdout discarded, stderr to a log. `start` waits until it answers.
+pub struct Serve {
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    env_clear: bool,
+    current_dir: Option<PathBuf>,
+    user: Option<(u32, u32)>,
+    netns: Option<String>,
+    listen: Option<SocketAddr>,
+    log: Option<PathBuf>,
+    ready: Option<String>,
+    token: Option<String>,
+}
+
+impl Default for Serve {
+    fn default() -> Self {
+        Serve::new()
+    }
+}
+
+impl Serve {
+    /// By default `start` waits for `/metrics` to answer 200: the first snapshot,
+    /// once every probe has reported.
+    pub fn new() -> Serve {
+        Serve {
+            args: Vec::new(),
+            env: Vec::new(),
+            env_clear: false,
+            current_dir: None,
+            user: None,
+            netns: None,
+            listen: None,
+            log: None,
+            ready: Some("/metrics".to_string()),
+            token: None,
+        }
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Serve {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, args: I) -> Serve {
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// No inherited environment (clap reads PROXYWATCH_*): only what `env` adds.
+    pub fn env_clear(mut self) -> Serve {
+        self.env_clear = true;
+        self
+    }
+
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Serve {
+        self.env.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Serve {
+        self.current_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Runs the agent as this user and group.
+    pub fn user(mut self, uid: u32, gid: u32) -> Serve {
+        self.user = Some((uid, gid));
+        self
+    }
+
+    /// Runs the agent inside `ns` (`ip netns exec` execs it, so the child's PID is
+    /// the agent's), on 127.0.0.1:9877 unless `listen` says otherwise: every port
+    /// is free there. Requests go from inside the namespace too.
+    pub fn in_netns(mut self, ns: &Netns) -> Serve {
+        self.netns = Some(ns.name.clone());
+        self
+    }
+
+    /// Listens on `addr` instead of a free loopback port.
+    pub fn listen(mut self, addr: &str) -> Serve {
+        self.listen = Some(addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}")));
+        self
+    }
+
+    /// Writes stderr to `path` instead of a temporary file.
+    pub fn log(mut self, path: impl AsRef<Path>) -> Serve {
+        self.log = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// `start` waits until `GET path` answers 200 (instead of `/metrics`).
+    pub fn ready(mut self, path: &str) -> Serve {
+        self.ready = Some(path.to_string());
+        self
+    }
+
+    /// `start` returns as soon as the agent is spawned.
+    pub fn no_wait(mut self) -> Serve {
+        self.ready = None;
+        self
+    }
+
+    /// Every request sends `Authorization: Bearer <token>`.
+    pub fn bearer_token(mut self, token: &str) -> Serve {
+        self.token = Some(token.to_string());
+        self
+    }
+
+    fn command(&self, addr: SocketAddr, log: &Path) -> Command {
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new(which("ip").expect("`ip` on PATH"));
+                c.args(["netns", "exec", ns]).arg(binary());
+                c
+            }
+            None => Command::new(binary()),
+        };
+        cmd.arg("serve").arg(format!("--listen={addr}")).args(&self.args);
+        if self.env_clear {
+            cmd.env_clear();
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(dir) = &self.current_dir {
+            cmd.current_dir(dir);
+        }
+        if let Some((uid, gid)) = self.user {
+            cmd.uid(uid).gid(gid);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display())));
+        cmd
+    }
+
+    /// Starts the agent and waits until it answers (see `ready`); panics if it
+    /// exits first or does not answer within START_DEADLINE. On a free port
+    /// another process took meanwhile, it tries another.
+    pub fn start(self) -> Agent {
+        let attempts = if self.listen.is_some() { 1 } else { 5 };
+        for attempt in 1..=attempts {
+            let addr = match (self.listen, &self.netns) {
+                (Some(addr), _) => addr,
+                (None, Some(_)) => "127.0.0.1:9877".parse().unwrap(),
+                (None, None) => SocketAddr::from(([127, 0, 0, 1], free_port())),
+            };
+            let dir = tempfile::Builder::new().prefix("pwserve-").tempdir().unwrap();
+            let log = self.log.clone().unwrap_or_else(|| dir.path().join("serve.log"));
+            let child = self
+                .command(addr, &log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("start proxywatch serve: {e}"));
+            let mut agent = Agent {
+                process: Process::new("proxywatch serve", child, Some(log)),
+                addr,
+                netns: self.netns.clone(),
+                headers: self
+                    .token
+                    .as_ref()
+                    .map(|t| format!("Authorization: Bearer {t}\r\n"))
+                    .unwrap_or_default(),
+                first: String::new(),
+                _dir: dir,
+            };
+            let Some(path) = &self.ready else {
+                return agent;
+            };
+            let start = Instant::now();
+            loop {
+                if let Some(st) = agent.process.exited() {
+                    let log = agent.log();
+                    if attempt < attempts && log.contains("listening on") {
+                        eprintln!("proxywatch serve could not listen on {addr}, trying another port: {log}");
+                        break;
+                    }
+                    panic!("proxywatch serve exited with {st} before answering on {addr}:\n{log}");
+                }
+                match agent.get(path) {
+                    Ok((200, body)) => {
+                        agent.first = body;
+                        return agent;
+                    }
+                    Ok((503, body)) if body.contains("no snapshot yet") => {}
+                    Ok((code, body)) => panic!(
+                        "{path} answered {code} while the agent started: {body}\n{}",
+                        agent.log()
+                    ),
+                    Err(_) => {} // not listening yet
+                }
+                if start.elapsed() > START_DEADLINE {
+                    panic!(
+                        "proxywatch serve on {addr}: {path} not 200 within {START_DEADLINE:?}:\n{}",
+                        agent.log()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        panic!("proxywatch serve never came up");
+    }
+}
+
+/// A running `proxywatch serve`, stopped by its PID (SIGTERM, then SIGKILL) and
+/// reaped on drop, also on panic.
+pub struct Agent {
+    process: Process,
+    addr: SocketAddr,
+    netns: Option<String>,
+    headers: String,
+    first: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Its stderr so far.
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
+    /// The body of the 200 answer `start` waited for (the first `/metrics` by default).
+    pub fn first_answer(&self) -> &str {
+        &self.first
+    }
+
+    /// `GET path`: the status code and the body; Err when nothing answers.
+    pub fn get(&self, path: &str) -> Result<(u16, String), String> {
+        get(self.netns.as_deref(), self.addr, path, &self.headers)
+    }
+
+    /// `GET path`, which must answer 200: the body.
+    pub fn get_ok(&self, path: &str) -> String {
+        match self.get(path) {
+            Ok((200, body)) => body,
+            other => panic!("{path}: {other:?}\n{}", self.log()),
+        }
+    }
+
+    /// Sends a raw request as is: the whole answer (status line, headers, body).
+    pub fn request(&self, raw: &str) -> Result<String, String> {
+        let answer = exchange(self.netns.as_deref(), self.addr, raw.as_bytes())?;
+        Ok(String::from_utf8_lossy(&answer).into_owned())
+    }
+
+    pub fn exited(&self) -> Option<ExitStatus> {
+        self.process.exited()
+    }
+
+    pub fn assert_running(&self) {
+        self.process.assert_running()
+    }
+
+    /// Stops the agent; panics if it did not exit within STOP_DEADLINE of SIGTERM.
+    pub fn stop(self) -> ExitStatus {
+        self.process.stop()
+    }
+
+    pub fn stop_within(self, deadline: Duration) -> ExitStatus {
+        self.process.stop_within(deadline)
+    }
+
+    /// Stops the agent and asserts it exited 0 on SIGTERM.
+    pub fn stop_cleanly(self) {
+        self.process.stop_cleanly()
     }
 }
