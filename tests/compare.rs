@@ -85,14 +85,6 @@ fn fact<'a>(c: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no fact {name} in {:#}", c["facts"]))
 }
 
-fn ids(list: &Value) -> Vec<&str> {
-    list.as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["id"].as_str().unwrap())
-        .collect()
-}
-
 /// The fixture's conntrack fill in percent, from its own files, to one decimal.
 fn fill_percent(node: &str) -> f64 {
     let n = |rel: &str| -> f64 {
@@ -119,7 +111,10 @@ fn assert_worse(c: &Value) {
         "{fill}"
     );
     let appeared = &c["appeared"];
-    assert!(ids(appeared).contains(&"conntrack_table_fill"), "{appeared:#}");
+    assert!(
+        common::finding_ids(appeared).contains(&"conntrack_table_fill"),
+        "{appeared:#}"
+    );
     let f = appeared
         .as_array()
         .unwrap()
@@ -194,7 +189,7 @@ fn worse_against_a_saved_file_and_against_live_probes() {
     let r = compare(HEALTHY, &[near_s, "--against", base_s, "--format", "json"]);
     let c: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!((r.code, c["verdict"].as_str()), (0, Some("better")), "{}", r.stdout);
-    assert!(ids(&c["resolved"]).contains(&"conntrack_table_fill"));
+    assert!(common::finding_ids(&c["resolved"]).contains(&"conntrack_table_fill"));
     let r = compare(HEALTHY, &[base_s, "--against", base_s, "--format", "json"]);
     let c: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!((r.code, c["verdict"].as_str()), (0, Some("same")), "{}", r.stdout);

@@ -125,29 +125,7 @@ fn netns(tag: &str) -> Netns {
 
 /// Generates a kube-proxy rule set; returns (rules file, expected counts).
 fn generate(dir: &Path, services: u32, endpoints: u32, extra: &[&str]) -> (PathBuf, Value) {
-    let tag = format!("{services}x{endpoints}{}", extra.join(""));
-    let rules = dir.join(format!("{tag}.rules"));
-    let expected = dir.join(format!("{tag}.json"));
-    let gen = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/gen_kube_rules.py");
-    let out = common::run(
-        "python3",
-        &[
-            gen.to_str().unwrap(),
-            "--services",
-            &services.to_string(),
-            "--endpoints",
-            &endpoints.to_string(),
-            "--expected",
-            expected.to_str().unwrap(),
-        ]
-        .iter()
-        .copied()
-        .chain(extra.iter().copied())
-        .collect::<Vec<_>>(),
-    );
-    std::fs::write(&rules, &out.stdout).unwrap();
-    let expected: Value = serde_json::from_str(&std::fs::read_to_string(&expected).unwrap()).unwrap();
-    (rules, expected)
+    common::generate_kube_rules(dir, services, endpoints, extra)
 }
 
 /// Loads a rules file with `restore` (`iptables-nft-restore`...) inside `ns`.

@@ -245,30 +245,6 @@ fn nftables_migration_blockers_from_kube_proxys_counters() {
 
 const TOOLS: &[&str] = &["ip", "iptables-nft-restore", "iptables-nft-save", "nft", "python3"];
 
-/// Generates kube-proxy's iptables-mode rules; returns them and their expected counts.
-fn generate(dir: &Path, services: u32, endpoints: u32) -> (PathBuf, Value) {
-    let rules = dir.join("rules");
-    let expected = dir.join("expected.json");
-    let gen = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/gen_kube_rules.py");
-    let out = common::run(
-        "python3",
-        &[
-            gen.to_str().unwrap(),
-            "--services",
-            &services.to_string(),
-            "--endpoints",
-            &endpoints.to_string(),
-            "--expected",
-            expected.to_str().unwrap(),
-        ],
-    );
-    std::fs::write(&rules, &out.stdout).unwrap();
-    (
-        rules,
-        serde_json::from_str(&std::fs::read_to_string(&expected).unwrap()).unwrap(),
-    )
-}
-
 fn restore(ns: &common::Netns, rules: &Path) {
     let out = ns
         .command("iptables-nft-restore", &[])
@@ -335,7 +311,7 @@ fn iptables_chains_left_in_nftables_mode_are_counted_exactly() {
     let _lock = common::global_lock();
     let ns = common::Netns::new("mode-left");
     let tmp = tempfile::tempdir().unwrap();
-    let (rules, expected) = generate(tmp.path(), 20, 2);
+    let (rules, expected) = common::generate_kube_rules(tmp.path(), 20, 2, &[]);
     restore(&ns, &rules);
     // kube-proxy's nftables table, as its nftables mode writes it.
     let table = common::fixtures().join("nft/pwgen-50svc-input.nft");
@@ -378,14 +354,6 @@ fn compare(ns: &common::Netns, root: &Path, baseline: &Path, kp: &FakeKubeProxy)
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn ids(list: &Value) -> Vec<&str> {
-    list.as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["id"].as_str().unwrap())
-        .collect()
-}
-
 #[test]
 fn runbook_mode_switch_and_rollback_replayed() {
     if !common::can_run(TOOLS) {
@@ -394,7 +362,7 @@ fn runbook_mode_switch_and_rollback_replayed() {
     let _lock = common::global_lock();
     let ns = common::Netns::new("mode-switch");
     let tmp = tempfile::tempdir().unwrap();
-    let (rules, _) = generate(tmp.path(), 10, 2);
+    let (rules, _) = common::generate_kube_rules(tmp.path(), 10, 2, &[]);
     restore(&ns, &rules);
     // The node: IPVS modules loaded, IPVS state in /proc/net/ip_vs only after the switch.
     let node = fixture_node("ipvs-modules-loaded");
@@ -427,7 +395,7 @@ fn runbook_mode_switch_and_rollback_replayed() {
         "{c:#}"
     );
     assert!(
-        !ids(&c["appeared"]).contains(&"proxy_mode_leftovers"),
+        !common::finding_ids(&c["appeared"]).contains(&"proxy_mode_leftovers"),
         "a clean switch: {c:#}"
     );
 
@@ -436,7 +404,10 @@ fn runbook_mode_switch_and_rollback_replayed() {
     restore(&ns, &rules);
     let c = compare(&ns, node.path(), &baseline, &kp);
     assert_eq!(c["mode_change"], Value::Null, "same mode as the baseline: {c:#}");
-    assert!(ids(&c["appeared"]).contains(&"proxy_mode_leftovers"), "{c:#}");
+    assert!(
+        common::finding_ids(&c["appeared"]).contains(&"proxy_mode_leftovers"),
+        "{c:#}"
+    );
     assert_eq!(c["verdict"], "worse");
     let text =
         String::from_utf8(agent_in(&ns, node.path(), &["compare", baseline.to_str().unwrap()], &kp.flags()).stdout)

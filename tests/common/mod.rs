@@ -152,6 +152,38 @@ pub const NO_KUBE_PROXY: &[&str] = &[
     "http://127.0.0.1:9",
 ];
 
+/// Generates kube-proxy's iptables-mode rule set (tests/tools/gen_kube_rules.py)
+/// into `dir`; returns the iptables-restore input and the exact counts the
+/// generator promises (see its docstring). `extra`: more generator flags.
+pub fn generate_kube_rules(dir: &Path, services: u32, endpoints: u32, extra: &[&str]) -> (PathBuf, serde_json::Value) {
+    let tag = format!("{services}x{endpoints}{}", extra.join(""));
+    let rules = dir.join(format!("{tag}.rules"));
+    let expected = dir.join(format!("{tag}.json"));
+    let gen = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/gen_kube_rules.py");
+    let (s, e) = (services.to_string(), endpoints.to_string());
+    let mut args = vec![
+        gen.to_str().unwrap(),
+        "--services",
+        &s,
+        "--endpoints",
+        &e,
+        "--expected",
+        expected.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = run("python3", &args);
+    std::fs::write(&rules, &out.stdout).unwrap();
+    let expected = serde_json::from_str(&std::fs::read_to_string(&expected).unwrap()).unwrap();
+    (rules, expected)
+}
+
+/// The ids of a list of findings (a /findings body, or appeared/resolved of a comparison).
+pub fn finding_ids(list: &serde_json::Value) -> Vec<&str> {
+    list.as_array()
+        .map(|l| l.iter().filter_map(|f| f["id"].as_str()).collect())
+        .unwrap_or_default()
+}
+
 /// Copies a directory tree (a fixture node) to `to`.
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
