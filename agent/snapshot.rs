@@ -112,8 +112,4 @@ impl Snapshot {
             ..Default::default()
         }
     }
-
-    pub fn probe_status(&self, probe: ProbeName) -> Option<ProbeStatus> {
-        self.probes.get(&probe).map(|o| o.status)
-    }
 }
