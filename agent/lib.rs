@@ -51,3 +51,6 @@ pub mod reaper;
 pub mod scheduler;
 pub mod snapshot;
 pub mod timefmt;
+
+#[cfg(test)]
+pub(crate) mod test_rng;

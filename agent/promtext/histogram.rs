@@ -827,19 +827,7 @@ h_count{ip_family="IPv6"} 5
 
     // --- robustness: random buckets never panic quantile ----------------------------------------
 
-    /// xorshift64*: a tiny deterministic PRNG so the test needs no extra crate.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    use crate::test_rng::Rng;
 
     #[test]
     fn random_buckets_never_panic_quantile() {

@@ -329,19 +329,7 @@ unrelated_histogram_count 9
     // --- robustness: random input never panics kube-proxy's parsers ------------------------------
     // All of them (promtext, /healthz, /proxyMode, timestamps too), fed the same generated inputs.
 
-    /// xorshift64*: a tiny deterministic PRNG so the test needs no extra crate.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    use crate::test_rng::Rng;
 
     const PIECES: &[&str] = &[
         "{",
