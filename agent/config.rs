@@ -124,13 +124,41 @@ pub struct ServeArgs {
     )]
     pub max_concurrent: usize,
 
-    /// Open connections at once; more are closed on accept.
+    /// Open connections at once; beyond it new connections may only ask /healthz (see
+    /// --web.reserved-health-connections) or are closed on accept.
     #[arg(
         long = "web.max-connections",
         env = "PROXYWATCH_WEB_MAX_CONNECTIONS",
         default_value_t = 256
     )]
     pub max_connections: usize,
+
+    /// Open connections from one client address (an IPv6 client: its /64) at once; beyond it
+    /// the client's new connections may only ask /healthz or are closed on accept.
+    #[arg(
+        long = "web.max-connections-per-address",
+        env = "PROXYWATCH_WEB_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 128
+    )]
+    pub max_connections_per_address: usize,
+
+    /// Connections held back for the kubelet's probes, used only when the caps above are
+    /// reached: each serves one /healthz request (anything else gets 503) and lasts at most
+    /// --web.header-read-timeout; at most 2 per client address.
+    #[arg(
+        long = "web.reserved-health-connections",
+        env = "PROXYWATCH_WEB_RESERVED_HEALTH_CONNECTIONS",
+        default_value_t = 8
+    )]
+    pub reserved_health_connections: usize,
+
+    /// How long writing a response may make no progress (a client that stopped reading) before the connection is cut.
+    #[arg(long = "web.write-stall-timeout", env = "PROXYWATCH_WEB_WRITE_STALL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub write_stall_timeout: Duration,
+
+    /// Age after which a connection is closed once its current response is written (cut --web.request-timeout later).
+    #[arg(long = "web.max-connection-age", env = "PROXYWATCH_WEB_MAX_CONNECTION_AGE", default_value = "5m", value_parser = parse_duration)]
+    pub max_connection_age: Duration,
 
     /// File holding a bearer token required on every endpoint but /healthz (off by default;
     /// kube-rbac-proxy in front is the usual way).
@@ -164,6 +192,10 @@ impl ServeArgs {
             request_timeout: self.request_timeout,
             max_concurrent: self.max_concurrent,
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
+            reserved_health_connections: self.reserved_health_connections,
+            write_stall_timeout: self.write_stall_timeout,
+            max_connection_age: self.max_connection_age,
             bearer_token,
             ..Default::default()
         })

@@ -212,9 +212,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let limits = args.limits().map_err(anyhow::Error::msg)?;
     let Setup { ctx, aggregator } = setup(common)?;
     proxywatch::reaper::start_if_pid1();
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
+    let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let latest = scheduler::spawn(ctx, common.schedules(), aggregator);
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
     server::serve(listener, http::router(latest), limits, shutdown_signal())

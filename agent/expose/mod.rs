@@ -1,8 +1,13 @@
-//! Rendering only: Prometheus text, JSON, the terminal report and HTTP routes.
+//! Rendering only: Prometheus text, JSON, the terminal report and HTTP routes;
+//! and the listener that serves them (`server`: connection caps in `admit`,
+//! per-connection timers in `conn`, per-request checks in `guard`).
 //!
 //! A `Publication` renders a snapshot and its verdict once; HTTP handlers only
 //! copy its bytes. Nothing here evaluates: the verdict comes in whole.
 
+pub mod admit;
+pub mod conn;
+pub mod guard;
 pub mod http;
 pub mod json;
 pub mod metrics;
