@@ -160,6 +160,16 @@ pub struct ServeArgs {
     #[arg(long = "web.max-connection-age", env = "PROXYWATCH_WEB_MAX_CONNECTION_AGE", default_value = "5m", value_parser = parse_duration)]
     pub max_connection_age: Duration,
 
+    /// Host names accepted in the Host header besides IP addresses, localhost and the node name
+    /// (comma-separated); other names get 421, against DNS rebinding.
+    #[arg(
+        long = "web.allowed-hosts",
+        env = "PROXYWATCH_WEB_ALLOWED_HOSTS",
+        value_name = "NAMES",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+
     /// File holding a bearer token required on every endpoint but /healthz (off by default;
     /// kube-rbac-proxy in front is the usual way).
     #[arg(
@@ -174,7 +184,8 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    pub fn limits(&self) -> Result<crate::expose::server::Limits, String> {
+    /// The listener's limits; `node` is the node name, accepted in the Host header.
+    pub fn limits(&self, node: &str) -> Result<crate::expose::server::Limits, String> {
         let bearer_token = match &self.bearer_token_file {
             None => None,
             Some(path) => {
@@ -187,6 +198,7 @@ impl ServeArgs {
                 Some(t)
             }
         };
+        let names = std::iter::once(node).chain(self.allowed_hosts.iter().map(String::as_str));
         Ok(crate::expose::server::Limits {
             header_read_timeout: self.header_read_timeout,
             request_timeout: self.request_timeout,
@@ -197,6 +209,7 @@ impl ServeArgs {
             write_stall_timeout: self.write_stall_timeout,
             max_connection_age: self.max_connection_age,
             bearer_token,
+            allowed_hosts: crate::expose::guard::AllowedHosts::new(names),
             ..Default::default()
         })
     }

@@ -84,6 +84,7 @@ fn main() -> ExitCode {
 struct Setup {
     ctx: Arc<ProbeContext>,
     aggregator: Aggregator,
+    node: String,
 }
 
 fn setup(common: &Common) -> anyhow::Result<Setup> {
@@ -111,11 +112,11 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
         kube_proxy: common.kube_proxy_endpoints(),
     });
     let aggregator = Aggregator::new(&node, thresholds, PROBES, common.history());
-    Ok(Setup { ctx, aggregator })
+    Ok(Setup { ctx, aggregator, node })
 }
 
 async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
-    let Setup { ctx, aggregator } = setup(common)?;
+    let Setup { ctx, aggregator, .. } = setup(common)?;
     let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
     let doc = &publication.document;
     let mut stdout = std::io::stdout().lock();
@@ -133,7 +134,7 @@ async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
 
 /// Runs every probe once and returns the /snapshot document.
 async fn snapshot_now(common: &Common) -> anyhow::Result<bytes::Bytes> {
-    let Setup { ctx, aggregator } = setup(common)?;
+    let Setup { ctx, aggregator, .. } = setup(common)?;
     let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
     Ok(publication.snapshot_json)
 }
@@ -209,8 +210,8 @@ async fn compare_cmd(args: &CompareArgs) -> anyhow::Result<ExitCode> {
 
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let common = &args.common;
-    let limits = args.limits().map_err(anyhow::Error::msg)?;
-    let Setup { ctx, aggregator } = setup(common)?;
+    let Setup { ctx, aggregator, node } = setup(common)?;
+    let limits = args.limits(&node).map_err(anyhow::Error::msg)?;
     proxywatch::reaper::start_if_pid1();
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let latest = scheduler::spawn(ctx, common.schedules(), aggregator);

@@ -1,7 +1,8 @@
 //! The listener's protections on the real binary (issue 16): clients that
 //! pipeline requests and never read cannot hold it, one address cannot take
 //! every connection, `/healthz` answers while the caps are reached, and the
-//! warning about it is rate-limited.
+//! warning about it is rate-limited; the Host header is checked (DNS
+//! rebinding).
 //!
 //! Clients come from several loopback addresses (127.0.0.2, .3, ...) so that
 //! the per-address cap and the total cap can be told apart. Knobs the fix
@@ -329,4 +330,48 @@ fn one_address_cannot_take_every_connection() {
         warnings[0]
     );
     assert!(warnings[0].contains("peer=127.0.0.2"), "{}", warnings[0]);
+}
+
+#[test]
+fn host_header_is_checked_against_dns_rebinding() {
+    let agent = start(
+        &[
+            "--node-name",
+            "node-7",
+            "--web.allowed-hosts",
+            "metrics.example.com,other",
+        ],
+        &[],
+    );
+    let port = agent.port;
+    for (host, want) in [
+        ("127.0.0.1:9877", "200"),
+        ("[::1]:9877", "200"),
+        ("localhost", "200"),
+        ("node-7", "200"),
+        ("NODE-7.:9877", "200"),
+        ("metrics.example.com", "200"),
+        ("evil.example", "421"),
+        ("evil.example:9877", "421"),
+        ("node-7.evil.example", "421"),
+        ("bad host", "400"),
+    ] {
+        for path in ["/metrics", "/snapshot", "/findings", "/readyz", "/"] {
+            let r = get(None, port, path, host).unwrap();
+            assert!(
+                status(&r).starts_with(&format!("HTTP/1.1 {want}")),
+                "Host {host:?} {path}: {}",
+                status(&r)
+            );
+        }
+    }
+    // /healthz answers whatever the Host: it reveals nothing and the kubelet must reach it.
+    let r = get(None, port, "/healthz", "evil.example").unwrap();
+    assert!(status(&r).starts_with("HTTP/1.1 200"), "{}", status(&r));
+    // HTTP/1.0 without a Host (not a browser) is served.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.0 200"), "{}", status(&out));
 }

@@ -1,16 +1,119 @@
-//! Request-level checks, in this order: no request body, the bearer token,
-//! load shedding, a deadline. `/healthz` skips the token check: the kubelet
-//! must always reach it.
+//! Request-level checks, in this order: the Host header (against DNS
+//! rebinding), no request body, the bearer token, load shedding, a deadline.
+//! `/healthz` skips the Host and token checks: it reveals nothing, and the
+//! kubelet must always reach it.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tokio::sync::Semaphore;
+
+/// Host names (besides IP literals and `localhost`) a request may be addressed to.
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts {
+    /// Lowercase, without a trailing dot.
+    names: Vec<String>,
+}
+
+impl AllowedHosts {
+    /// The node name and any extra names (`--web.allowed-hosts`).
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut names: Vec<String> = names
+            .into_iter()
+            .map(normalize_name)
+            .filter(|n| !n.is_empty())
+            .collect();
+        names.sort();
+        names.dedup();
+        AllowedHosts { names }
+    }
+
+    fn allows(&self, host: &str) -> bool {
+        let name = normalize_name(host);
+        name == "localhost" || self.names.contains(&name)
+    }
+}
+
+fn normalize_name(n: &str) -> String {
+    n.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Why a request's Host was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostRefusal {
+    /// Not a syntactically valid `host[:port]`, or several Host headers: 400.
+    Malformed,
+    /// A name this agent does not answer to (DNS rebinding, a stray proxy): 421.
+    NotServedHere,
+}
+
+/// Checks the Host header and an absolute-form request target. A request with
+/// neither (an HTTP/1.0 tool) is served: browsers, the DNS-rebinding vector,
+/// always send Host.
+pub fn check_host(headers: &HeaderMap, uri: &Uri, allowed: &AllowedHosts) -> Result<(), HostRefusal> {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let first = hosts.next();
+    if hosts.next().is_some() {
+        return Err(HostRefusal::Malformed);
+    }
+    if let Some(v) = first {
+        let v = v.to_str().map_err(|_| HostRefusal::Malformed)?;
+        check_authority(v, allowed)?;
+    }
+    if let Some(a) = uri.authority() {
+        check_authority(a.as_str(), allowed)?;
+    }
+    Ok(())
+}
+
+fn check_authority(authority: &str, allowed: &AllowedHosts) -> Result<(), HostRefusal> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        // [IPv6]:port
+        let (v6, after) = rest.split_once(']').ok_or(HostRefusal::Malformed)?;
+        v6.parse::<Ipv6Addr>().map_err(|_| HostRefusal::Malformed)?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or(HostRefusal::Malformed)?),
+        };
+        check_port(port)?;
+        return Ok(());
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    check_port(port)?;
+    let valid_name = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+    if !valid_name {
+        return Err(HostRefusal::Malformed);
+    }
+    if host.parse::<Ipv4Addr>().is_ok() || allowed.allows(host) {
+        Ok(())
+    } else {
+        Err(HostRefusal::NotServedHere)
+    }
+}
+
+fn check_port(port: Option<&str>) -> Result<(), HostRefusal> {
+    match port {
+        None => Ok(()),
+        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
+            p.parse::<u16>().map(|_| ()).map_err(|_| HostRefusal::Malformed)
+        }
+        Some(_) => Err(HostRefusal::Malformed),
+    }
+}
 
 /// Request-level limits, all settable by flags.
 #[derive(Debug, Clone)]
@@ -21,6 +124,8 @@ pub struct RequestLimits {
     pub max_concurrent: usize,
     /// Bearer token required on every endpoint but /healthz, when set.
     pub bearer_token: Option<String>,
+    /// Names the Host header may carry besides IP literals and localhost.
+    pub allowed_hosts: AllowedHosts,
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response {
@@ -40,37 +145,61 @@ pub fn harden(router: Router, limits: &RequestLimits) -> Router {
     let slots = Arc::new(Semaphore::new(limits.max_concurrent.max(1)));
     let deadline = limits.request_timeout;
     let token: Option<Arc<str>> = limits.bearer_token.as_deref().map(Arc::from);
+    let hosts = Arc::new(limits.allowed_hosts.clone());
     router.layer(middleware::from_fn(move |req: Request, next: Next| {
         let slots = slots.clone();
         let token = token.clone();
-        async move {
-            // Requests carry no body here; refuse one rather than read it.
-            let has_body = req
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .is_some_and(|v| v.as_bytes() != b"0")
-                || req.headers().contains_key(header::TRANSFER_ENCODING);
-            if has_body {
-                return plain(StatusCode::PAYLOAD_TOO_LARGE, "request bodies are not accepted\n");
-            }
-            if let Some(token) = &token {
-                if req.uri().path() != "/healthz" && !bearer_matches(&req, token) {
-                    let mut r = plain(StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n");
-                    r.headers_mut()
-                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    return r;
-                }
-            }
-            // Shed load instead of queueing without end.
-            let Ok(_permit) = slots.try_acquire() else {
-                return plain(StatusCode::SERVICE_UNAVAILABLE, "too many concurrent requests\n");
-            };
-            match tokio::time::timeout(deadline, next.run(req)).await {
-                Ok(r) => r,
-                Err(_) => plain(StatusCode::SERVICE_UNAVAILABLE, "request deadline exceeded\n"),
+        let hosts = hosts.clone();
+        async move { checked(req, next, &slots, deadline, token.as_deref(), &hosts).await }
+    }))
+}
+
+async fn checked(
+    req: Request,
+    next: Next,
+    slots: &Semaphore,
+    deadline: Duration,
+    token: Option<&str>,
+    hosts: &AllowedHosts,
+) -> Response {
+    let open = req.uri().path() == "/healthz";
+    if !open {
+        match check_host(req.headers(), req.uri(), hosts) {
+            Ok(()) => {}
+            Err(HostRefusal::Malformed) => return plain(StatusCode::BAD_REQUEST, "malformed Host header\n"),
+            Err(HostRefusal::NotServedHere) => {
+                return plain(
+                    StatusCode::MISDIRECTED_REQUEST,
+                    "this agent answers only to an IP address, localhost, the node name or --web.allowed-hosts\n",
+                )
             }
         }
-    }))
+    }
+    // Requests carry no body here; refuse one rather than read it.
+    let has_body = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0")
+        || req.headers().contains_key(header::TRANSFER_ENCODING);
+    if has_body {
+        return plain(StatusCode::PAYLOAD_TOO_LARGE, "request bodies are not accepted\n");
+    }
+    if let Some(token) = token {
+        if !open && !bearer_matches(&req, token) {
+            let mut r = plain(StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n");
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return r;
+        }
+    }
+    // Shed load instead of queueing without end.
+    let Ok(_permit) = slots.try_acquire() else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "too many concurrent requests\n");
+    };
+    match tokio::time::timeout(deadline, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => plain(StatusCode::SERVICE_UNAVAILABLE, "request deadline exceeded\n"),
+    }
 }
 
 /// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
@@ -99,6 +228,7 @@ mod tests {
             request_timeout: Duration::from_secs(10),
             max_concurrent: 64,
             bearer_token: None,
+            allowed_hosts: AllowedHosts::new(["node-a"]),
         }
     }
 
@@ -116,12 +246,23 @@ mod tests {
         harden(r, limits)
     }
 
+    async fn call(app: &Router, req: axum::http::Request<Body>) -> Response {
+        app.clone().oneshot(req).await.unwrap()
+    }
+
     async fn status(app: &Router, req: axum::http::Request<Body>) -> StatusCode {
-        app.clone().oneshot(req).await.unwrap().status()
+        call(app, req).await.status()
     }
 
     fn get_req(path: &str) -> axum::http::Request<Body> {
         axum::http::Request::get(path).body(Body::empty()).unwrap()
+    }
+
+    fn with(path: &str, name: &str, value: &str) -> axum::http::Request<Body> {
+        axum::http::Request::get(path)
+            .header(name, value)
+            .body(Body::empty())
+            .unwrap()
     }
 
     #[tokio::test]
@@ -132,16 +273,12 @@ mod tests {
         };
         let a = app(&limits);
         assert_eq!(status(&a, get_req("/healthz")).await, StatusCode::OK);
-        assert_eq!(status(&a, get_req("/metrics")).await, StatusCode::UNAUTHORIZED);
-        let wrong = axum::http::Request::get("/metrics")
-            .header("authorization", "Bearer nope!!")
-            .body(Body::empty())
-            .unwrap();
+        let denied = call(&a, get_req("/metrics")).await;
+        assert_eq!(denied.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(denied.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        let wrong = with("/metrics", "authorization", "Bearer nope!!");
         assert_eq!(status(&a, wrong).await, StatusCode::UNAUTHORIZED);
-        let right = axum::http::Request::get("/metrics")
-            .header("authorization", "Bearer s3cret")
-            .body(Body::empty())
-            .unwrap();
+        let right = with("/metrics", "authorization", "Bearer s3cret");
         assert_eq!(status(&a, right).await, StatusCode::OK);
     }
 
@@ -168,5 +305,86 @@ mod tests {
         assert_eq!(status(&a, get_req("/metrics")).await, StatusCode::SERVICE_UNAVAILABLE);
         busy.await.unwrap();
         assert_eq!(status(&a, get_req("/metrics")).await, StatusCode::OK);
+    }
+
+    #[test]
+    fn host_header_rules() {
+        let allowed = AllowedHosts::new(["Node-A.", "metrics.example.com"]);
+        let check = |host: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+            check_host(&h, &Uri::from_static("/metrics"), &allowed)
+        };
+        for ok in [
+            "127.0.0.1",
+            "127.0.0.1:9877",
+            "10.1.2.3:80",
+            "[::1]",
+            "[::1]:9877",
+            "[fe80::1]:9877",
+            "localhost",
+            "LOCALHOST:9877",
+            "localhost.",
+            "node-a",
+            "NODE-A:9877",
+            "node-a.:9877",
+            "metrics.example.com",
+        ] {
+            assert_eq!(check(ok), Ok(()), "{ok}");
+        }
+        for rebound in [
+            "evil.example",
+            "evil.example:9877",
+            "node-a.evil.example",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "node-b",
+            "0x7f000001",
+        ] {
+            assert_eq!(check(rebound), Err(HostRefusal::NotServedHere), "{rebound}");
+        }
+        for malformed in [
+            "",
+            ":9877",
+            "node-a:",
+            "node-a:99999",
+            "node-a:98x",
+            "[::1",
+            "[not-v6]:1",
+            "[::1]x",
+            "a b",
+            "a/b",
+            "node-a:9877:1",
+        ] {
+            assert_eq!(check(malformed), Err(HostRefusal::Malformed), "{malformed:?}");
+        }
+        // Several Host headers: refused, whatever they say.
+        let mut h = HeaderMap::new();
+        h.append(header::HOST, HeaderValue::from_static("127.0.0.1"));
+        h.append(header::HOST, HeaderValue::from_static("127.0.0.1"));
+        assert_eq!(
+            check_host(&h, &Uri::from_static("/"), &allowed),
+            Err(HostRefusal::Malformed)
+        );
+        // No Host (HTTP/1.0 tools): served. An absolute-form target is checked like a Host.
+        assert_eq!(check_host(&HeaderMap::new(), &Uri::from_static("/"), &allowed), Ok(()));
+        let absolute = Uri::from_static("http://evil.example/metrics");
+        assert_eq!(
+            check_host(&HeaderMap::new(), &absolute, &allowed),
+            Err(HostRefusal::NotServedHere)
+        );
+    }
+
+    #[tokio::test]
+    async fn healthz_answers_any_host() {
+        let a = app(&limits());
+        assert_eq!(
+            status(&a, with("/healthz", "host", "evil.example")).await,
+            StatusCode::OK
+        );
+        assert_eq!(
+            status(&a, with("/metrics", "host", "node-a:9877")).await,
+            StatusCode::OK
+        );
     }
 }

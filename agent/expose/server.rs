@@ -7,8 +7,9 @@
 //! and small fixed socket buffers (the kernel would otherwise grow each send
 //! buffer to 4 MiB, charged to the agent's memory limit).
 //!
-//! Per request (`guard`): bodies refused, an optional bearer token, bounded
-//! concurrency with load shedding, a deadline. Shutdown is graceful and bounded.
+//! Per request (`guard`): the Host header checked against DNS rebinding,
+//! bodies refused, an optional bearer token, bounded concurrency with load
+//! shedding, a deadline. Shutdown is graceful and bounded.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -21,7 +22,7 @@ use tokio::sync::watch;
 
 use super::admit::{Admission, Caps, Slot};
 use super::conn::{drive, StallGuard};
-use super::guard::{self, RequestLimits};
+use super::guard::{self, AllowedHosts, RequestLimits};
 
 /// Send buffer of each connection (the kernel doubles it for its bookkeeping:
 /// 128 KiB). The largest body (`/snapshot`) goes through it in a few round
@@ -56,6 +57,8 @@ pub struct Limits {
     pub max_connection_age: Duration,
     /// Bearer token required on every endpoint but /healthz, when set.
     pub bearer_token: Option<String>,
+    /// Host names accepted besides IP literals and localhost (the node name...).
+    pub allowed_hosts: AllowedHosts,
     /// How long in-flight requests may take to finish on shutdown.
     pub shutdown_grace: Duration,
 }
@@ -72,6 +75,7 @@ impl Default for Limits {
             write_stall_timeout: Duration::from_secs(10),
             max_connection_age: Duration::from_secs(300),
             bearer_token: None,
+            allowed_hosts: AllowedHosts::default(),
             shutdown_grace: Duration::from_secs(3),
         }
     }
@@ -83,6 +87,7 @@ impl Limits {
             request_timeout: self.request_timeout,
             max_concurrent: self.max_concurrent,
             bearer_token: self.bearer_token.clone(),
+            allowed_hosts: self.allowed_hosts.clone(),
         }
     }
 }
