@@ -170,8 +170,8 @@ pub struct ServeArgs {
     )]
     pub allowed_hosts: Vec<String>,
 
-    /// File holding a bearer token required on every endpoint but /healthz (off by default;
-    /// kube-rbac-proxy in front is the usual way).
+    /// File holding a bearer token required on every endpoint but /healthz, re-read when it
+    /// changes (off by default; kube-rbac-proxy in front is the usual way).
     #[arg(
         long = "web.bearer-token-file",
         env = "PROXYWATCH_WEB_BEARER_TOKEN_FILE",
@@ -185,18 +185,13 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// The listener's limits; `node` is the node name, accepted in the Host header.
-    pub fn limits(&self, node: &str) -> Result<crate::expose::server::Limits, String> {
+    pub fn limits(&self, node: &str) -> Result<crate::expose::server::Limits, crate::expose::token::TokenError> {
         let bearer_token = match &self.bearer_token_file {
             None => None,
-            Some(path) => {
-                let t = std::fs::read_to_string(path)
-                    .map_err(|e| format!("--web.bearer-token-file {}: {e}", path.display()))?;
-                let t = t.trim().to_string();
-                if t.is_empty() {
-                    return Err(format!("--web.bearer-token-file {}: empty", path.display()));
-                }
-                Some(t)
-            }
+            Some(path) => Some(crate::expose::token::BearerToken::from_file(
+                path,
+                crate::expose::token::RECHECK,
+            )?),
         };
         let names = std::iter::once(node).chain(self.allowed_hosts.iter().map(String::as_str));
         Ok(crate::expose::server::Limits {

@@ -211,7 +211,7 @@ async fn compare_cmd(args: &CompareArgs) -> anyhow::Result<ExitCode> {
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let common = &args.common;
     let Setup { ctx, aggregator, node } = setup(common)?;
-    let limits = args.limits(&node).map_err(anyhow::Error::msg)?;
+    let limits = args.limits(&node)?;
     proxywatch::reaper::start_if_pid1();
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let latest = scheduler::spawn(ctx, common.schedules(), aggregator);

@@ -1,8 +1,9 @@
 //! The listener's protections on the real binary (issue 16): clients that
 //! pipeline requests and never read cannot hold it, one address cannot take
-//! every connection, `/healthz` answers while the caps are reached, and the
+//! every connection, `/healthz` answers while the caps are reached, the
 //! warning about it is rate-limited; the Host header is checked (DNS
-//! rebinding).
+//! rebinding); every response says nosniff and no-store; the bearer token is
+//! re-read when its file changes.
 //!
 //! Clients come from several loopback addresses (127.0.0.2, .3, ...) so that
 //! the per-address cap and the total cap can be told apart. Knobs the fix
@@ -55,8 +56,12 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts an agent and waits for its first snapshot.
 fn start(args: &[&str], env: &[(&str, &str)]) -> Agent {
+    start_with_token(args, env, "")
+}
+
+/// Starts an agent and waits for its first snapshot, asking with `token` when not empty.
+fn start_with_token(args: &[&str], env: &[(&str, &str)], token: &str) -> Agent {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("agent.log");
@@ -82,7 +87,14 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Agent {
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        let r = get(None, port, "/metrics", "127.0.0.1");
+        let auth = format!("Authorization: Bearer {token}\r\n");
+        let r = get_with(
+            None,
+            port,
+            "/metrics",
+            "127.0.0.1",
+            if token.is_empty() { "" } else { &auth },
+        );
         if r.is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
             return agent;
         }
@@ -113,9 +125,14 @@ fn connect(from: Option<Ipv4Addr>, port: u16, small_window: bool) -> std::io::Re
 
 /// One GET on a fresh connection; the whole response, or why there is none.
 fn get(from: Option<Ipv4Addr>, port: u16, path: &str, host: &str) -> Result<String, String> {
+    get_with(from, port, path, host, "")
+}
+
+/// `get` with extra header lines (each ending in CRLF).
+fn get_with(from: Option<Ipv4Addr>, port: u16, path: &str, host: &str, headers: &str) -> Result<String, String> {
     let mut s = connect(from, port, false).map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}\r\n");
     s.write_all(req.as_bytes()).map_err(|e| format!("write: {e}"))?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).map_err(|e| format!("read: {e}"))?;
@@ -374,4 +391,97 @@ fn host_header_is_checked_against_dns_rebinding() {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.0 200"), "{}", status(&out));
+}
+
+#[test]
+fn every_response_says_nosniff_and_no_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let agent = start_with_token(&["--web.bearer-token-file", token.to_str().unwrap()], &[], "t0ken");
+    let port = agent.port;
+    let cases = [
+        ("GET /healthz", "", "200"),
+        ("GET /metrics", "Authorization: Bearer t0ken\r\n", "200"),
+        ("GET /snapshot", "Authorization: Bearer t0ken\r\n", "200"),
+        ("GET /", "Authorization: Bearer t0ken\r\nAccept: text/html\r\n", "200"),
+        ("GET /metrics", "", "401"),
+        ("GET /nope", "Authorization: Bearer t0ken\r\n", "404"),
+        (
+            "POST /metrics",
+            "Authorization: Bearer t0ken\r\nContent-Length: 0\r\n",
+            "405",
+        ),
+        (
+            "GET /metrics",
+            "Authorization: Bearer t0ken\r\nContent-Length: 1\r\n",
+            "413",
+        ),
+    ];
+    for (line, headers, want) in cases {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let req = format!("{line} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{headers}\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let out = String::from_utf8_lossy(&out).to_ascii_lowercase();
+        let head = out.split("\r\n\r\n").next().unwrap_or("");
+        assert!(head.starts_with(&format!("http/1.1 {want}")), "{line}: {head}");
+        assert!(head.contains("\r\nx-content-type-options: nosniff"), "{line}: {head}");
+        assert!(head.contains("\r\ncache-control: no-store"), "{line}: {head}");
+    }
+    let r = get(None, port, "/metrics", "evil.example").unwrap();
+    assert!(status(&r).starts_with("HTTP/1.1 421"));
+    assert!(r.to_ascii_lowercase().contains("cache-control: no-store"), "{r}");
+}
+
+/// GET /metrics with an Authorization header; the status code.
+fn with_auth(port: u16, auth: &str) -> u16 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let req = format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: {auth}\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out)
+        .get(9..12)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn bearer_token_rotation_needs_no_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "first-token\n").unwrap();
+    let agent = start_with_token(
+        &["--web.bearer-token-file", token.to_str().unwrap()],
+        &[],
+        "first-token",
+    );
+    let port = agent.port;
+    assert_eq!(with_auth(port, "Bearer first-token"), 200);
+    // The scheme is case-insensitive (RFC 7235); the token is not.
+    assert_eq!(with_auth(port, "bearer first-token"), 200);
+    assert_eq!(with_auth(port, "BEARER first-token"), 200);
+    assert_eq!(with_auth(port, "Bearer FIRST-TOKEN"), 401);
+    // Rotate the way a Secret volume does: a new file renamed over the old one.
+    let next = dir.path().join("token.new");
+    std::fs::write(&next, "second-token\n").unwrap();
+    std::fs::rename(&next, &token).unwrap();
+    let rotated = Instant::now();
+    let deadline = rotated + Duration::from_secs(10);
+    while with_auth(port, "Bearer second-token") != 200 {
+        assert!(Instant::now() < deadline, "the new token was not taken within 10 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("new token in force {:?} after the rotation", rotated.elapsed());
+    assert_eq!(with_auth(port, "Bearer first-token"), 401, "the old token is refused");
+    // A rotation caught half-way (the file gone) keeps the last good token.
+    std::fs::remove_file(&token).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(with_auth(port, "Bearer second-token"), 200);
+    assert_eq!(with_auth(port, "Bearer "), 401);
+    assert!(agent.log_text().contains("the previous token stays in force"));
 }

@@ -1,7 +1,8 @@
 //! Request-level checks, in this order: the Host header (against DNS
 //! rebinding), no request body, the bearer token, load shedding, a deadline.
-//! `/healthz` skips the Host and token checks: it reveals nothing, and the
-//! kubelet must always reach it.
+//! Every response, refusals included, says `X-Content-Type-Options: nosniff`
+//! and `Cache-Control: no-store`. `/healthz` skips the Host and token checks:
+//! it reveals nothing, and the kubelet must always reach it.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tokio::sync::Semaphore;
+
+use super::token::BearerToken;
 
 /// Host names (besides IP literals and `localhost`) a request may be addressed to.
 #[derive(Debug, Clone, Default)]
@@ -123,7 +126,7 @@ pub struct RequestLimits {
     /// Requests served at once; more get 503 at once.
     pub max_concurrent: usize,
     /// Bearer token required on every endpoint but /healthz, when set.
-    pub bearer_token: Option<String>,
+    pub bearer_token: Option<BearerToken>,
     /// Names the Host header may carry besides IP literals and localhost.
     pub allowed_hosts: AllowedHosts,
 }
@@ -140,17 +143,37 @@ fn plain(status: StatusCode, text: &'static str) -> Response {
         .into_response()
 }
 
+/// Sets the headers every response carries.
+fn hygiene_headers(resp: &mut Response) {
+    let h = resp.headers_mut();
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    // Snapshots of a node's state: no cache (browser, proxy) keeps them.
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
+
+/// Only the response headers: for the routes of the reserved /healthz connections.
+pub fn hygiene(router: Router) -> Router {
+    router.layer(middleware::map_response(|mut resp: Response| async move {
+        hygiene_headers(&mut resp);
+        resp
+    }))
+}
+
 /// Wraps the routes with every request-level check.
 pub fn harden(router: Router, limits: &RequestLimits) -> Router {
     let slots = Arc::new(Semaphore::new(limits.max_concurrent.max(1)));
     let deadline = limits.request_timeout;
-    let token: Option<Arc<str>> = limits.bearer_token.as_deref().map(Arc::from);
+    let token = limits.bearer_token.clone();
     let hosts = Arc::new(limits.allowed_hosts.clone());
     router.layer(middleware::from_fn(move |req: Request, next: Next| {
         let slots = slots.clone();
         let token = token.clone();
         let hosts = hosts.clone();
-        async move { checked(req, next, &slots, deadline, token.as_deref(), &hosts).await }
+        async move {
+            let mut resp = checked(req, next, &slots, deadline, token.as_ref(), &hosts).await;
+            hygiene_headers(&mut resp);
+            resp
+        }
     }))
 }
 
@@ -159,7 +182,7 @@ async fn checked(
     next: Next,
     slots: &Semaphore,
     deadline: Duration,
-    token: Option<&str>,
+    token: Option<&BearerToken>,
     hosts: &AllowedHosts,
 ) -> Response {
     let open = req.uri().path() == "/healthz";
@@ -185,7 +208,7 @@ async fn checked(
         return plain(StatusCode::PAYLOAD_TOO_LARGE, "request bodies are not accepted\n");
     }
     if let Some(token) = token {
-        if !open && !bearer_matches(&req, token) {
+        if !open && !token.accepts(req.headers().get(header::AUTHORIZATION)) {
             let mut r = plain(StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n");
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -200,20 +223,6 @@ async fn checked(
         Ok(r) => r,
         Err(_) => plain(StatusCode::SERVICE_UNAVAILABLE, "request deadline exceeded\n"),
     }
-}
-
-/// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
-fn bearer_matches(req: &Request, token: &str) -> bool {
-    let Some(given) = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    let (a, b) = (given.as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -268,7 +277,7 @@ mod tests {
     #[tokio::test]
     async fn bearer_token_guards_all_but_healthz() {
         let limits = RequestLimits {
-            bearer_token: Some("s3cret".into()),
+            bearer_token: Some(BearerToken::fixed("s3cret")),
             ..limits()
         };
         let a = app(&limits);
@@ -278,8 +287,10 @@ mod tests {
         assert_eq!(denied.headers()[header::WWW_AUTHENTICATE], "Bearer");
         let wrong = with("/metrics", "authorization", "Bearer nope!!");
         assert_eq!(status(&a, wrong).await, StatusCode::UNAUTHORIZED);
-        let right = with("/metrics", "authorization", "Bearer s3cret");
-        assert_eq!(status(&a, right).await, StatusCode::OK);
+        for scheme in ["Bearer", "bearer", "BEARER"] {
+            let right = with("/metrics", "authorization", &format!("{scheme} s3cret"));
+            assert_eq!(status(&a, right).await, StatusCode::OK, "{scheme}");
+        }
     }
 
     #[tokio::test]
@@ -305,6 +316,53 @@ mod tests {
         assert_eq!(status(&a, get_req("/metrics")).await, StatusCode::SERVICE_UNAVAILABLE);
         busy.await.unwrap();
         assert_eq!(status(&a, get_req("/metrics")).await, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn every_response_says_nosniff_and_no_store() {
+        let limits = RequestLimits {
+            request_timeout: Duration::from_millis(100),
+            bearer_token: Some(BearerToken::fixed("t")),
+            ..limits()
+        };
+        let a = app(&limits);
+        let auth = |path: &str| with(path, "authorization", "Bearer t");
+        let post = axum::http::Request::post("/metrics")
+            .header("authorization", "Bearer t")
+            .body(Body::empty())
+            .unwrap();
+        let body = axum::http::Request::get("/metrics")
+            .header("content-length", "1")
+            .body(Body::from("x"))
+            .unwrap();
+        let cases = [
+            (get_req("/healthz"), StatusCode::OK),
+            (auth("/metrics"), StatusCode::OK),
+            (get_req("/metrics"), StatusCode::UNAUTHORIZED),
+            (auth("/nope"), StatusCode::NOT_FOUND),
+            (post, StatusCode::METHOD_NOT_ALLOWED),
+            (body, StatusCode::PAYLOAD_TOO_LARGE),
+            (auth("/slow"), StatusCode::SERVICE_UNAVAILABLE),
+            (
+                with("/metrics", "host", "evil.example"),
+                StatusCode::MISDIRECTED_REQUEST,
+            ),
+            (with("/metrics", "host", "a b"), StatusCode::BAD_REQUEST),
+        ];
+        for (req, want) in cases {
+            let what = format!("{} {}", req.method(), req.uri());
+            let r = call(&a, req).await;
+            assert_eq!(r.status(), want, "{what}");
+            assert_eq!(r.headers()[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{what}");
+            assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store", "{what}");
+        }
+        // The routes of the reserved /healthz connections too.
+        let lane = hygiene(Router::new().route("/healthz", get(|| async { "ok" })));
+        for path in ["/healthz", "/metrics"] {
+            let r = call(&lane, get_req(path)).await;
+            assert_eq!(r.headers()[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{path}");
+            assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store", "{path}");
+        }
     }
 
     #[test]

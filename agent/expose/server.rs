@@ -8,8 +8,9 @@
 //! buffer to 4 MiB, charged to the agent's memory limit).
 //!
 //! Per request (`guard`): the Host header checked against DNS rebinding,
-//! bodies refused, an optional bearer token, bounded concurrency with load
-//! shedding, a deadline. Shutdown is graceful and bounded.
+//! bodies refused, an optional bearer token (re-read on rotation), bounded
+//! concurrency with load shedding, a deadline, `nosniff` and `no-store` on
+//! every response. Shutdown is graceful and bounded.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ use tokio::sync::watch;
 use super::admit::{Admission, Caps, Slot};
 use super::conn::{drive, StallGuard};
 use super::guard::{self, AllowedHosts, RequestLimits};
+use super::token::BearerToken;
 
 /// Send buffer of each connection (the kernel doubles it for its bookkeeping:
 /// 128 KiB). The largest body (`/snapshot`) goes through it in a few round
@@ -56,7 +58,7 @@ pub struct Limits {
     /// Age after which a connection is closed after its current response.
     pub max_connection_age: Duration,
     /// Bearer token required on every endpoint but /healthz, when set.
-    pub bearer_token: Option<String>,
+    pub bearer_token: Option<BearerToken>,
     /// Host names accepted besides IP literals and localhost (the node name...).
     pub allowed_hosts: AllowedHosts,
     /// How long in-flight requests may take to finish on shutdown.
@@ -134,7 +136,7 @@ pub async fn serve(
     };
     // A reserved connection: one /healthz request, short-lived whatever the client does.
     let reserved = ConnSettings {
-        app: super::http::health_only(),
+        app: guard::hygiene(super::http::health_only()),
         keep_alive: false,
         max_age: limits.header_read_timeout,
         grace: Duration::from_secs(1),
