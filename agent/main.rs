@@ -142,15 +142,8 @@ async fn snapshot_now(common: &Common) -> anyhow::Result<bytes::Bytes> {
 async fn baseline_save(file: &std::path::Path, common: &Common) -> anyhow::Result<ExitCode> {
     let json = snapshot_now(common).await?;
     let doc = compare::parse_document("snapshot", &String::from_utf8_lossy(&json))?;
-    // Write beside the target, then rename: a baseline is never half written.
-    let mut tmp = file.as_os_str().to_owned();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp);
-    let written = std::fs::write(&tmp, &json).and_then(|()| std::fs::rename(&tmp, file));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", file.display()));
-    }
+    // Never half written, and never through a link planted beside it (we are root).
+    proxywatch::persist::write_atomically(file, &json)?;
     let findings = doc["findings"].as_array().map_or(0, Vec::len);
     eprintln!(
         "proxywatch: baseline of node {} saved to {} (status {}, {findings} finding{})",
