@@ -13,7 +13,8 @@ usage: lint_files.py [RENDERED_OVERLAY.yaml]
     strict JSON schemas below, written from the prometheus-operator API
     reference (monitoring.coreos.com/v1) for the fields this repository uses;
   - the Grafana dashboard is valid JSON with a datasource variable, unique panel
-    ids, and a query in every panel.
+    ids, and a query in every panel;
+  - the Dockerfile's ENTRYPOINT runs tini as a child subreaper (tini -s).
 Needs PyYAML and jsonschema (both in check.sh's venv).
 """
 import glob
@@ -223,6 +224,19 @@ def check_dashboard(path):
     return n
 
 
+# ---------------------------------------------------------------- Dockerfile
+def check_dockerfile(path):
+    """tini runs as a child subreaper (-s): under hostPID it is not PID 1."""
+    with open(path, encoding="utf-8") as f:
+        entry = [l for l in f if l.startswith("ENTRYPOINT")]
+    if len(entry) != 1:
+        errors.append(f"{path}: expected one ENTRYPOINT, found {len(entry)}")
+        return
+    argv = json.loads(entry[0][len("ENTRYPOINT"):])
+    if argv[:3] != ["/usr/bin/tini", "-s", "--"]:
+        errors.append(f"{path}: ENTRYPOINT must start with tini -s -- (a subreaper under hostPID), got {argv}")
+
+
 def main():
     overlay_file = sys.argv[1] if len(sys.argv) > 1 else None
     yaml_files = sorted(glob.glob(os.path.join(ROOT, "manifests", "**", "*.yaml"), recursive=True)
@@ -254,10 +268,11 @@ def main():
                 n_crd += 1
             if o["kind"] == "DaemonSet":
                 check_daemonset(o, "rendered overlay", overlay=True)
+    check_dockerfile(os.path.join(ROOT, "Dockerfile"))
     n_panels = check_dashboard(os.path.join(ROOT, "manifests", "dashboards", "proxywatch.json"))
     print(f"{len(yaml_files)} YAML files parsed (no duplicate keys); {n_obj} objects labelled and namespaced; "
           f"{n_crd} prometheus-operator objects schema-checked; DaemonSet policy checked"
-          f"{' (base + overlay)' if overlay_file else ''}; dashboard: {n_panels} panels")
+          f"{' (base + overlay)' if overlay_file else ''}; Dockerfile entrypoint checked; dashboard: {n_panels} panels")
     for e in errors:
         print(f"ERROR: {e}", file=sys.stderr)
     return 1 if errors else 0
