@@ -32,7 +32,9 @@ LABEL org.opencontainers.image.title="proxywatch" \
 #   nftables  nft list ruleset (kube-proxy nftables mode)
 #   ipvsadm   IPVS virtual servers (kube-proxy ipvs mode)
 #   conntrack conntrack -S / -C
-#   tini      PID 1: reaps the children above and forwards signals
+#   tini      the entrypoint: forwards signals and reaps orphans of the commands
+#             above; -s (child subreaper) because under hostPID (the DaemonSet)
+#             tini is not PID 1 and orphans would otherwise go to the node's init
 # Versions are bookworm's current ones; bump them when a Debian update
 # supersedes one (apt-get then fails loudly instead of drifting).
 RUN apt-get update \
@@ -60,5 +62,5 @@ EXPOSE 9877
 # ignores Docker HEALTHCHECKs; the image has no curl/wget to run one anyway.
 HEALTHCHECK NONE
 
-ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/proxywatch"]
+ENTRYPOINT ["/usr/bin/tini", "-s", "--", "/usr/local/bin/proxywatch"]
 CMD ["serve", "--listen=0.0.0.0:9877"]

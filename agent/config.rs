@@ -128,7 +128,8 @@ pub struct ServeArgs {
     )]
     pub max_concurrent: usize,
 
-    /// Open connections at once; more are closed on accept.
+    /// Open connections at once; beyond it new connections may only ask /healthz (see
+    /// --web.reserved-health-connections) or are closed on accept.
     #[arg(
         long = "web.max-connections",
         env = "PROXYWATCH_WEB_MAX_CONNECTIONS",
@@ -136,8 +137,45 @@ pub struct ServeArgs {
     )]
     pub max_connections: usize,
 
-    /// File holding a bearer token required on every endpoint but /healthz (off by default;
-    /// kube-rbac-proxy in front is the usual way).
+    /// Open connections from one client address (an IPv6 client: its /64) at once; beyond it
+    /// the client's new connections may only ask /healthz or are closed on accept.
+    #[arg(
+        long = "web.max-connections-per-address",
+        env = "PROXYWATCH_WEB_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 128
+    )]
+    pub max_connections_per_address: usize,
+
+    /// Connections held back for the kubelet's probes, used only when the caps above are
+    /// reached: each serves one /healthz request (anything else gets 503) and lasts at most
+    /// --web.header-read-timeout; at most 2 per client address.
+    #[arg(
+        long = "web.reserved-health-connections",
+        env = "PROXYWATCH_WEB_RESERVED_HEALTH_CONNECTIONS",
+        default_value_t = 8
+    )]
+    pub reserved_health_connections: usize,
+
+    /// How long writing a response may make no progress (a client that stopped reading) before the connection is cut.
+    #[arg(long = "web.write-stall-timeout", env = "PROXYWATCH_WEB_WRITE_STALL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub write_stall_timeout: Duration,
+
+    /// Age after which a connection is closed once its current response is written (cut --web.request-timeout later).
+    #[arg(long = "web.max-connection-age", env = "PROXYWATCH_WEB_MAX_CONNECTION_AGE", default_value = "5m", value_parser = parse_duration)]
+    pub max_connection_age: Duration,
+
+    /// Host names accepted in the Host header besides IP addresses, localhost and the node name
+    /// (comma-separated); other names get 421, against DNS rebinding.
+    #[arg(
+        long = "web.allowed-hosts",
+        env = "PROXYWATCH_WEB_ALLOWED_HOSTS",
+        value_name = "NAMES",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+
+    /// File holding a bearer token required on every endpoint but /healthz, re-read when it
+    /// changes (off by default; kube-rbac-proxy in front is the usual way).
     #[arg(
         long = "web.bearer-token-file",
         env = "PROXYWATCH_WEB_BEARER_TOKEN_FILE",
@@ -157,25 +195,27 @@ impl CompareArgs {
 }
 
 impl ServeArgs {
-    pub fn limits(&self) -> Result<crate::expose::server::Limits, String> {
+    /// The listener's limits; `node` is the node name, accepted in the Host header.
+    pub fn limits(&self, node: &str) -> Result<crate::expose::server::Limits, crate::expose::token::TokenError> {
         let bearer_token = match &self.bearer_token_file {
             None => None,
-            Some(path) => {
-                let t = std::fs::read_to_string(path)
-                    .map_err(|e| format!("--web.bearer-token-file {}: {e}", path.display()))?;
-                let t = t.trim().to_string();
-                if t.is_empty() {
-                    return Err(format!("--web.bearer-token-file {}: empty", path.display()));
-                }
-                Some(t)
-            }
+            Some(path) => Some(crate::expose::token::BearerToken::from_file(
+                path,
+                crate::expose::token::RECHECK,
+            )?),
         };
+        let names = std::iter::once(node).chain(self.allowed_hosts.iter().map(String::as_str));
         Ok(crate::expose::server::Limits {
             header_read_timeout: self.header_read_timeout,
             request_timeout: self.request_timeout,
             max_concurrent: self.max_concurrent,
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
+            reserved_health_connections: self.reserved_health_connections,
+            write_stall_timeout: self.write_stall_timeout,
+            max_connection_age: self.max_connection_age,
             bearer_token,
+            allowed_hosts: crate::expose::guard::AllowedHosts::new(names),
             ..Default::default()
         })
     }

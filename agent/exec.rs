@@ -17,32 +17,56 @@ const STDERR_KEEP: usize = 4096;
 /// A single output line longer than this is treated as garbage.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 
-/// Pids of the commands being run, so the PID-1 reaper leaves them to their waiter.
+/// Pids of the commands being run, so the PID-1 reaper leaves them to their
+/// waiter. Its lock is held across spawn and registration, and by the reaper
+/// across its check and its `waitpid`: a command that exits before its pid is
+/// registered cannot be reaped by the reaper in between (its waiter would get
+/// ECHILD and the probe fail).
 static OWNED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
-/// Whether `pid` is a command this runner started and still waits for.
-pub fn is_owned(pid: i32) -> bool {
-    OWNED.lock().map(|o| o.contains(&pid)).unwrap_or(true)
+fn owned_pids() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    OWNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Runs `f` with the pids of the commands being waited for, no command being
+/// spawned or registered meanwhile (`f` must be quick: spawns wait for it).
+pub fn with_owned_pids<R>(f: impl FnOnce(&[i32]) -> R) -> R {
+    f(&owned_pids())
+}
+
+/// A pid registered as a command's; unregistered on drop.
 struct Owned(Option<i32>);
-
-impl Owned {
-    fn new(pid: Option<u32>) -> Self {
-        let pid = pid.map(|p| p as i32);
-        if let (Some(p), Ok(mut o)) = (pid, OWNED.lock()) {
-            o.push(p);
-        }
-        Owned(pid)
-    }
-}
 
 impl Drop for Owned {
     fn drop(&mut self) {
-        if let (Some(p), Ok(mut o)) = (self.0, OWNED.lock()) {
-            o.retain(|&x| x != p);
+        if let Some(p) = self.0 {
+            owned_pids().retain(|&x| x != p);
         }
     }
+}
+
+/// Test hook: runs right after a command is spawned, before it is registered.
+#[cfg(test)]
+pub(crate) mod hook {
+    use std::cell::Cell;
+    thread_local! {
+        pub(crate) static AFTER_SPAWN: Cell<Option<fn(i32)>> = const { Cell::new(None) };
+    }
+}
+
+/// Spawns `cmd` and registers its pid as a command's, under one lock (see OWNED).
+fn spawn_owned(cmd: &mut Command) -> std::io::Result<(tokio::process::Child, Owned)> {
+    let mut owned = owned_pids();
+    let child = cmd.spawn()?;
+    let pid = child.id().map(|p| p as i32);
+    #[cfg(test)]
+    if let (Some(f), Some(p)) = (hook::AFTER_SPAWN.with(|h| h.get()), pid) {
+        f(p);
+    }
+    if let Some(p) = pid {
+        owned.push(p);
+    }
+    Ok((child, Owned(pid)))
 }
 
 /// Whether `program` is an executable file in a PATH directory: probes look
@@ -192,7 +216,7 @@ impl Runner {
             .process_group(0)
             .kill_on_drop(true);
         let started = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+        let (mut child, _owned) = spawn_owned(&mut cmd).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => ExecError::NotFound {
                 command: command.clone(),
             },
@@ -208,7 +232,6 @@ impl Runner {
         // The child leads its own group (process_group(0)), so its pid is the group id.
         let group = child.id().map(|p| nix::unistd::Pid::from_raw(p as i32));
         let _reaper = GroupGuard(group);
-        let _owned = Owned::new(child.id());
         let stdout = child.stdout.take().expect("stdout piped");
         let stderr = child.stderr.take().expect("stderr piped");
 

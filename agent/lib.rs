@@ -45,6 +45,7 @@ pub mod fetch;
 pub mod history;
 pub mod host;
 pub mod parse;
+pub mod persist;
 pub mod probe;
 pub mod promtext;
 pub mod reaper;

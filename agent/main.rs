@@ -84,6 +84,7 @@ fn main() -> ExitCode {
 struct Setup {
     ctx: Arc<ProbeContext>,
     aggregator: Aggregator,
+    node: String,
 }
 
 fn setup(common: &Common) -> anyhow::Result<Setup> {
@@ -111,11 +112,11 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
         kube_proxy: common.kube_proxy_endpoints(),
     });
     let aggregator = Aggregator::new(&node, thresholds, PROBES, common.history());
-    Ok(Setup { ctx, aggregator })
+    Ok(Setup { ctx, aggregator, node })
 }
 
 async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
-    let Setup { ctx, aggregator } = setup(common)?;
+    let Setup { ctx, aggregator, .. } = setup(common)?;
     let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
     let doc = &publication.document;
     let mut stdout = std::io::stdout().lock();
@@ -133,7 +134,7 @@ async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
 
 /// Runs every probe once and returns the /snapshot document.
 async fn snapshot_now(common: &Common) -> anyhow::Result<bytes::Bytes> {
-    let Setup { ctx, aggregator } = setup(common)?;
+    let Setup { ctx, aggregator, .. } = setup(common)?;
     let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
     Ok(publication.snapshot_json)
 }
@@ -141,15 +142,8 @@ async fn snapshot_now(common: &Common) -> anyhow::Result<bytes::Bytes> {
 async fn baseline_save(file: &std::path::Path, common: &Common) -> anyhow::Result<ExitCode> {
     let json = snapshot_now(common).await?;
     let doc = compare::parse_document("snapshot", &String::from_utf8_lossy(&json))?;
-    // Write beside the target, then rename: a baseline is never half written.
-    let mut tmp = file.as_os_str().to_owned();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp);
-    let written = std::fs::write(&tmp, &json).and_then(|()| std::fs::rename(&tmp, file));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", file.display()));
-    }
+    // Never half written, and never through a link planted beside it (we are root).
+    proxywatch::persist::write_atomically(file, &json)?;
     let findings = doc["findings"].as_array().map_or(0, Vec::len);
     eprintln!(
         "proxywatch: baseline of node {} saved to {} (status {}, {findings} finding{})",
@@ -209,12 +203,10 @@ async fn compare_cmd(args: &CompareArgs) -> anyhow::Result<ExitCode> {
 
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let common = &args.common;
-    let limits = args.limits().map_err(anyhow::Error::msg)?;
-    let Setup { ctx, aggregator } = setup(common)?;
+    let Setup { ctx, aggregator, node } = setup(common)?;
+    let limits = args.limits(&node)?;
     proxywatch::reaper::start_if_pid1();
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
+    let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let latest = scheduler::spawn(ctx, common.schedules(), aggregator);
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
     server::serve(listener, http::router(latest), limits, shutdown_signal())

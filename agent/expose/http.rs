@@ -41,6 +41,18 @@ pub fn router(latest: Latest) -> Router {
         .with_state(latest)
 }
 
+/// The routes of a reserved connection (taken when the connection caps are
+/// reached): `/healthz`, and 503 for everything else.
+pub fn health_only() -> Router {
+    Router::new().route("/healthz", get(healthz)).fallback(|| async {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, TEXT)],
+            "connection limit reached: this connection may only ask /healthz\n",
+        )
+    })
+}
+
 fn body(content_type: &'static str, bytes: bytes::Bytes) -> Response {
     ([(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], bytes).into_response()
 }

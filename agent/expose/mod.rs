@@ -1,14 +1,21 @@
-//! Rendering only: Prometheus text, JSON, the terminal report and HTTP routes.
+//! Rendering only: Prometheus text, JSON, the terminal report and HTTP routes;
+//! and the listener that serves them (`server`: connection caps in `admit`,
+//! per-connection timers in `conn`, per-request checks in `guard`, the bearer
+//! token in `token`).
 //!
 //! A `Publication` renders a snapshot and its verdict once; HTTP handlers only
 //! copy its bytes. Nothing here evaluates: the verdict comes in whole.
 
+pub mod admit;
+pub mod conn;
+pub mod guard;
 pub mod http;
 pub mod json;
 pub mod metrics;
 pub mod page;
 pub mod report;
 pub mod server;
+pub mod token;
 
 use bytes::Bytes;
 

@@ -1,37 +1,66 @@
-//! The HTTP listener, hardened for a privileged agent on every node: slow
-//! clients are cut by a header-read timeout, every request has a deadline,
-//! concurrency is bounded with load shedding (503, no unbounded queue),
-//! requests with a body are refused, an optional bearer token guards
-//! everything but `/healthz`, and shutdown is graceful and bounded.
+//! The HTTP listener, hardened for a privileged agent on every node.
+//!
+//! Per connection (`admit`, `conn`): a cap on connections in total and per
+//! client address, a few slots held back for `/healthz` so the kubelet's probe
+//! gets through when the caps are reached, a header-read timeout, a
+//! write-stall timeout (a client that stops reading is cut), a maximum age,
+//! and small fixed socket buffers (the kernel would otherwise grow each send
+//! buffer to 4 MiB, charged to the agent's memory limit).
+//!
+//! Per request (`guard`): the Host header checked against DNS rebinding,
+//! bodies refused, an optional bearer token (re-read on rotation), bounded
+//! concurrency with load shedding, a deadline, `nosniff` and `no-store` on
+//! every response. Shutdown is graceful and bounded.
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::Request;
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::sync::Semaphore;
+use tokio::sync::watch;
+
+use super::admit::{Admission, Caps, Slot};
+use super::conn::{drive, StallGuard};
+use super::guard::{self, AllowedHosts, RequestLimits};
+use super::token::BearerToken;
+
+/// Send buffer of each connection (the kernel doubles it for its bookkeeping:
+/// 128 KiB). The largest body (`/snapshot`) goes through it in a few round
+/// trips; a client that stops reading pins this much kernel memory, not the
+/// 4 MiB autotuning would grow it to.
+pub const SEND_BUFFER_BYTES: u32 = 64 * 1024;
+/// Receive buffer of each connection (32 KiB in the kernel's count): requests
+/// are a few hundred bytes and bodies are refused.
+pub const RECEIVE_BUFFER_BYTES: u32 = 16 * 1024;
+/// hyper's read and write buffer per connection.
+const HTTP_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Limits of the listener; all settable by flags.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Time a client has to send its request headers.
+    /// Time a client has to send its request headers (also: how long an idle
+    /// keep-alive connection stays open).
     pub header_read_timeout: Duration,
     /// Deadline of one request, from headers read to response ready.
     pub request_timeout: Duration,
     /// Requests served at once; more get 503 at once.
     pub max_concurrent: usize,
-    /// Open connections at once; more are closed on accept.
+    /// Open connections at once, the reserved ones not counted.
     pub max_connections: usize,
+    /// Open connections from one client address (IPv6: one /64).
+    pub max_connections_per_address: usize,
+    /// Connections held back for `/healthz` when the caps are reached.
+    pub reserved_health_connections: usize,
+    /// How long a response write may make no progress before the connection is cut.
+    pub write_stall_timeout: Duration,
+    /// Age after which a connection is closed after its current response.
+    pub max_connection_age: Duration,
     /// Bearer token required on every endpoint but /healthz, when set.
-    pub bearer_token: Option<String>,
+    pub bearer_token: Option<BearerToken>,
+    /// Host names accepted besides IP literals and localhost (the node name...).
+    pub allowed_hosts: AllowedHosts,
     /// How long in-flight requests may take to finish on shutdown.
     pub shutdown_grace: Duration,
 }
@@ -43,74 +72,50 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(10),
             max_concurrent: 64,
             max_connections: 256,
+            max_connections_per_address: 128,
+            reserved_health_connections: 8,
+            write_stall_timeout: Duration::from_secs(10),
+            max_connection_age: Duration::from_secs(300),
             bearer_token: None,
+            allowed_hosts: AllowedHosts::default(),
             shutdown_grace: Duration::from_secs(3),
         }
     }
 }
 
-fn plain(status: StatusCode, text: &'static str) -> Response {
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        )],
-        text,
-    )
-        .into_response()
-}
-
-/// Wraps the routes with the request-level limits.
-pub fn harden(router: Router, limits: &Limits) -> Router {
-    let slots = Arc::new(Semaphore::new(limits.max_concurrent.max(1)));
-    let deadline = limits.request_timeout;
-    let token: Option<Arc<str>> = limits.bearer_token.as_deref().map(Arc::from);
-    router.layer(middleware::from_fn(move |req: Request, next: Next| {
-        let slots = slots.clone();
-        let token = token.clone();
-        async move {
-            // Requests carry no body here; refuse one rather than read it.
-            let has_body = req
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .is_some_and(|v| v.as_bytes() != b"0")
-                || req.headers().contains_key(header::TRANSFER_ENCODING);
-            if has_body {
-                return plain(StatusCode::PAYLOAD_TOO_LARGE, "request bodies are not accepted\n");
-            }
-            if let Some(token) = &token {
-                if req.uri().path() != "/healthz" && !bearer_matches(&req, token) {
-                    let mut r = plain(StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n");
-                    r.headers_mut()
-                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    return r;
-                }
-            }
-            // Shed load instead of queueing without end.
-            let Ok(_permit) = slots.try_acquire() else {
-                return plain(StatusCode::SERVICE_UNAVAILABLE, "too many concurrent requests\n");
-            };
-            match tokio::time::timeout(deadline, next.run(req)).await {
-                Ok(r) => r,
-                Err(_) => plain(StatusCode::SERVICE_UNAVAILABLE, "request deadline exceeded\n"),
-            }
+impl Limits {
+    fn request_limits(&self) -> RequestLimits {
+        RequestLimits {
+            request_timeout: self.request_timeout,
+            max_concurrent: self.max_concurrent,
+            bearer_token: self.bearer_token.clone(),
+            allowed_hosts: self.allowed_hosts.clone(),
         }
-    }))
+    }
 }
 
-/// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
-fn bearer_matches(req: &Request, token: &str) -> bool {
-    let Some(given) = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
+/// Binds `addr` with the socket buffer sizes every accepted connection inherits.
+pub fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
     };
-    let (a, b) = (given.as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    socket.set_reuseaddr(true)?;
+    socket.set_send_buffer_size(SEND_BUFFER_BYTES)?;
+    socket.set_recv_buffer_size(RECEIVE_BUFFER_BYTES)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// What one accepted connection is served with.
+#[derive(Clone)]
+struct ConnSettings {
+    app: Router,
+    keep_alive: bool,
+    header_read_timeout: Duration,
+    write_stall_timeout: Duration,
+    max_age: Duration,
+    grace: Duration,
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops
@@ -121,9 +126,28 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let router = harden(router, &limits);
-    let graceful = GracefulShutdown::new();
-    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let regular = ConnSettings {
+        app: guard::harden(router, &limits.request_limits()),
+        keep_alive: true,
+        header_read_timeout: limits.header_read_timeout,
+        write_stall_timeout: limits.write_stall_timeout,
+        max_age: limits.max_connection_age,
+        grace: limits.request_timeout,
+    };
+    // A reserved connection: one /healthz request, short-lived whatever the client does.
+    let reserved = ConnSettings {
+        app: guard::hygiene(super::http::health_only()),
+        keep_alive: false,
+        max_age: limits.header_read_timeout,
+        grace: Duration::from_secs(1),
+        ..regular.clone()
+    };
+    let admission = Admission::new(Caps {
+        total: limits.max_connections,
+        per_address: limits.max_connections_per_address,
+        reserved: limits.reserved_health_connections,
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (stream, peer): (tokio::net::TcpStream, SocketAddr) = tokio::select! {
@@ -138,107 +162,48 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "connection limit reached; closing");
+        let Some(ticket) = admission.admit(peer.ip()) else {
             drop(stream);
             continue;
         };
-        let service = TowerToHyperService::new(router.clone());
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
-            .max_buf_size(16 * 1024)
-            .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+        let settings = match ticket.slot() {
+            Slot::Regular => regular.clone(),
+            Slot::Reserved => reserved.clone(),
+        };
+        let stop = stop_rx.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            if let Err(e) = serve_connection(stream, settings, stop).await {
                 tracing::debug!(%peer, "connection: {e}");
             }
-            drop(permit);
+            drop(ticket);
         });
     }
     drop(listener);
-    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+    let _ = stop_tx.send(true);
+    if tokio::time::timeout(limits.shutdown_grace, admission.all_closed())
         .await
         .is_err()
     {
-        tracing::warn!("in-flight requests did not finish within {:?}", limits.shutdown_grace);
+        tracing::warn!(
+            "{} connections did not finish within {:?}",
+            admission.open(),
+            limits.shutdown_grace
+        );
     }
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use axum::body::Body;
-    use axum::routing::get;
-    use tower::ServiceExt;
-
-    fn app(limits: &Limits) -> Router {
-        let r = Router::new()
-            .route("/healthz", get(|| async { "ok" }))
-            .route("/metrics", get(|| async { "m" }))
-            .route(
-                "/slow",
-                get(|| async {
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    "late"
-                }),
-            );
-        harden(r, limits)
-    }
-
-    async fn status(app: &Router, req: axum::http::Request<Body>) -> StatusCode {
-        app.clone().oneshot(req).await.unwrap().status()
-    }
-
-    fn get_req(path: &str) -> axum::http::Request<Body> {
-        axum::http::Request::get(path).body(Body::empty()).unwrap()
-    }
-
-    #[tokio::test]
-    async fn bearer_token_guards_all_but_healthz() {
-        let limits = Limits {
-            bearer_token: Some("s3cret".into()),
-            ..Default::default()
-        };
-        let a = app(&limits);
-        assert_eq!(status(&a, get_req("/healthz")).await, StatusCode::OK);
-        assert_eq!(status(&a, get_req("/metrics")).await, StatusCode::UNAUTHORIZED);
-        let wrong = axum::http::Request::get("/metrics")
-            .header("authorization", "Bearer nope!!")
-            .body(Body::empty())
-            .unwrap();
-        assert_eq!(status(&a, wrong).await, StatusCode::UNAUTHORIZED);
-        let right = axum::http::Request::get("/metrics")
-            .header("authorization", "Bearer s3cret")
-            .body(Body::empty())
-            .unwrap();
-        assert_eq!(status(&a, right).await, StatusCode::OK);
-    }
-
-    #[tokio::test]
-    async fn bodies_deadlines_and_shedding() {
-        let limits = Limits {
-            request_timeout: Duration::from_millis(200),
-            max_concurrent: 1,
-            ..Default::default()
-        };
-        let a = app(&limits);
-        let with_body = axum::http::Request::get("/metrics")
-            .header("content-length", "5")
-            .body(Body::from("hello"))
-            .unwrap();
-        assert_eq!(status(&a, with_body).await, StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(status(&a, get_req("/slow")).await, StatusCode::SERVICE_UNAVAILABLE);
-        // One slot: a second request while the first is in flight is shed at once.
-        let busy = tokio::spawn({
-            let a = a.clone();
-            async move { status(&a, get_req("/slow")).await }
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(status(&a, get_req("/metrics")).await, StatusCode::SERVICE_UNAVAILABLE);
-        busy.await.unwrap();
-        assert_eq!(status(&a, get_req("/metrics")).await, StatusCode::OK);
-    }
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    s: ConnSettings,
+    stop: watch::Receiver<bool>,
+) -> Result<(), super::conn::ConnEnd> {
+    let io = TokioIo::new(StallGuard::new(stream, s.write_stall_timeout));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(s.header_read_timeout)
+        .keep_alive(s.keep_alive)
+        .max_buf_size(HTTP_BUFFER_BYTES)
+        .serve_connection(io, TowerToHyperService::new(s.app));
+    drive(conn, stop, s.max_age, s.grace).await
 }

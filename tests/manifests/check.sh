@@ -155,12 +155,12 @@ BASE_FILES=(manifests/namespace.yaml manifests/serviceaccount.yaml manifests/dae
     manifests/overlays/rbac-proxy/clusterrole-metrics-reader.yaml)
 k8s_validate() {
     local v out rc=0
-    echo "NOTE: ServiceMonitor, PodMonitor and PrometheusRule are CRDs without a schema in kubernetes-validate;"
-    echo "      they are checked by lint_files.py's schemas and by promtool instead (skipped here)."
+    echo "NOTE: ServiceMonitor, PodMonitor, PrometheusRule, Issuer and Certificate are CRDs without a schema in"
+    echo "      kubernetes-validate; they are checked by lint_files.py's schemas and by promtool instead (skipped here)."
     for v in "${KUBE_VERSIONS[@]}"; do
         echo "+ kubernetes-validate --strict --quiet -k $v ${BASE_FILES[*]} <rendered overlay>"
         out=$(kubernetes-validate --strict --quiet -k "$v" "${BASE_FILES[@]}" "$OVERLAY" 2>&1) || rc=1
-        echo "$out" | grep -v "Couldn't find schema for kind \(ServiceMonitor\|PodMonitor\|PrometheusRule\)" || true
+        echo "$out" | grep -v "Couldn't find schema for kind \(ServiceMonitor\|PodMonitor\|PrometheusRule\|Issuer\|Certificate\)" || true
         if echo "$out" | grep -q "^ERROR"; then rc=1; fi
         echo "$((${#BASE_FILES[@]} + 1)) files validated against Kubernetes $v"
     done

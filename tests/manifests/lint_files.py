@@ -12,8 +12,13 @@ usage: lint_files.py [RENDERED_OVERLAY.yaml]
   - ServiceMonitor, PodMonitor and PrometheusRule validate against the small
     strict JSON schemas below, written from the prometheus-operator API
     reference (monitoring.coreos.com/v1) for the fields this repository uses;
+    cert-manager's Issuer and Certificate likewise (cert-manager.io/v1);
+  - in the rendered rbac-proxy overlay, the ServiceMonitor verifies the
+    sidecar's certificate: https, no insecureSkipVerify, serverName among the
+    certificate's dnsNames, the CA from the Secret the sidecar serves;
   - the Grafana dashboard is valid JSON with a datasource variable, unique panel
-    ids, and a query in every panel.
+    ids, and a query in every panel;
+  - the Dockerfile's ENTRYPOINT runs tini as a child subreaper (tini -s).
 Needs PyYAML and jsonschema (both in check.sh's venv).
 """
 import glob
@@ -104,6 +109,25 @@ SCHEMAS = {
                                ["name", "rules"])}}, ["groups"])},
                           ["apiVersion", "kind", "metadata", "spec"]),
 }
+
+
+# cert-manager (cert-manager.io/v1), the fields the rbac-proxy component uses.
+ISSUER_REF = obj({"group": {"const": "cert-manager.io"}, "kind": {"enum": ["Issuer", "ClusterIssuer"]}, "name": STR},
+                 ["kind", "name"])
+PRIVATE_KEY = obj({"algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]}, "size": {"type": "integer"},
+                   "rotationPolicy": {"enum": ["Never", "Always"]}, "encoding": {"enum": ["PKCS1", "PKCS8"]}})
+SCHEMAS["Issuer"] = obj({"apiVersion": {"const": "cert-manager.io/v1"}, "kind": {"const": "Issuer"}, "metadata": META,
+                         "spec": {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
+                                  "properties": {"selfSigned": {"type": "object"},
+                                                 "ca": obj({"secretName": STR}, ["secretName"])}}},
+                        ["apiVersion", "kind", "metadata", "spec"])
+SCHEMAS["Certificate"] = obj({"apiVersion": {"const": "cert-manager.io/v1"}, "kind": {"const": "Certificate"}, "metadata": META,
+                              "spec": obj({"secretName": STR, "issuerRef": ISSUER_REF, "isCA": {"type": "boolean"},
+                                           "commonName": STR, "dnsNames": {"type": "array", "items": STR},
+                                           "duration": STR, "renewBefore": STR, "privateKey": PRIVATE_KEY,
+                                           "usages": {"type": "array", "items": STR}},
+                                          ["secretName", "issuerRef"])},
+                             ["apiVersion", "kind", "metadata", "spec"])
 
 
 def check_crd(o, where):
@@ -223,6 +247,60 @@ def check_dashboard(path):
     return n
 
 
+# ---------------------------------------------------------------- overlay TLS
+def check_overlay_tls(objs, where):
+    """Prometheus sends its token only to a server whose certificate it verifies:
+    the ServiceMonitor's serverName is a name of the certificate the sidecar
+    serves, and its CA is the issuer of that certificate."""
+    by_kind = {}
+    for o in objs:
+        by_kind.setdefault(o["kind"], []).append(o)
+    sm = by_kind.get("ServiceMonitor", [None])[0]
+    if sm is None:
+        errors.append(f"{where}: no ServiceMonitor")
+        return
+    ds = by_kind["DaemonSet"][0]
+    pod = ds["spec"]["template"]["spec"]
+    sidecar = [c for c in pod["containers"] if c["name"] == "kube-rbac-proxy"]
+    certs = {c["spec"]["secretName"]: c for c in by_kind.get("Certificate", [])}
+    issuers = {i["metadata"]["name"]: i for i in by_kind.get("Issuer", [])}
+    for ep in sm["spec"]["endpoints"]:
+        tls = ep.get("tlsConfig", {})
+        if ep.get("scheme") != "https" or tls.get("insecureSkipVerify"):
+            errors.append(f"{where}: ServiceMonitor endpoint {ep.get('port')}: must be https and verify the certificate")
+            continue
+        secret = get(tls, "ca.secret.name")
+        cert = certs.get(secret)
+        if cert is None or get(tls, "ca.secret.key") != "ca.crt":
+            errors.append(f"{where}: ServiceMonitor CA must be ca.crt of a Certificate's Secret, got {tls.get('ca')}")
+            continue
+        if tls.get("serverName") not in cert["spec"].get("dnsNames", []):
+            errors.append(f"{where}: serverName {tls.get('serverName')!r} is not in {secret}'s dnsNames")
+        issuer = issuers.get(cert["spec"]["issuerRef"]["name"], {})
+        if "ca" not in issuer.get("spec", {}):
+            errors.append(f"{where}: {secret} must be issued by a CA Issuer (ca.crt is then that CA)")
+        # The sidecar serves exactly that Secret's certificate.
+        mounts = {v["name"]: get(v, "secret.secretName") for v in pod.get("volumes", []) if "secret" in v}
+        paths = [m["mountPath"] for c in sidecar for m in c.get("volumeMounts", []) if mounts.get(m["name"]) == secret]
+        args = [a for c in sidecar for a in c.get("args", [])]
+        for flag, key in (("--tls-cert-file", "tls.crt"), ("--tls-private-key-file", "tls.key")):
+            if not any(a == f"{flag}={p}/{key}" for p in paths for a in args):
+                errors.append(f"{where}: kube-rbac-proxy must serve {flag}=<mount of {secret}>/{key}, args {args}")
+
+
+# ---------------------------------------------------------------- Dockerfile
+def check_dockerfile(path):
+    """tini runs as a child subreaper (-s): under hostPID it is not PID 1."""
+    with open(path, encoding="utf-8") as f:
+        entry = [l for l in f if l.startswith("ENTRYPOINT")]
+    if len(entry) != 1:
+        errors.append(f"{path}: expected one ENTRYPOINT, found {len(entry)}")
+        return
+    argv = json.loads(entry[0][len("ENTRYPOINT"):])
+    if argv[:3] != ["/usr/bin/tini", "-s", "--"]:
+        errors.append(f"{path}: ENTRYPOINT must start with tini -s -- (a subreaper under hostPID), got {argv}")
+
+
 def main():
     overlay_file = sys.argv[1] if len(sys.argv) > 1 else None
     yaml_files = sorted(glob.glob(os.path.join(ROOT, "manifests", "**", "*.yaml"), recursive=True)
@@ -249,15 +327,18 @@ def main():
             if kind == "DaemonSet":
                 check_daemonset(o, rel, overlay=False)
     if overlay_file:
-        for o in load(overlay_file):
+        rendered = load(overlay_file)
+        for o in rendered:
             if check_crd(o, "rendered overlay"):
                 n_crd += 1
             if o["kind"] == "DaemonSet":
                 check_daemonset(o, "rendered overlay", overlay=True)
+        check_overlay_tls(rendered, "rendered overlay")
+    check_dockerfile(os.path.join(ROOT, "Dockerfile"))
     n_panels = check_dashboard(os.path.join(ROOT, "manifests", "dashboards", "proxywatch.json"))
     print(f"{len(yaml_files)} YAML files parsed (no duplicate keys); {n_obj} objects labelled and namespaced; "
-          f"{n_crd} prometheus-operator objects schema-checked; DaemonSet policy checked"
-          f"{' (base + overlay)' if overlay_file else ''}; dashboard: {n_panels} panels")
+          f"{n_crd} prometheus-operator and cert-manager objects schema-checked; DaemonSet policy checked"
+          f"{' (base + overlay)' if overlay_file else ''}; Dockerfile entrypoint checked; dashboard: {n_panels} panels")
     for e in errors:
         print(f"ERROR: {e}", file=sys.stderr)
     return 1 if errors else 0
