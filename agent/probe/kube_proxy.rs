@@ -28,9 +28,14 @@ pub struct Endpoints {
     pub metrics_url: String,
     /// Base URL of the health server (`/healthz`).
     pub healthz_url: String,
-    /// Bodies larger than this fail the probe.
+    /// `/metrics` bodies larger than this fail the probe (`--kube-proxy.max-body-bytes`).
     pub max_body_bytes: usize,
 }
+
+/// Cap on a `/proxyMode` body: one word (`iptables`, 8 bytes in `tests/fixtures/kube-proxy/`).
+pub const MAX_PROXY_MODE_BYTES: usize = 4 << 10;
+/// Cap on a `/healthz` body: a JSON object of three fields (149 to 175 bytes in the fixtures).
+pub const MAX_HEALTHZ_BYTES: usize = 64 << 10;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HealthzFacts {
@@ -187,20 +192,41 @@ pub fn parse_cpu_max(text: &str) -> Option<f64> {
     (period > 0.0).then(|| quota / period)
 }
 
+/// Parses a `/metrics` body on the blocking pool, so a large one cannot hold an async worker
+/// (the agent has two; its HTTP server needs them), within [`metrics::LIMITS`] and the deadline:
+/// the parser itself gives up at the deadline, and the probe does not wait past it.
+async fn parse_metrics(
+    source: String,
+    body: String,
+    deadline: Deadline,
+) -> Result<metrics::KubeProxyMetrics, ProbeError> {
+    let limits = promtext::Limits {
+        deadline: Some(deadline.at()),
+        ..metrics::LIMITS
+    };
+    let parse = super::blocking(super::ProbeName::KubeProxy, move || {
+        metrics::extract_within(&source, &body, &limits).map_err(ProbeError::from)
+    });
+    match tokio::time::timeout_at(deadline.at().into(), parse).await {
+        Ok(r) => r,
+        Err(_) => Err(ProbeError::Timeout(deadline.budget())),
+    }
+}
+
 /// Reads kube-proxy's endpoints and finds its process, all at once, until the
 /// deadline. What needs the previous reading (latency windows, restarts, ages)
 /// is the history stage's.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<KubeProxyFacts>, ProbeError> {
     let ep = &ctx.kube_proxy;
-    let get = |path: &'static str, base: &str| {
+    let get = |path: &'static str, base: &str, cap: usize| {
         let url = fetch::join(base, path);
-        async move { fetch::get_until(&url, deadline, ep.max_body_bytes).await }
+        async move { fetch::get_until(&url, deadline, cap).await }
     };
     let host = ctx.host.clone();
     let (mode, metrics, health, process) = tokio::join!(
-        get("/proxyMode", &ep.metrics_url),
-        get("/metrics", &ep.metrics_url),
-        get("/healthz", &ep.healthz_url),
+        get("/proxyMode", &ep.metrics_url, MAX_PROXY_MODE_BYTES),
+        get("/metrics", &ep.metrics_url, ep.max_body_bytes),
+        get("/healthz", &ep.healthz_url, MAX_HEALTHZ_BYTES),
         super::blocking(super::ProbeName::KubeProxy, move || find_process(&host))
     );
     let process = process?;
@@ -215,14 +241,15 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
         process,
         ..Default::default()
     };
-    if let Ok(r) = &mode {
-        if r.status == 200 {
-            facts.mode = Some(proxy_mode::parse_proxy_mode(&r.body)?);
-        }
+    match mode {
+        Ok(r) if r.status == 200 => facts.mode = Some(proxy_mode::parse_proxy_mode(&r.body)?),
+        // Garbage fails the probe, and so does a body over its cap.
+        Err(e @ FetchError::TooLarge { .. }) => return Err(ProbeError::Fetch(e)),
+        _ => {}
     }
     match metrics {
         Ok(r) if r.status == 200 => {
-            let m = metrics::extract(&fetch::join(&ep.metrics_url, "/metrics"), &r.body)?;
+            let m = parse_metrics(fetch::join(&ep.metrics_url, "/metrics"), r.body, deadline).await?;
             facts.metrics_up = true;
             facts.sync = m.sync_duration.as_ref().map(Latency::since_start);
             facts.network_programming = m.network_programming.as_ref().map(Latency::since_start);
