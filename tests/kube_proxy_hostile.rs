@@ -5,9 +5,13 @@
 //!    `/metrics` must keep answering, the kube-proxy probe must fail within its deadline with an
 //!    error under 1 KiB, and the agent's peak RSS (VmHWM) must stay under 64 MiB.
 //! 2. Bodies over the per-endpoint caps with the default flags.
+//! 3. Processes named `kube-proxy` that are not kube-proxy: one that serves nothing on a node
+//!    without kube-proxy (no critical finding, `proxywatch_node_ready` 1), and two at once
+//!    (ambiguous; the one whose start time agrees with `process_start_time_seconds` wins).
 //!
-//! The node is the `healthy-iptables` fixture, so the other probes see a healthy node whatever
-//! this machine is.
+//! The node is the `healthy-iptables` fixture; for 3 it is a copy of it whose `proc/<pid>` are
+//! symlinks to the real processes the test starts (and `proc/stat` the real one, for their
+//! start times), so the other probes see a healthy node whatever this machine is.
 mod common;
 
 use std::collections::HashMap;
@@ -134,6 +138,11 @@ fn serve_one(mut conn: TcpStream, routes: &Routes) {
     }
 }
 
+fn closed_url() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", l.local_addr().unwrap())
+}
+
 // ---------------------------------------------------------------------------
 // The agent.
 
@@ -255,8 +264,19 @@ fn poll<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
     }
 }
 
+fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.rsplit_once(' ').filter(|(n, _)| *n == name))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
 fn findings(doc: &Value) -> &Vec<Value> {
     doc["findings"].as_array().expect("findings")
+}
+
+fn finding<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
+    findings(doc).iter().find(|f| f["id"] == id)
 }
 
 fn critical_ids(doc: &Value) -> Vec<String> {
@@ -561,4 +581,161 @@ fn default_caps_per_endpoint() {
     );
     assert_eq!(kp["metrics_up"], true);
     assert!(critical_ids(&doc).is_empty(), "{:#}", doc["findings"]);
+}
+
+// ---------------------------------------------------------------------------
+// 3. Processes named kube-proxy that are not kube-proxy.
+
+/// A copy of `/bin/sleep` named `kube-proxy` (comm and argv[0]), running `sleep 600`; killed and
+/// reaped on drop.
+struct Impostor {
+    child: Child,
+}
+
+impl Impostor {
+    fn start(binary: &Path) -> Impostor {
+        for _ in 0..50 {
+            match Command::new(binary)
+                .arg("600")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+            {
+                Ok(child) => return Impostor { child },
+                // ETXTBSY: another test thread forked while the copy was open for writing.
+                Err(e) if e.raw_os_error() == Some(26) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => panic!("{}: {e}", binary.display()),
+            }
+        }
+        panic!("{}: text file busy", binary.display());
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its start time as kube-proxy's process collector computes it: btime + starttime / ticks.
+    fn start_time_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+        // Field 22 (starttime) is the 20th after the comm.
+        let ticks: f64 = after_comm.split(' ').nth(19).unwrap().parse().unwrap();
+        let btime: f64 = std::fs::read_to_string("/proc/stat")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // CLK_TCK: 100 on every Linux this runs on (the agent asks sysconf).
+        btime + ticks / 100.0
+    }
+}
+
+impl Drop for Impostor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The healthy fixture node with this machine's `/proc/stat` and `proc/<pid>` linked to the
+/// real processes `pids`.
+fn node_with_processes(pids: &[u32]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_tree(&healthy_node(), dir.path());
+    std::fs::copy("/proc/stat", dir.path().join("proc/stat")).unwrap();
+    for pid in pids {
+        std::os::unix::fs::symlink(format!("/proc/{pid}"), dir.path().join(format!("proc/{pid}"))).unwrap();
+    }
+    dir
+}
+
+/// A copy of /bin/sleep called kube-proxy, in its own directory.
+fn impostor_binary() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("kube-proxy");
+    std::fs::copy("/bin/sleep", &binary).expect("copy /bin/sleep");
+    (dir, binary)
+}
+
+#[test]
+fn a_process_named_kube_proxy_that_serves_nothing_is_not_critical() {
+    let (_bin_dir, binary) = impostor_binary();
+    let impostor = Impostor::start(&binary);
+    let node = node_with_processes(&[impostor.pid()]);
+    let closed = closed_url();
+    let mut agent = Agent::serve(node.path(), &closed, &closed, &["--kube-proxy.interval", "300ms"]);
+    let doc = poll("the impostor seen", || {
+        let d = agent.snapshot()?;
+        let kp = &d["facts"]["kube_proxy"];
+        (kp["process"]["pid"] == impostor.pid())
+            .then_some(d.clone())
+            .ok_or_else(|| format!("{:#}", d["probes"]["kube_proxy"]))
+    });
+    assert_eq!(doc["probes"]["kube_proxy"]["status"], "ok");
+    assert!(critical_ids(&doc).is_empty(), "{:#}", doc["findings"]);
+    let f = finding(&doc, "kube_proxy_unhealthy").expect("kube_proxy_unhealthy");
+    assert_eq!(f["severity"], "warning", "{f:#}");
+    assert_eq!(doc["facts"]["kube_proxy"]["process"]["identity"], "unconfirmed");
+    let (code, metrics) = agent.get("/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(series(&metrics, "proxywatch_node_ready"), Some(1.0), "{metrics}");
+    assert_eq!(
+        series(&metrics, "proxywatch_finding_severity{id=\"kube_proxy_unhealthy\"}"),
+        Some(2.0)
+    );
+    let (code, _) = agent.get("/readyz").unwrap();
+    assert_eq!(code, 200, "/readyz");
+    agent.stop();
+}
+
+#[test]
+fn two_processes_named_kube_proxy_are_ambiguous_until_metrics_tell() {
+    let (_bin_dir, binary) = impostor_binary();
+    let older = Impostor::start(&binary);
+    // Start times agree within 2 s at most: the second must start clearly later.
+    std::thread::sleep(Duration::from_millis(2600));
+    let newer = Impostor::start(&binary);
+    let (older_pid, newer_pid) = (older.pid(), newer.pid());
+    let node = node_with_processes(&[older_pid, newer_pid]);
+
+    // Nothing answers: no process is taken for kube-proxy, a warning says why, nothing is critical.
+    let closed = closed_url();
+    let doc = check(node.path(), &closed, &closed, &[]);
+    let kp = &doc["facts"]["kube_proxy"];
+    assert_eq!(kp["process"], Value::Null, "{kp:#}");
+    let pids: Vec<u64> = kp["process_candidates"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{kp:#}"))
+        .iter()
+        .map(|c| c["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids, [u64::from(older_pid), u64::from(newer_pid)]);
+    let f = finding(&doc, "kube_proxy_process_ambiguous").expect("ambiguous finding");
+    assert_eq!(f["severity"], "warning", "{f:#}");
+    assert!(critical_ids(&doc).is_empty(), "{:#}", doc["findings"]);
+
+    // kube-proxy's metrics name the newer one's start time: it is kube-proxy, not the
+    // first by PID; the other is still worth a note.
+    let fake = FakeKubeProxy::start();
+    let metrics = fixture(METRICS_FIXTURE);
+    let old_line = metrics
+        .lines()
+        .find(|l| l.starts_with("process_start_time_seconds "))
+        .unwrap()
+        .to_string();
+    let start = newer.start_time_seconds();
+    let served = metrics.replace(&old_line, &format!("process_start_time_seconds {start}"));
+    fake.set("/metrics", 200, served.into_bytes());
+    let doc = check(node.path(), &fake.url(), &fake.url(), &[]);
+    let kp = &doc["facts"]["kube_proxy"];
+    assert_eq!(kp["process"]["pid"], newer_pid, "{kp:#}");
+    assert_eq!(kp["process"]["identity"], "confirmed", "{kp:#}");
+    let f = finding(&doc, "kube_proxy_process_ambiguous").expect("ambiguous finding");
+    assert_eq!(f["severity"], "info", "{f:#}");
+    assert_eq!(f["evidence"]["pid"], newer_pid, "{f:#}");
+    assert!(critical_ids(&doc).is_empty(), "{:#}", doc["findings"]);
+    drop((older, newer));
 }

@@ -441,6 +441,11 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
                 p.start_time_seconds,
             );
         }
+        one(
+            "proxywatch_kube_proxy_process_candidates",
+            "Processes that look like kube-proxy (name and argv[0]); more than 1 is ambiguous.",
+            k.process_candidates.len() as f64,
+        );
         out.counter(
             "proxywatch_kube_proxy_restarts_total",
             "kube-proxy restarts seen since the agent started.",

@@ -2,20 +2,22 @@
 //! (sync and network-programming latency), its health endpoint, and its
 //! process (CPU, memory, threads, start time, cgroup limits).
 //!
-//! The parsers live in the submodules and `crate::promtext`; this file holds the facts and the
-//! thin probe. kube-proxy replaced by something else (nothing listening, no
-//! process) is "absent", not a failure.
+//! The parsers live in the submodules and `crate::promtext`; which process is kube-proxy is
+//! `process`'s; this file holds the facts and the thin probe. kube-proxy replaced by something
+//! else (nothing listening, no process that looks like it) is "absent", not a failure.
 
 pub mod healthz;
 pub mod metrics;
+pub mod process;
 pub mod proxy_mode;
+
+pub use process::{parse_btime, Identity, ProcessCandidate};
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use self::metrics::KubeProxyMetrics;
-use super::parse::{quote, ParseError};
 use super::{Deadline, ProbeContext, ProbeError, Probed};
 use crate::fetch::{self, FetchError};
 use crate::host::Host;
@@ -51,6 +53,9 @@ pub struct HealthzFacts {
     /// kube-proxy, unlike "connection refused" (nothing there).
     #[serde(default)]
     pub timed_out: bool,
+    /// Nothing listens on the health port (connection refused).
+    #[serde(default)]
+    pub refused: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -66,6 +71,9 @@ pub struct ProcessFacts {
     pub memory_limit_bytes: Option<u64>,
     /// The CPU limit of its cgroup, in cores, when there is one.
     pub cpu_limit_cores: Option<f64>,
+    /// Whether its start time agrees with kube-proxy's own `process_start_time_seconds`.
+    #[serde(default)]
+    pub identity: Identity,
 }
 
 /// A latency histogram since kube-proxy started, reduced to what an SRE reads:
@@ -100,62 +108,17 @@ pub struct KubeProxyFacts {
     pub sync: Option<Latency>,
     pub network_programming: Option<Latency>,
     pub healthz: Option<HealthzFacts>,
+    /// kube-proxy's process, when one is identified (see `process::identify`).
     pub process: Option<ProcessFacts>,
-}
-
-/// Finds the kube-proxy process (comm `kube-proxy`) under `<host root>/proc`.
-pub fn find_process(host: &Host) -> Result<Option<ProcessFacts>, ProbeError> {
-    let proc_dir = host.path("/proc");
-    let procs = match procfs::process::all_processes_with_root(&proc_dir) {
-        Ok(p) => p,
-        Err(e) => return Err(ProbeError::Inconsistent(format!("{}: {e}", proc_dir.display()))),
-    };
-    for p in procs.flatten() {
-        // Processes come and go while we read: skip what vanished.
-        let Ok(stat) = p.stat() else { continue };
-        if stat.comm == "kube-proxy" {
-            return Ok(Some(process_facts(host, &p, &stat)?));
-        }
-    }
-    Ok(None)
-}
-
-fn process_facts(
-    host: &Host,
-    p: &procfs::process::Process,
-    stat: &procfs::process::Stat,
-) -> Result<ProcessFacts, ProbeError> {
-    let ticks = procfs::ticks_per_second() as f64;
-    let btime = boot_time(host)?;
-    let (memory_limit_bytes, cpu_limit_cores) = cgroup_limits(host, p.pid);
-    Ok(ProcessFacts {
-        pid: stat.pid,
-        start_time_seconds: btime + stat.starttime as f64 / ticks,
-        cpu_seconds_total: (stat.utime + stat.stime) as f64 / ticks,
-        resident_memory_bytes: stat.rss.saturating_mul(procfs::page_size()),
-        threads: stat.num_threads,
-        memory_limit_bytes,
-        cpu_limit_cores,
-    })
-}
-
-fn boot_time(host: &Host) -> Result<f64, ProbeError> {
-    let text = host.read("/proc/stat")?;
-    parse_btime(&host.path("/proc/stat").display().to_string(), &text).map_err(Into::into)
-}
-
-/// `btime` (boot time, Unix seconds) from `/proc/stat`.
-pub fn parse_btime(source: &str, text: &str) -> Result<f64, ParseError> {
-    for (i, line) in text.lines().enumerate() {
-        if let Some(v) = line.strip_prefix("btime ") {
-            return v
-                .trim()
-                .parse::<u64>()
-                .map(|b| b as f64)
-                .map_err(|_| ParseError::new(source, i + 1, format!("btime: expected seconds, found {}", quote(v))));
-        }
-    }
-    Err(ParseError::whole(source, "no btime line"))
+    /// Every process that looks like kube-proxy (name and argv[0]), by PID, at most 16.
+    #[serde(default)]
+    pub process_candidates: Vec<ProcessCandidate>,
+    /// Processes named `kube-proxy` whose argv[0] is something else.
+    #[serde(default)]
+    pub processes_named_only: u32,
+    /// Nothing listens on the metrics port (connection refused).
+    #[serde(default)]
+    pub metrics_refused: bool,
 }
 
 /// The memory and CPU limits of a process's cgroup (v2, or v1 memory), when set.
@@ -223,22 +186,24 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
         async move { fetch::get_until(&url, deadline, cap).await }
     };
     let host = ctx.host.clone();
-    let (mode, metrics, health, process) = tokio::join!(
+    let (mode, metrics, health, scan) = tokio::join!(
         get("/proxyMode", &ep.metrics_url, MAX_PROXY_MODE_BYTES),
         get("/metrics", &ep.metrics_url, ep.max_body_bytes),
         get("/healthz", &ep.healthz_url, MAX_HEALTHZ_BYTES),
-        super::blocking(super::ProbeName::KubeProxy, move || find_process(&host))
+        super::blocking(super::ProbeName::KubeProxy, move || process::scan(&host))
     );
-    let process = process?;
+    let scan = scan?;
     let refused = |r: &Result<fetch::Fetched, FetchError>| matches!(r, Err(e) if e.is_refused());
-    if process.is_none() && refused(&metrics) && refused(&health) {
+    if scan.candidates.is_empty() && refused(&metrics) && refused(&health) {
         return Ok(Probed::Absent(format!(
             "no kube-proxy process and nothing listening on {} or {}",
             ep.metrics_url, ep.healthz_url
         )));
     }
     let mut facts = KubeProxyFacts {
-        process,
+        metrics_refused: refused(&metrics),
+        process_candidates: scan.candidates.iter().map(|(c, _)| c.clone()).collect(),
+        processes_named_only: scan.named_only.saturating_add(scan.more_candidates),
         ..Default::default()
     };
     match mode {
@@ -279,10 +244,26 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
         }
         Err(e) => HealthzFacts {
             timed_out: matches!(e, FetchError::Timeout { .. }),
+            refused: e.is_refused(),
             error: Some(e.to_string()),
             ..Default::default()
         },
     });
+    // kube-proxy's process: the candidate its own metrics vouch for, or the only one.
+    let metrics_start = facts.metrics.as_ref().and_then(|m| m.process_start_time_seconds);
+    let starts: Vec<f64> = scan.candidates.iter().map(|(c, _)| c.start_time_seconds).collect();
+    if let Some((i, identity)) = process::identify(&starts, metrics_start) {
+        let mut p = scan.candidates[i].1.clone();
+        p.identity = identity;
+        let host = ctx.host.clone();
+        let pid = p.pid;
+        let limits = super::blocking(super::ProbeName::KubeProxy, move || Ok(cgroup_limits(&host, pid)));
+        (p.memory_limit_bytes, p.cpu_limit_cores) = match tokio::time::timeout_at(deadline.at().into(), limits).await {
+            Ok(r) => r?,
+            Err(_) => return Err(ProbeError::Timeout(deadline.budget())),
+        };
+        facts.process = Some(p);
+    }
     Ok(Probed::Present(facts))
 }
 
@@ -291,13 +272,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn btime_and_cpu_max() {
-        assert_eq!(
-            parse_btime("s", "cpu 1 2\nbtime 1795990000\n").unwrap(),
-            1_795_990_000.0
-        );
-        assert!(parse_btime("s", "cpu 1\n").is_err());
-        assert!(parse_btime("s", "btime x\n").is_err());
+    fn cpu_max() {
         assert_eq!(parse_cpu_max("200000 100000\n"), Some(2.0));
         assert_eq!(parse_cpu_max("max 100000\n"), None);
     }
