@@ -206,6 +206,10 @@ pub struct Common {
     #[arg(long, env = "PROXYWATCH_HOST_ROOT", default_value = "/", value_name = "DIR")]
     pub host_root: PathBuf,
 
+    /// The node's cgroup filesystem, where kube-proxy's memory and CPU limits and throttling are read (default: sys/fs/cgroup under --host-root; the DaemonSet mounts the host's read-only at /host/sys/fs/cgroup).
+    #[arg(long = "host-cgroup-root", env = "PROXYWATCH_HOST_CGROUP_ROOT", value_name = "DIR")]
+    pub host_cgroup_root: Option<PathBuf>,
+
     /// Node name in reports (default: the host's hostname).
     #[arg(long, env = "PROXYWATCH_NODE_NAME")]
     pub node_name: Option<String>,
@@ -381,6 +385,7 @@ impl Common {
             metrics_url: self.kube_proxy_metrics_url.clone(),
             healthz_url: self.kube_proxy_healthz_url.clone(),
             max_body_bytes: self.kube_proxy_max_body_bytes,
+            cgroup_root: self.host_cgroup_root.clone(),
         }
     }
 

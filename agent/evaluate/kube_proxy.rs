@@ -272,10 +272,56 @@ pub fn resources_near_limit(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> O
         )
         .evidence("resident_memory_bytes", p.resident_memory_bytes)
         .evidence("memory_limit_bytes", limit)
+        .evidence(
+            "cgroup_memory_usage_bytes",
+            p.cgroup.as_ref().and_then(|c| c.memory_usage_bytes),
+        )
+        .evidence("cgroup_path", p.cgroup.as_ref().map(|c| c.path.clone()))
         .evidence("cpu_limit_cores", p.cpu_limit_cores)
         .remediation(&[
             "kube-proxy near its limit gets OOM-killed (and reprograms every rule on restart): raise the DaemonSet's memory limit, sized for the rule set (kubectl top pod -n kube-system -l k8s-app=kube-proxy).",
             "Roll back: revert the DaemonSet change with kubectl rollout undo ds/kube-proxy -n kube-system.",
+        ]),
+    )
+}
+
+/// Share of CPU periods throttled at which kube-proxy's throttling is a warning: kubernetes-mixin's
+/// CPUThrottlingHigh threshold (`cpuThrottlingPercent: 25`).
+pub const THROTTLED_WARNING_RATIO: f64 = 0.25;
+/// Fewer periods than this in the window say too little (a mostly idle kube-proxy).
+pub const THROTTLED_MIN_PERIODS: u64 = 10;
+
+pub fn cpu_throttled(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    let p = kp(s)?.process.as_ref()?;
+    let w = derived(s).cpu_throttling?;
+    let ratio = w.ratio?;
+    let severity = if ratio >= THROTTLED_WARNING_RATIO && w.periods >= THROTTLED_MIN_PERIODS {
+        Severity::Warning
+    } else {
+        Severity::Ok
+    };
+    Some(
+        Finding::new(
+            "kube_proxy_cpu_throttled",
+            severity,
+            format!(
+                "kube-proxy's cgroup was CPU-throttled in {:.0}% of its periods over the last {:.0} s ({:.1} s throttled)",
+                ratio * 100.0,
+                w.seconds,
+                w.throttled_seconds
+            ),
+        )
+        .evidence("throttled_ratio", ratio)
+        .evidence("periods", w.periods)
+        .evidence("throttled_periods", w.throttled_periods)
+        .evidence("throttled_seconds", w.throttled_seconds)
+        .evidence("window_seconds", w.seconds)
+        .evidence("cpu_limit_cores", p.cpu_limit_cores)
+        .evidence("warning_at_ratio", THROTTLED_WARNING_RATIO)
+        .remediation(&[
+            "A throttled kube-proxy syncs rules late (see kube_proxy_sync_slow and kube_proxy_network_programming_slow) even when the node has idle CPU: its CPU limit is too tight for its bursts.",
+            "Back up the DaemonSet (kubectl -n kube-system get ds kube-proxy -o yaml > kube-proxy-ds-$(date +%Y%m%d).yaml), then raise or remove resources.limits.cpu of its container; verify within 15 minutes that proxywatch_kube_proxy_cpu_throttled_ratio falls below 0.25.",
+            "Roll back: kubectl -n kube-system rollout undo ds/kube-proxy.",
         ]),
     )
 }
@@ -439,6 +485,42 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(judge(unhealthy, &with(fine), &t).unwrap().severity, Severity::Ok);
+    }
+
+    #[test]
+    fn cpu_throttling_over_a_quarter_of_the_periods_is_a_warning() {
+        use crate::history::kube_proxy::CpuThrottling;
+        let t = crate::config::default_thresholds();
+        let mut s = with(KubeProxyFacts {
+            process: Some(ProcessFacts {
+                pid: 1,
+                cpu_limit_cores: Some(0.1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(judge(cpu_throttled, &s, &t), None, "no window yet");
+        let mut w = CpuThrottling {
+            periods: 100,
+            throttled_periods: 25,
+            throttled_seconds: 1.2,
+            ratio: Some(0.25),
+            seconds: 300.0,
+        };
+        let mut at = |w: &CpuThrottling| {
+            s.derived.kube_proxy = Some(KubeProxyDerived {
+                cpu_throttling: Some(w.clone()),
+                ..Default::default()
+            });
+            judge(cpu_throttled, &s, &t).map(|f| f.severity)
+        };
+        assert_eq!(at(&w), Some(Severity::Warning));
+        w.ratio = Some(0.24);
+        assert_eq!(at(&w), Some(Severity::Ok));
+        (w.ratio, w.periods) = (Some(1.0), 5);
+        assert_eq!(at(&w), Some(Severity::Ok), "5 periods say too little");
+        w.ratio = None;
+        assert_eq!(at(&w), None, "idle: no ratio");
     }
 
     #[test]

@@ -194,6 +194,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "kube_proxy_sync_stale", run: kube_proxy::sync_stale },
     Check { id: "kube_proxy_restarted", run: kube_proxy::restarted },
     Check { id: "kube_proxy_resources_near_limit", run: kube_proxy::resources_near_limit },
+    Check { id: "kube_proxy_cpu_throttled", run: kube_proxy::cpu_throttled },
     Check { id: "probe_failed", run: probes::failed },
 ];
 

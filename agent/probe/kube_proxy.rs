@@ -6,21 +6,22 @@
 //! `process`'s; this file holds the facts and the thin probe. kube-proxy replaced by something
 //! else (nothing listening, no process that looks like it) is "absent", not a failure.
 
+pub mod cgroup;
 pub mod healthz;
 pub mod metrics;
 pub mod process;
 pub mod proxy_mode;
 
+pub use cgroup::{parse_cpu_max, CgroupFacts, CpuStat};
 pub use process::{parse_btime, Identity, ProcessCandidate};
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use self::metrics::KubeProxyMetrics;
 use super::{Deadline, ProbeContext, ProbeError, Probed};
 use crate::fetch::{self, FetchError};
-use crate::host::Host;
 use crate::promtext::{self, Histogram};
 
 /// Where kube-proxy is and how long to wait for it.
@@ -32,6 +33,8 @@ pub struct Endpoints {
     pub healthz_url: String,
     /// `/metrics` bodies larger than this fail the probe (`--kube-proxy.max-body-bytes`).
     pub max_body_bytes: usize,
+    /// The node's cgroup filesystem (`--host-cgroup-root`); None: `<host root>/sys/fs/cgroup`.
+    pub cgroup_root: Option<PathBuf>,
 }
 
 /// Cap on a `/proxyMode` body: one word (`iptables`, 8 bytes in `tests/fixtures/kube-proxy/`).
@@ -71,6 +74,12 @@ pub struct ProcessFacts {
     pub memory_limit_bytes: Option<u64>,
     /// The CPU limit of its cgroup, in cores, when there is one.
     pub cpu_limit_cores: Option<f64>,
+    /// Its cgroup (limits, usage, CPU throttling), when found.
+    #[serde(default)]
+    pub cgroup: Option<CgroupFacts>,
+    /// Why its cgroup could not be read, when it could not.
+    #[serde(default)]
+    pub cgroup_error: Option<String>,
     /// Whether its start time agrees with kube-proxy's own `process_start_time_seconds`.
     #[serde(default)]
     pub identity: Identity,
@@ -119,40 +128,6 @@ pub struct KubeProxyFacts {
     /// Nothing listens on the metrics port (connection refused).
     #[serde(default)]
     pub metrics_refused: bool,
-}
-
-/// The memory and CPU limits of a process's cgroup (v2, or v1 memory), when set.
-fn cgroup_limits(host: &Host, pid: i32) -> (Option<u64>, Option<f64>) {
-    let Ok(Some(cg)) = host.read_optional(&format!("/proc/{pid}/cgroup")) else {
-        return (None, None);
-    };
-    let (mut mem, mut cpu) = (None, None);
-    for line in cg.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        let read = |p: String| host.read_optional(&p).ok().flatten();
-        if controllers.is_empty() {
-            let base = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
-            let base = base.display();
-            mem = mem.or_else(|| read(format!("{base}/memory.max")).and_then(|v| v.trim().parse().ok()));
-            cpu = cpu.or_else(|| read(format!("{base}/cpu.max")).and_then(|v| parse_cpu_max(&v)));
-        } else if controllers.split(',').any(|c| c == "memory") {
-            let v = read(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"));
-            // v1 says "no limit" with a huge number.
-            mem = mem.or_else(|| v.and_then(|v| v.trim().parse::<u64>().ok()).filter(|&b| b < 1 << 60));
-        }
-    }
-    (mem, cpu)
-}
-
-/// cgroup v2 `cpu.max`: `max 100000` (no limit) or `QUOTA PERIOD`.
-pub fn parse_cpu_max(text: &str) -> Option<f64> {
-    let mut it = text.split_whitespace();
-    let quota: f64 = it.next()?.parse().ok()?;
-    let period: f64 = it.next()?.parse().ok()?;
-    (period > 0.0).then(|| quota / period)
 }
 
 /// Parses a `/metrics` body on the blocking pool, so a large one cannot hold an async worker
@@ -256,24 +231,21 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
         let mut p = scan.candidates[i].1.clone();
         p.identity = identity;
         let host = ctx.host.clone();
+        let root = ep.cgroup_root.clone().unwrap_or_else(|| host.path("/sys/fs/cgroup"));
         let pid = p.pid;
-        let limits = super::blocking(super::ProbeName::KubeProxy, move || Ok(cgroup_limits(&host, pid)));
-        (p.memory_limit_bytes, p.cpu_limit_cores) = match tokio::time::timeout_at(deadline.at().into(), limits).await {
-            Ok(r) => r?,
+        let read = super::blocking(super::ProbeName::KubeProxy, move || Ok(cgroup::read(&host, &root, pid)));
+        match tokio::time::timeout_at(deadline.at().into(), read).await {
+            Ok(Ok(Ok(cg))) => {
+                p.memory_limit_bytes = cg.memory_limit_bytes;
+                p.cpu_limit_cores = cg.cpu_limit_cores;
+                p.cgroup = Some(cg);
+            }
+            // Not finding the cgroup is a missing fact, not a failed probe.
+            Ok(Ok(Err(why))) => p.cgroup_error = Some(why),
+            Ok(Err(e)) => return Err(e),
             Err(_) => return Err(ProbeError::Timeout(deadline.budget())),
-        };
+        }
         facts.process = Some(p);
     }
     Ok(Probed::Present(facts))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_max() {
-        assert_eq!(parse_cpu_max("200000 100000\n"), Some(2.0));
-        assert_eq!(parse_cpu_max("max 100000\n"), None);
-    }
 }
