@@ -334,7 +334,7 @@ pub struct Common {
     #[arg(long = "kube-proxy.timeout", env = "PROXYWATCH_KUBE_PROXY_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub kube_proxy_timeout: Duration,
 
-    /// Largest kube-proxy /metrics body read, in bytes (real ones weigh 13 to 85 KiB); /proxyMode and /healthz are capped at 4 KiB and 64 KiB.
+    /// Largest kube-proxy /metrics body read, in bytes (real ones weigh 12 to 83 KiB); /proxyMode and /healthz are capped at 4 KiB and 64 KiB.
     #[arg(long = "kube-proxy.max-body-bytes", env = "PROXYWATCH_KUBE_PROXY_MAX_BODY_BYTES", default_value_t = 4 << 20)]
     pub kube_proxy_max_body_bytes: usize,
 
