@@ -246,6 +246,10 @@ pub struct Common {
     #[arg(long, env = "PROXYWATCH_HOST_ROOT", default_value = "/", value_name = "DIR")]
     pub host_root: PathBuf,
 
+    /// The node's cgroup filesystem, where kube-proxy's memory and CPU limits and throttling are read (default: sys/fs/cgroup under --host-root; the DaemonSet mounts the host's read-only at /host/sys/fs/cgroup).
+    #[arg(long = "host-cgroup-root", env = "PROXYWATCH_HOST_CGROUP_ROOT", value_name = "DIR")]
+    pub host_cgroup_root: Option<PathBuf>,
+
     /// Node name in reports (default: the host's hostname).
     #[arg(long, env = "PROXYWATCH_NODE_NAME")]
     pub node_name: Option<String>,
@@ -370,8 +374,8 @@ pub struct Common {
     #[arg(long = "kube-proxy.timeout", env = "PROXYWATCH_KUBE_PROXY_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub kube_proxy_timeout: Duration,
 
-    /// Largest kube-proxy response body read, in bytes.
-    #[arg(long = "kube-proxy.max-body-bytes", env = "PROXYWATCH_KUBE_PROXY_MAX_BODY_BYTES", default_value_t = 16 << 20)]
+    /// Largest kube-proxy /metrics body read, in bytes (real ones weigh 12 to 83 KiB); /proxyMode and /healthz are capped at 4 KiB and 64 KiB.
+    #[arg(long = "kube-proxy.max-body-bytes", env = "PROXYWATCH_KUBE_PROXY_MAX_BODY_BYTES", default_value_t = 4 << 20)]
     pub kube_proxy_max_body_bytes: usize,
 
     /// kube-proxy sync p99 that raises a warning (the runbook: > 1 s means rule churn).
@@ -421,6 +425,7 @@ impl Common {
             metrics_url: self.kube_proxy_metrics_url.clone(),
             healthz_url: self.kube_proxy_healthz_url.clone(),
             max_body_bytes: self.kube_proxy_max_body_bytes,
+            cgroup_root: self.host_cgroup_root.clone(),
         }
     }
 

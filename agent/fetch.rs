@@ -1,6 +1,8 @@
 //! The one HTTP client: plain-HTTP GET of kube-proxy's local endpoints, with a
-//! timeout over the whole exchange and a cap on the body. Built on hyper's
-//! low-level HTTP/1 connection, which axum already brings in.
+//! timeout over the whole exchange and a cap on the body, given per call (each
+//! endpoint has its own). A body over the cap is refused as soon as its declared
+//! length or the bytes read pass it, so at most the cap is ever held. Built on
+//! hyper's low-level HTTP/1 connection, which axum already brings in.
 
 use std::time::Duration;
 
@@ -111,7 +113,8 @@ async fn get_inner(url: &str, max_body: usize) -> Result<Fetched, FetchError> {
                 limit: max_body,
             });
         }
-        let mut buf: Vec<u8> = Vec::new();
+        // A declared length is reserved once (it is within the cap); otherwise the buffer grows.
+        let mut buf: Vec<u8> = Vec::with_capacity(body.size_hint().exact().map_or(0, |n| n as usize));
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| io(&e))?;
             if let Some(data) = frame.data_ref() {
@@ -124,10 +127,12 @@ async fn get_inner(url: &str, max_body: usize) -> Result<Fetched, FetchError> {
                 buf.extend_from_slice(data);
             }
         }
-        Ok(Fetched {
-            status,
-            body: String::from_utf8_lossy(&buf).into_owned(),
-        })
+        // Valid UTF-8 (every real answer) is taken as is, not copied.
+        let body = match String::from_utf8(buf) {
+            Ok(text) => text,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        };
+        Ok(Fetched { status, body })
     }
     .await;
     driver.abort();

@@ -22,6 +22,8 @@ const SCENARIOS: &[&str] = &[
     "healthy-iptables",
     "ip-forward-off",
     "ipvs-modules-loaded",
+    "kube-proxy-cgroup-v1",
+    "kube-proxy-cgroup-v2-private-ns",
     "no-conntrack",
     "old-kernel-no-stat-file",
 ];
@@ -923,4 +925,135 @@ fn command_that_closes_stdout_before_exiting_is_not_killed() {
         doc["probes"]["conntrack"]
     );
     assert_eq!(doc["facts"]["conntrack"]["stats_source"], "conntrack -S");
+}
+
+// ---------------------------------------------------------------------------
+// kube-proxy's cgroup, read from the node's cgroupfs (the fixtures' /proc give the process).
+
+/// The one process directory under the scenario's proc/ whose stat names kube-proxy.
+fn kube_proxy_pid(s: &Scenario) -> u64 {
+    let proc_dir = scenario_dir(s.name).join("proc");
+    let pids: Vec<u64> = std::fs::read_dir(&proc_dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid| s.file(&format!("proc/{pid}/stat")).contains("(kube-proxy)"))
+        .collect();
+    assert_eq!(pids.len(), 1, "{}: {pids:?}", s.name);
+    pids[0]
+}
+
+/// `key N` from a cpu.stat file.
+fn cpu_stat_field(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} ")))
+        .unwrap_or_else(|| panic!("no {key} in {text:?}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The checks every kube-proxy cgroup node shares: a lone process, nothing listening, so a
+/// warning and never a critical.
+fn assert_lone_process_is_a_warning(s: &Scenario, pid: u64) {
+    s.assert_file_probes_ok();
+    assert_eq!(s.probe_status("kube_proxy"), "ok");
+    let p = &s.doc["facts"]["kube_proxy"]["process"];
+    assert_eq!(p["pid"].as_u64(), Some(pid));
+    assert_eq!(p["identity"], "unconfirmed");
+    assert_eq!(s.must_find("kube_proxy_unhealthy")["severity"], "warning");
+    assert!(s.severities("critical").is_empty(), "{:#}", s.doc["findings"]);
+    assert!(s.finding("kube_proxy_process_ambiguous").is_none());
+    // One reading: no throttling window yet.
+    assert!(s.finding("kube_proxy_cpu_throttled").is_none());
+}
+
+#[test]
+fn kube_proxy_cgroup_v2_private_ns() {
+    let s = scenario("kube-proxy-cgroup-v2-private-ns", 1);
+    let pid = kube_proxy_pid(&s);
+    assert_lone_process_is_a_warning(&s, pid);
+    // /proc shows the path relative to the agent's namespace; the agent finds it by its tail.
+    let shown = s.file(&format!("proc/{pid}/cgroup"));
+    let relative = shown.trim().strip_prefix("0::").unwrap();
+    let tail = relative.trim_start_matches("/..");
+    assert!(relative.starts_with("/../") && tail.starts_with('/'), "{relative}");
+    let cg = &s.doc["facts"]["kube_proxy"]["process"]["cgroup"];
+    assert_eq!(cg["version"], 2);
+    assert_eq!(cg["found_by"], "search");
+    let path = cg["path"].as_str().unwrap();
+    assert!(path.ends_with(tail) && path.len() > tail.len(), "{path}");
+    let dir = format!("sys/fs/cgroup{path}");
+    assert_eq!(s.file(&format!("{dir}/cgroup.procs")).trim(), pid.to_string());
+    let limit = s.number(&format!("{dir}/memory.max"));
+    assert_eq!(cg["memory_limit_bytes"].as_u64(), Some(limit));
+    assert_eq!(
+        cg["memory_usage_bytes"].as_u64(),
+        Some(s.number(&format!("{dir}/memory.current")))
+    );
+    let max = s.file(&format!("{dir}/cpu.max"));
+    let (quota, period) = max.trim().split_once(' ').unwrap();
+    let cores = quota.parse::<f64>().unwrap() / period.parse::<f64>().unwrap();
+    assert_eq!(cg["cpu_limit_cores"].as_f64(), Some(cores));
+    let stat = s.file(&format!("{dir}/cpu.stat"));
+    assert_eq!(
+        cg["cpu"]["periods_total"].as_u64(),
+        Some(cpu_stat_field(&stat, "nr_periods"))
+    );
+    assert_eq!(
+        cg["cpu"]["throttled_periods_total"].as_u64(),
+        Some(cpu_stat_field(&stat, "nr_throttled"))
+    );
+    let throttled = cpu_stat_field(&stat, "throttled_usec") as f64 / 1e6;
+    assert_eq!(cg["cpu"]["throttled_seconds_total"].as_f64(), Some(throttled));
+    // RSS 95 % of memory.max: kube_proxy_resources_near_limit, end to end.
+    let f = s.must_find("kube_proxy_resources_near_limit");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["memory_limit_bytes"].as_u64(), Some(limit));
+    let rss = f["evidence"]["resident_memory_bytes"].as_u64().unwrap();
+    assert!((0.9..1.0).contains(&(rss as f64 / limit as f64)), "{rss} of {limit}");
+    let mut warnings = s.severities("warning");
+    warnings.sort();
+    assert_eq!(warnings, ["kube_proxy_resources_near_limit", "kube_proxy_unhealthy"]);
+}
+
+#[test]
+fn kube_proxy_cgroup_v1() {
+    let s = scenario("kube-proxy-cgroup-v1", 1);
+    let pid = kube_proxy_pid(&s);
+    assert_lone_process_is_a_warning(&s, pid);
+    let shown = s.file(&format!("proc/{pid}/cgroup"));
+    let path_of = |controller: &str| {
+        shown
+            .lines()
+            .find_map(|l| l.split_once(&format!(":{controller}:")).map(|(_, p)| p.to_string()))
+            .unwrap_or_else(|| panic!("no {controller} line"))
+    };
+    let (mem, cpu) = (
+        format!("sys/fs/cgroup/memory{}", path_of("memory")),
+        format!("sys/fs/cgroup/cpu,cpuacct{}", path_of("cpu,cpuacct")),
+    );
+    let cg = &s.doc["facts"]["kube_proxy"]["process"]["cgroup"];
+    assert_eq!(cg["version"], 1);
+    assert_eq!(cg["found_by"], "path");
+    assert_eq!(cg["path"], format!("/memory{}", path_of("memory")));
+    assert_eq!(
+        cg["memory_limit_bytes"].as_u64(),
+        Some(s.number(&format!("{mem}/memory.limit_in_bytes")))
+    );
+    assert_eq!(
+        cg["memory_usage_bytes"].as_u64(),
+        Some(s.number(&format!("{mem}/memory.usage_in_bytes")))
+    );
+    let cores =
+        s.number(&format!("{cpu}/cpu.cfs_quota_us")) as f64 / s.number(&format!("{cpu}/cpu.cfs_period_us")) as f64;
+    assert_eq!(cg["cpu_limit_cores"].as_f64(), Some(cores));
+    let stat = s.file(&format!("{cpu}/cpu.stat"));
+    assert_eq!(
+        cg["cpu"]["periods_total"].as_u64(),
+        Some(cpu_stat_field(&stat, "nr_periods"))
+    );
+    let throttled = cpu_stat_field(&stat, "throttled_time") as f64 / 1e9;
+    assert_eq!(cg["cpu"]["throttled_seconds_total"].as_f64(), Some(throttled));
+    // 50 MiB of 256 MiB: nothing near a limit.
+    assert_eq!(s.severities("warning"), ["kube_proxy_unhealthy"]);
 }

@@ -79,6 +79,11 @@ fn every_parser(text: &str) {
     let _ = proxy_mode::parse_proxy_mode(text);
     let _ = kube_proxy::parse_btime("t", text);
     let _ = kube_proxy::parse_cpu_max(text);
+    for line in kube_proxy::cgroup::parse_proc_cgroup(text) {
+        let _ = kube_proxy::cgroup::split_relative(&line.path);
+    }
+    let _ = kube_proxy::cgroup::parse_limit(text);
+    let _ = kube_proxy::cgroup::parse_cpu_stat(text);
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {

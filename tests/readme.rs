@@ -318,6 +318,21 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             threads: 10,
             memory_limit_bytes: Some(256 << 20),
             cpu_limit_cores: Some(1.0),
+            cgroup: Some(kube_proxy::cgroup::CgroupFacts {
+                version: 2,
+                path: "/kubepods.slice/kube-proxy".into(),
+                memory_limit_bytes: Some(256 << 20),
+                memory_usage_bytes: Some(60 << 20),
+                cpu_limit_cores: Some(1.0),
+                cpu: Some(kube_proxy::cgroup::CpuStat {
+                    periods_total: 1000,
+                    throttled_periods_total: 10,
+                    throttled_seconds_total: 0.5,
+                }),
+                ..Default::default()
+            }),
+            cgroup_error: None,
+            identity: Default::default(),
         }),
         ..Default::default()
     });
@@ -347,6 +362,13 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             queued_unsynced_seconds: Some(0.0),
             restarts: 1,
             last_restart_seconds: Some(1_799_999_000.0),
+            cpu_throttling: Some(proxywatch::history::kube_proxy::CpuThrottling {
+                periods: 100,
+                throttled_periods: 5,
+                throttled_seconds: 0.2,
+                ratio: Some(0.05),
+                seconds: 300.0,
+            }),
         }),
     };
     for &p in PROBES {

@@ -100,19 +100,43 @@ pub fn unhealthy(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Findi
                 h.last_updated.as_deref().unwrap_or("unknown")
             ),
         )
-    } else if !answered && k.process.is_some() && !k.metrics_up {
-        (
-            Severity::Critical,
-            "kube-proxy runs but neither /healthz nor /metrics answers".to_string(),
-        )
     } else if h.timed_out {
         // Seen even without hostPID (no process visible): something listens and hangs.
         (
             Severity::Critical,
             "kube-proxy's /healthz accepts connections but does not answer".to_string(),
         )
-    } else {
+    } else if !answered && !k.metrics_up && h.refused && k.metrics_refused {
+        // Nothing listens on either port: the only evidence of kube-proxy is a process with its
+        // name, which any process can take. Never a page on that alone.
+        let pids: Vec<String> = k.process_candidates.iter().map(|c| c.pid.to_string()).collect();
+        (
+            Severity::Warning,
+            format!(
+                "a process named kube-proxy runs (pid {}) but nothing listens on kube-proxy's ports: \
+                 kube-proxy is down, listens elsewhere, or the process is not kube-proxy",
+                pids.join(", ")
+            ),
+        )
+    } else if !answered && !k.metrics_up {
+        // Something listens but neither endpoint answers properly.
+        match &k.process {
+            Some(_) => (
+                Severity::Critical,
+                "kube-proxy runs but neither /healthz nor /metrics answers".to_string(),
+            ),
+            None => (
+                Severity::Warning,
+                "neither kube-proxy's /healthz nor its /metrics answers properly".to_string(),
+            ),
+        }
+    } else if answered {
         (Severity::Ok, "kube-proxy /healthz answers 200".to_string())
+    } else {
+        (
+            Severity::Ok,
+            "kube-proxy /metrics answers; /healthz does not".to_string(),
+        )
     };
     Some(
         Finding::new("kube_proxy_unhealthy", severity, summary)
@@ -120,10 +144,69 @@ pub fn unhealthy(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Findi
             .evidence("healthz_error", h.error.clone())
             .evidence("staleness_seconds", h.staleness_seconds)
             .evidence("metrics_error", k.metrics_error.clone())
+            .evidence("pid", k.process.as_ref().map(|p| p.pid))
             .remediation(&[
                 "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100: look for failed syncs (iptables-restore errors) or lost API server connections.",
                 "If it is wedged, delete the pod so the DaemonSet recreates it; services keep working on the old rules meanwhile.",
+                "If nothing listens on its ports, check kube-proxy's metricsBindAddress and healthzBindAddress against --kube-proxy.metrics-url and --kube-proxy.healthz-url, and whether the process is kube-proxy at all (see kube_proxy_process_ambiguous).",
             ]),
+    )
+}
+
+const AMBIGUOUS: &[&str] = &[
+    "Find what each process is: ps -o pid,lstart,args -p <pid>; the cgroup in the evidence (or cat /proc/<pid>/cgroup) names the pod (its UID after \"pod\") or the systemd unit it runs in.",
+    "kube-proxy runs in the kube-system DaemonSet's pod on this node (kubectl -n kube-system get pods -o wide -l k8s-app=kube-proxy --field-selector spec.nodeName=<node>); find the pod of any other process called kube-proxy (crictl ps, crictl inspect <container>) and remove it.",
+    "The agent takes for kube-proxy only the process whose start time agrees with process_start_time_seconds on kube-proxy's /metrics; until then it reports no process facts.",
+];
+
+pub fn process_ambiguous(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    let k = kp(s)?;
+    let candidates = &k.process_candidates;
+    let metrics_start = k.metrics.as_ref().and_then(|m| m.process_start_time_seconds);
+    let pids: Vec<i32> = candidates.iter().map(|c| c.pid).collect();
+    let shown = |pids: &[i32]| pids.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
+    let (severity, summary) = match (&k.process, candidates.len(), metrics_start) {
+        (Some(p), n, _) if n > 1 => (
+            Severity::Info,
+            format!(
+                "{n} processes look like kube-proxy (pids {}); pid {} is the one whose start time agrees with kube-proxy's /metrics",
+                shown(&pids),
+                p.pid
+            ),
+        ),
+        (None, n, Some(t)) if n > 0 => (
+            Severity::Warning,
+            format!(
+                "no process that looks like kube-proxy (pids {}) started when the kube-proxy answering /metrics did ({t:.0}): none is taken for kube-proxy",
+                shown(&pids)
+            ),
+        ),
+        (None, n, None) if n > 1 => (
+            Severity::Warning,
+            format!(
+                "{n} processes look like kube-proxy (pids {}) and nothing tells them apart (/metrics gives no start time): none is taken for kube-proxy",
+                shown(&pids)
+            ),
+        ),
+        _ if k.processes_named_only > 0 => (
+            Severity::Info,
+            format!(
+                "{} process(es) are named kube-proxy but run another program (argv[0] is not kube-proxy)",
+                k.processes_named_only
+            ),
+        ),
+        _ => (Severity::Ok, format!("{} process(es) look like kube-proxy", candidates.len())),
+    };
+    Some(
+        Finding::new("kube_proxy_process_ambiguous", severity, summary)
+            .evidence("pid", k.process.as_ref().map(|p| p.pid))
+            .evidence("metrics_start_time_seconds", metrics_start)
+            .evidence(
+                "candidates",
+                serde_json::to_value(candidates).unwrap_or(serde_json::Value::Null),
+            )
+            .evidence("named_only", k.processes_named_only)
+            .remediation(AMBIGUOUS),
     )
 }
 
@@ -189,10 +272,56 @@ pub fn resources_near_limit(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> O
         )
         .evidence("resident_memory_bytes", p.resident_memory_bytes)
         .evidence("memory_limit_bytes", limit)
+        .evidence(
+            "cgroup_memory_usage_bytes",
+            p.cgroup.as_ref().and_then(|c| c.memory_usage_bytes),
+        )
+        .evidence("cgroup_path", p.cgroup.as_ref().map(|c| c.path.clone()))
         .evidence("cpu_limit_cores", p.cpu_limit_cores)
         .remediation(&[
             "kube-proxy near its limit gets OOM-killed (and reprograms every rule on restart): raise the DaemonSet's memory limit, sized for the rule set (kubectl top pod -n kube-system -l k8s-app=kube-proxy).",
             "Roll back: revert the DaemonSet change with kubectl rollout undo ds/kube-proxy -n kube-system.",
+        ]),
+    )
+}
+
+/// Share of CPU periods throttled at which kube-proxy's throttling is a warning: kubernetes-mixin's
+/// CPUThrottlingHigh threshold (`cpuThrottlingPercent: 25`).
+pub const THROTTLED_WARNING_RATIO: f64 = 0.25;
+/// Fewer periods than this in the window say too little (a mostly idle kube-proxy).
+pub const THROTTLED_MIN_PERIODS: u64 = 10;
+
+pub fn cpu_throttled(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    let p = kp(s)?.process.as_ref()?;
+    let w = derived(s).cpu_throttling?;
+    let ratio = w.ratio?;
+    let severity = if ratio >= THROTTLED_WARNING_RATIO && w.periods >= THROTTLED_MIN_PERIODS {
+        Severity::Warning
+    } else {
+        Severity::Ok
+    };
+    Some(
+        Finding::new(
+            "kube_proxy_cpu_throttled",
+            severity,
+            format!(
+                "kube-proxy's cgroup was CPU-throttled in {:.0}% of its periods over the last {:.0} s ({:.1} s throttled)",
+                ratio * 100.0,
+                w.seconds,
+                w.throttled_seconds
+            ),
+        )
+        .evidence("throttled_ratio", ratio)
+        .evidence("periods", w.periods)
+        .evidence("throttled_periods", w.throttled_periods)
+        .evidence("throttled_seconds", w.throttled_seconds)
+        .evidence("window_seconds", w.seconds)
+        .evidence("cpu_limit_cores", p.cpu_limit_cores)
+        .evidence("warning_at_ratio", THROTTLED_WARNING_RATIO)
+        .remediation(&[
+            "A throttled kube-proxy syncs rules late (see kube_proxy_sync_slow and kube_proxy_network_programming_slow) even when the node has idle CPU: its CPU limit is too tight for its bursts.",
+            "Back up the DaemonSet (kubectl -n kube-system get ds kube-proxy -o yaml > kube-proxy-ds-$(date +%Y%m%d).yaml), then raise or remove resources.limits.cpu of its container; verify within 15 minutes that proxywatch_kube_proxy_cpu_throttled_ratio falls below 0.25.",
+            "Roll back: kubectl -n kube-system rollout undo ds/kube-proxy.",
         ]),
     )
 }
@@ -202,7 +331,7 @@ mod tests {
     use super::super::test_support::healthy;
     use super::*;
     use crate::evaluate::test_support::judge;
-    use crate::probe::kube_proxy::{HealthzFacts, ProcessFacts};
+    use crate::probe::kube_proxy::{HealthzFacts, Identity, ProcessCandidate, ProcessFacts};
 
     fn with(k: KubeProxyFacts) -> Snapshot {
         let mut s = healthy();
@@ -291,5 +420,156 @@ mod tests {
         });
         assert_eq!(judge(unhealthy, &hung, &t).unwrap().severity, Severity::Critical);
         assert_eq!(judge(sync_stale, &s, &t).unwrap().severity, Severity::Warning);
+    }
+
+    fn candidate(pid: i32, start: f64) -> ProcessCandidate {
+        ProcessCandidate {
+            pid,
+            start_time_seconds: start,
+            command: "/usr/local/bin/kube-proxy --config=/var/lib/kube-proxy/config.conf".into(),
+            cgroup: Some("/kubepods/besteffort/pod1/c1".into()),
+        }
+    }
+
+    #[test]
+    fn a_process_alone_is_never_critical() {
+        let t = crate::config::default_thresholds();
+        let refused = HealthzFacts {
+            refused: true,
+            error: Some("connection refused".into()),
+            ..Default::default()
+        };
+        let alone = KubeProxyFacts {
+            healthz: Some(refused.clone()),
+            metrics_refused: true,
+            process: Some(ProcessFacts {
+                pid: 42,
+                ..Default::default()
+            }),
+            process_candidates: vec![candidate(42, 100.0)],
+            ..Default::default()
+        };
+        let f = judge(unhealthy, &with(alone.clone()), &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning, "{f:?}");
+        assert!(f.summary.contains("pid 42"), "{}", f.summary);
+        // Something listens on the metrics port but fails: with a process, that is kube-proxy broken.
+        let broken = KubeProxyFacts {
+            metrics_refused: false,
+            metrics_error: Some("HTTP 500".into()),
+            ..alone.clone()
+        };
+        assert_eq!(
+            judge(unhealthy, &with(broken.clone()), &t).unwrap().severity,
+            Severity::Critical
+        );
+        let no_process = KubeProxyFacts {
+            process: None,
+            process_candidates: vec![],
+            ..broken
+        };
+        assert_eq!(
+            judge(unhealthy, &with(no_process), &t).unwrap().severity,
+            Severity::Warning
+        );
+        // The impostor alone raises no identity finding; a healthy kube-proxy raises nothing.
+        assert_eq!(
+            judge(process_ambiguous, &with(alone), &t).unwrap().severity,
+            Severity::Ok
+        );
+        let fine = KubeProxyFacts {
+            healthz: Some(HealthzFacts {
+                status_code: 200,
+                ..Default::default()
+            }),
+            metrics_up: true,
+            ..Default::default()
+        };
+        assert_eq!(judge(unhealthy, &with(fine), &t).unwrap().severity, Severity::Ok);
+    }
+
+    #[test]
+    fn cpu_throttling_over_a_quarter_of_the_periods_is_a_warning() {
+        use crate::history::kube_proxy::CpuThrottling;
+        let t = crate::config::default_thresholds();
+        let mut s = with(KubeProxyFacts {
+            process: Some(ProcessFacts {
+                pid: 1,
+                cpu_limit_cores: Some(0.1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(judge(cpu_throttled, &s, &t), None, "no window yet");
+        let mut w = CpuThrottling {
+            periods: 100,
+            throttled_periods: 25,
+            throttled_seconds: 1.2,
+            ratio: Some(0.25),
+            seconds: 300.0,
+        };
+        let mut at = |w: &CpuThrottling| {
+            s.derived.kube_proxy = Some(KubeProxyDerived {
+                cpu_throttling: Some(w.clone()),
+                ..Default::default()
+            });
+            judge(cpu_throttled, &s, &t).map(|f| f.severity)
+        };
+        assert_eq!(at(&w), Some(Severity::Warning));
+        w.ratio = Some(0.24);
+        assert_eq!(at(&w), Some(Severity::Ok));
+        (w.ratio, w.periods) = (Some(1.0), 5);
+        assert_eq!(at(&w), Some(Severity::Ok), "5 periods say too little");
+        w.ratio = None;
+        assert_eq!(at(&w), None, "idle: no ratio");
+    }
+
+    #[test]
+    fn several_candidates_are_ambiguous_until_metrics_tell() {
+        let t = crate::config::default_thresholds();
+        let metrics = |start: Option<f64>| {
+            Some(crate::probe::kube_proxy::metrics::KubeProxyMetrics {
+                process_start_time_seconds: start,
+                ..Default::default()
+            })
+        };
+        let two = KubeProxyFacts {
+            process_candidates: vec![candidate(10, 100.0), candidate(20, 200.0)],
+            ..Default::default()
+        };
+        let f = judge(process_ambiguous, &with(two.clone()), &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(f.summary.contains("pids 10, 20"), "{}", f.summary);
+        let resolved = KubeProxyFacts {
+            metrics: metrics(Some(200.0)),
+            process: Some(ProcessFacts {
+                pid: 20,
+                identity: Identity::Confirmed,
+                ..Default::default()
+            }),
+            ..two.clone()
+        };
+        let f = judge(process_ambiguous, &with(resolved), &t).unwrap();
+        assert_eq!(
+            (f.severity, &f.evidence["pid"]),
+            (Severity::Info, &serde_json::json!(20))
+        );
+        // /metrics names a start time no candidate has: none is kube-proxy.
+        let mismatch = KubeProxyFacts {
+            metrics: metrics(Some(500.0)),
+            process_candidates: vec![candidate(10, 100.0)],
+            ..Default::default()
+        };
+        assert_eq!(
+            judge(process_ambiguous, &with(mismatch), &t).unwrap().severity,
+            Severity::Warning
+        );
+        let named_only = KubeProxyFacts {
+            processes_named_only: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            judge(process_ambiguous, &with(named_only), &t).unwrap().severity,
+            Severity::Info
+        );
     }
 }

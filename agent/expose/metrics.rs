@@ -60,6 +60,71 @@ impl Out {
     }
 }
 
+/// kube-proxy's cgroup: its limits and usage as read, its throttling counters as counters, and
+/// the share of periods throttled over the history's window.
+fn kube_proxy_cgroup(
+    out: &Out,
+    k: &crate::probe::kube_proxy::KubeProxyFacts,
+    d: &crate::history::kube_proxy::KubeProxyDerived,
+) {
+    let Some(cg) = k.process.as_ref().and_then(|p| p.cgroup.as_ref()) else {
+        return;
+    };
+    let one = |name: &str, help: &str, v: Option<f64>| {
+        if let Some(v) = v {
+            out.gauge(name, help, &[]).with_label_values(&[] as &[&str]).set(v);
+        }
+    };
+    one(
+        "proxywatch_kube_proxy_cgroup_memory_limit_bytes",
+        "Memory limit of kube-proxy's cgroup (memory.max or memory.limit_in_bytes); absent when unlimited.",
+        cg.memory_limit_bytes.map(|b| b as f64),
+    );
+    one(
+        "proxywatch_kube_proxy_cgroup_memory_usage_bytes",
+        "Memory charged to kube-proxy's cgroup, page cache included (memory.current or memory.usage_in_bytes).",
+        cg.memory_usage_bytes.map(|b| b as f64),
+    );
+    one(
+        "proxywatch_kube_proxy_cgroup_cpu_limit_cores",
+        "CPU limit of kube-proxy's cgroup in cores (CFS quota / period); absent when unlimited.",
+        cg.cpu_limit_cores,
+    );
+    if let Some(cpu) = cg.cpu {
+        for (name, help, v) in [
+            (
+                "proxywatch_kube_proxy_cgroup_cpu_periods_total",
+                "CFS enforcement periods in which kube-proxy's cgroup had runnable tasks (cpu.stat nr_periods).",
+                cpu.periods_total,
+            ),
+            (
+                "proxywatch_kube_proxy_cgroup_cpu_throttled_periods_total",
+                "Periods in which kube-proxy's cgroup was throttled (cpu.stat nr_throttled).",
+                cpu.throttled_periods_total,
+            ),
+        ] {
+            out.counter(name, help, &[]).with_label_values(&[] as &[&str]).inc_by(v);
+        }
+        out.register(
+            prometheus::CounterVec::new(
+                Opts::new(
+                    "proxywatch_kube_proxy_cgroup_cpu_throttled_seconds_total",
+                    "Time kube-proxy's cgroup was throttled (cpu.stat throttled_usec or throttled_time).",
+                ),
+                &[],
+            )
+            .expect("valid metric"),
+        )
+        .with_label_values(&[] as &[&str])
+        .inc_by(cpu.throttled_seconds_total);
+    }
+    one(
+        "proxywatch_kube_proxy_cpu_throttled_ratio",
+        "Share of kube-proxy's CPU periods that were throttled over the last 5 minutes.",
+        d.cpu_throttling.as_ref().and_then(|w| w.ratio),
+    );
+}
+
 /// Renders a snapshot and its findings: one function per section, each registering its
 /// series in the shared registry; the encoder writes the families sorted by name.
 pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
@@ -490,6 +555,12 @@ fn kube_proxy(out: &Out, s: &Snapshot) {
                 p.start_time_seconds,
             );
         }
+        kube_proxy_cgroup(out, k, &d);
+        one(
+            "proxywatch_kube_proxy_process_candidates",
+            "Processes that look like kube-proxy (name and argv[0]); more than 1 is ambiguous.",
+            k.process_candidates.len() as f64,
+        );
         out.counter(
             "proxywatch_kube_proxy_restarts_total",
             "kube-proxy restarts seen since the agent started.",

@@ -1,9 +1,13 @@
 //! kube-proxy over time: latency over the interval since the previous reading
 //! (bucket deltas, as `histogram_quantile(rate(...))` would give), restarts
-//! (a new process start time), and how long ago it last synced.
+//! (a new process start time), how long ago it last synced, and the share of its
+//! CPU periods its cgroup was throttled in over the last minutes.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::window::CounterWindow;
 use crate::probe::kube_proxy::metrics::KubeProxyMetrics;
 use crate::probe::kube_proxy::{KubeProxyFacts, Latency};
 use crate::promtext::{delta, quantile, Histogram};
@@ -43,6 +47,27 @@ pub fn p99(since_start: &Latency, window: Option<&LatencyWindow>) -> Option<f64>
     }
 }
 
+/// How far back CPU throttling is measured, in seconds: the 5 minutes of kubernetes-mixin's
+/// CPUThrottlingHigh alert (`increase(container_cpu_cfs_throttled_periods_total[5m])`).
+pub const THROTTLING_WINDOW_SECONDS: f64 = 300.0;
+/// Readings kept for it, at most (one per second for the whole window).
+const THROTTLING_CAPACITY: usize = 301;
+
+/// CPU throttling of kube-proxy's cgroup over the window (`cpu.stat` increases).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuThrottling {
+    /// Enforcement periods in which kube-proxy had runnable tasks.
+    pub periods: u64,
+    /// Periods in which it was throttled.
+    pub throttled_periods: u64,
+    /// Time it was throttled, in seconds.
+    pub throttled_seconds: f64,
+    /// throttled_periods / periods; None when no period elapsed.
+    pub ratio: Option<f64>,
+    /// Length of the window covered, in seconds.
+    pub seconds: f64,
+}
+
 /// `derived.kube_proxy`: what needs the previous reading or the clock.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KubeProxyDerived {
@@ -61,6 +86,10 @@ pub struct KubeProxyDerived {
     pub restarts: u64,
     /// Unix time of the latest restart seen, in seconds.
     pub last_restart_seconds: Option<f64>,
+    /// CPU throttling over [`THROTTLING_WINDOW_SECONDS`]; absent until two readings of the same
+    /// cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_throttling: Option<CpuThrottling>,
 }
 
 /// What is remembered of kube-proxy between readings.
@@ -70,6 +99,9 @@ pub struct KubeProxyHistory {
     start_time: Option<f64>,
     restarts: u64,
     last_restart: Option<f64>,
+    /// The throttling counters' readings, and whose they are (pid and cgroup path): another
+    /// process or cgroup starts a new window.
+    throttling: Option<(String, CounterWindow)>,
 }
 
 impl KubeProxyHistory {
@@ -115,7 +147,34 @@ impl KubeProxyHistory {
             };
             self.previous = Some((now, m.clone()));
         }
+        d.cpu_throttling = self.throttling(facts, now);
         d
+    }
+
+    fn throttling(&mut self, facts: &KubeProxyFacts, now: f64) -> Option<CpuThrottling> {
+        let p = facts.process.as_ref()?;
+        let cg = p.cgroup.as_ref()?;
+        let cpu = cg.cpu?;
+        let owner = format!("{} {}", p.pid, cg.path);
+        if self.throttling.as_ref().is_none_or(|(o, _)| *o != owner) {
+            let window = CounterWindow::new(THROTTLING_WINDOW_SECONDS, THROTTLING_CAPACITY);
+            self.throttling = Some((owner, window));
+        }
+        let (_, window) = self.throttling.as_mut()?;
+        let counters = BTreeMap::from([
+            ("periods".to_string(), cpu.periods_total),
+            ("throttled_periods".to_string(), cpu.throttled_periods_total),
+            ("throttled_us".to_string(), (cpu.throttled_seconds_total * 1e6) as u64),
+        ]);
+        let w = window.push(now, &counters)?;
+        let (periods, throttled) = (w.get("periods"), w.get("throttled_periods"));
+        Some(CpuThrottling {
+            periods,
+            throttled_periods: throttled,
+            throttled_seconds: w.get("throttled_us") as f64 / 1e6,
+            ratio: (periods > 0).then(|| throttled as f64 / periods as f64),
+            seconds: w.seconds,
+        })
     }
 }
 
@@ -182,5 +241,55 @@ mod tests {
         assert_eq!(d.restarts, 1);
         assert_eq!(d.last_restart_seconds, Some(1120.0));
         assert_eq!(d.sync, None);
+    }
+
+    fn throttled(pid: i32, path: &str, periods: u64, throttled: u64) -> KubeProxyFacts {
+        use crate::probe::kube_proxy::{CgroupFacts, CpuStat, ProcessFacts};
+        KubeProxyFacts {
+            process: Some(ProcessFacts {
+                pid,
+                cgroup: Some(CgroupFacts {
+                    path: path.into(),
+                    cpu: Some(CpuStat {
+                        periods_total: periods,
+                        throttled_periods_total: throttled,
+                        throttled_seconds_total: throttled as f64 * 0.05,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cpu_throttling_needs_two_readings_of_the_same_cgroup() {
+        let mut h = KubeProxyHistory::default();
+        assert_eq!(h.observe(&throttled(7, "/a", 1000, 100), 0.0).cpu_throttling, None);
+        let w = h.observe(&throttled(7, "/a", 1200, 150), 15.0).cpu_throttling.unwrap();
+        assert_eq!((w.periods, w.throttled_periods, w.seconds), (200, 50, 15.0));
+        assert_eq!(w.ratio, Some(0.25));
+        assert!((w.throttled_seconds - 2.5).abs() < 1e-6, "{}", w.throttled_seconds);
+        // Idle: no period elapsed, no ratio.
+        let w = h.observe(&throttled(7, "/a", 1200, 150), 30.0).cpu_throttling.unwrap();
+        assert_eq!(
+            (w.periods, w.ratio),
+            (200, Some(0.25)),
+            "the window still holds the first 15 s"
+        );
+        // A new process (or cgroup) starts a new window: its counters are not compared with the old.
+        assert_eq!(h.observe(&throttled(8, "/b", 5, 5), 45.0).cpu_throttling, None);
+        let w = h.observe(&throttled(8, "/b", 5, 5), 60.0).cpu_throttling.unwrap();
+        assert_eq!((w.periods, w.ratio), (0, None));
+        // Readings older than the window leave it.
+        let mut h = KubeProxyHistory::default();
+        h.observe(&throttled(7, "/a", 0, 0), 0.0);
+        h.observe(&throttled(7, "/a", 100, 100), 10.0);
+        for t in 1..=40 {
+            h.observe(&throttled(7, "/a", 100 + 10 * t, 100), 10.0 + 10.0 * t as f64);
+        }
+        let w = h.observe(&throttled(7, "/a", 510, 100), 420.0).cpu_throttling.unwrap();
+        assert_eq!((w.throttled_periods, w.ratio), (0, Some(0.0)), "{w:?}");
     }
 }

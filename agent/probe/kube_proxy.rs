@@ -2,23 +2,26 @@
 //! (sync and network-programming latency), its health endpoint, and its
 //! process (CPU, memory, threads, start time, cgroup limits).
 //!
-//! The parsers live in the submodules and `crate::promtext`; this file holds the facts and the
-//! thin probe. kube-proxy replaced by something else (nothing listening, no
-//! process) is "absent", not a failure.
+//! The parsers live in the submodules and `crate::promtext`; which process is kube-proxy is
+//! `process`'s; this file holds the facts and the thin probe. kube-proxy replaced by something
+//! else (nothing listening, no process that looks like it) is "absent", not a failure.
 
+pub mod cgroup;
 pub mod healthz;
 pub mod metrics;
+pub mod process;
 pub mod proxy_mode;
 
-use std::path::Path;
+pub use cgroup::{parse_cpu_max, CgroupFacts, CpuStat};
+pub use process::{parse_btime, Identity, ProcessCandidate};
+
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use self::metrics::KubeProxyMetrics;
-use super::parse::{quote, ParseError};
 use super::{Deadline, ProbeContext, ProbeError, Probed};
 use crate::fetch::{self, FetchError};
-use crate::host::Host;
 use crate::promtext::{self, Histogram};
 
 /// Where kube-proxy is and how long to wait for it.
@@ -28,9 +31,16 @@ pub struct Endpoints {
     pub metrics_url: String,
     /// Base URL of the health server (`/healthz`).
     pub healthz_url: String,
-    /// Bodies larger than this fail the probe.
+    /// `/metrics` bodies larger than this fail the probe (`--kube-proxy.max-body-bytes`).
     pub max_body_bytes: usize,
+    /// The node's cgroup filesystem (`--host-cgroup-root`); None: `<host root>/sys/fs/cgroup`.
+    pub cgroup_root: Option<PathBuf>,
 }
+
+/// Cap on a `/proxyMode` body: one word (`iptables`, 8 bytes in `tests/fixtures/kube-proxy/`).
+pub const MAX_PROXY_MODE_BYTES: usize = 4 << 10;
+/// Cap on a `/healthz` body: a JSON object of three fields (149 to 175 bytes in the fixtures).
+pub const MAX_HEALTHZ_BYTES: usize = 64 << 10;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HealthzFacts {
@@ -46,6 +56,9 @@ pub struct HealthzFacts {
     /// kube-proxy, unlike "connection refused" (nothing there).
     #[serde(default)]
     pub timed_out: bool,
+    /// Nothing listens on the health port (connection refused).
+    #[serde(default)]
+    pub refused: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -61,6 +74,15 @@ pub struct ProcessFacts {
     pub memory_limit_bytes: Option<u64>,
     /// The CPU limit of its cgroup, in cores, when there is one.
     pub cpu_limit_cores: Option<f64>,
+    /// Its cgroup (limits, usage, CPU throttling), when found.
+    #[serde(default)]
+    pub cgroup: Option<CgroupFacts>,
+    /// Why its cgroup could not be read, when it could not.
+    #[serde(default)]
+    pub cgroup_error: Option<String>,
+    /// Whether its start time agrees with kube-proxy's own `process_start_time_seconds`.
+    #[serde(default)]
+    pub identity: Identity,
 }
 
 /// A latency histogram since kube-proxy started, reduced to what an SRE reads:
@@ -95,96 +117,38 @@ pub struct KubeProxyFacts {
     pub sync: Option<Latency>,
     pub network_programming: Option<Latency>,
     pub healthz: Option<HealthzFacts>,
+    /// kube-proxy's process, when one is identified (see `process::identify`).
     pub process: Option<ProcessFacts>,
+    /// Every process that looks like kube-proxy (name and argv[0]), by PID, at most 16.
+    #[serde(default)]
+    pub process_candidates: Vec<ProcessCandidate>,
+    /// Processes named `kube-proxy` whose argv[0] is something else.
+    #[serde(default)]
+    pub processes_named_only: u32,
+    /// Nothing listens on the metrics port (connection refused).
+    #[serde(default)]
+    pub metrics_refused: bool,
 }
 
-/// Finds the kube-proxy process (comm `kube-proxy`) under `<host root>/proc`.
-pub fn find_process(host: &Host) -> Result<Option<ProcessFacts>, ProbeError> {
-    let proc_dir = host.path("/proc");
-    let procs = match procfs::process::all_processes_with_root(&proc_dir) {
-        Ok(p) => p,
-        Err(e) => return Err(ProbeError::Inconsistent(format!("{}: {e}", proc_dir.display()))),
+/// Parses a `/metrics` body on the blocking pool, so a large one cannot hold an async worker
+/// (the agent has two; its HTTP server needs them), within [`metrics::LIMITS`] and the deadline:
+/// the parser itself gives up at the deadline, and the probe does not wait past it.
+async fn parse_metrics(
+    source: String,
+    body: String,
+    deadline: Deadline,
+) -> Result<metrics::KubeProxyMetrics, ProbeError> {
+    let limits = promtext::Limits {
+        deadline: Some(deadline.at()),
+        ..metrics::LIMITS
     };
-    for p in procs.flatten() {
-        // Processes come and go while we read: skip what vanished.
-        let Ok(stat) = p.stat() else { continue };
-        if stat.comm == "kube-proxy" {
-            return Ok(Some(process_facts(host, &p, &stat)?));
-        }
+    let parse = super::blocking(super::ProbeName::KubeProxy, move || {
+        metrics::extract_within(&source, &body, &limits).map_err(ProbeError::from)
+    });
+    match tokio::time::timeout_at(deadline.at().into(), parse).await {
+        Ok(r) => r,
+        Err(_) => Err(ProbeError::Timeout(deadline.budget())),
     }
-    Ok(None)
-}
-
-fn process_facts(
-    host: &Host,
-    p: &procfs::process::Process,
-    stat: &procfs::process::Stat,
-) -> Result<ProcessFacts, ProbeError> {
-    let ticks = procfs::ticks_per_second() as f64;
-    let btime = boot_time(host)?;
-    let (memory_limit_bytes, cpu_limit_cores) = cgroup_limits(host, p.pid);
-    Ok(ProcessFacts {
-        pid: stat.pid,
-        start_time_seconds: btime + stat.starttime as f64 / ticks,
-        cpu_seconds_total: (stat.utime + stat.stime) as f64 / ticks,
-        resident_memory_bytes: stat.rss.saturating_mul(procfs::page_size()),
-        threads: stat.num_threads,
-        memory_limit_bytes,
-        cpu_limit_cores,
-    })
-}
-
-fn boot_time(host: &Host) -> Result<f64, ProbeError> {
-    let text = host.read("/proc/stat")?;
-    parse_btime(&host.path("/proc/stat").display().to_string(), &text).map_err(Into::into)
-}
-
-/// `btime` (boot time, Unix seconds) from `/proc/stat`.
-pub fn parse_btime(source: &str, text: &str) -> Result<f64, ParseError> {
-    for (i, line) in text.lines().enumerate() {
-        if let Some(v) = line.strip_prefix("btime ") {
-            return v
-                .trim()
-                .parse::<u64>()
-                .map(|b| b as f64)
-                .map_err(|_| ParseError::new(source, i + 1, format!("btime: expected seconds, found {}", quote(v))));
-        }
-    }
-    Err(ParseError::whole(source, "no btime line"))
-}
-
-/// The memory and CPU limits of a process's cgroup (v2, or v1 memory), when set.
-fn cgroup_limits(host: &Host, pid: i32) -> (Option<u64>, Option<f64>) {
-    let Ok(Some(cg)) = host.read_optional(&format!("/proc/{pid}/cgroup")) else {
-        return (None, None);
-    };
-    let (mut mem, mut cpu) = (None, None);
-    for line in cg.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        let read = |p: String| host.read_optional(&p).ok().flatten();
-        if controllers.is_empty() {
-            let base = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
-            let base = base.display();
-            mem = mem.or_else(|| read(format!("{base}/memory.max")).and_then(|v| v.trim().parse().ok()));
-            cpu = cpu.or_else(|| read(format!("{base}/cpu.max")).and_then(|v| parse_cpu_max(&v)));
-        } else if controllers.split(',').any(|c| c == "memory") {
-            let v = read(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"));
-            // v1 says "no limit" with a huge number.
-            mem = mem.or_else(|| v.and_then(|v| v.trim().parse::<u64>().ok()).filter(|&b| b < 1 << 60));
-        }
-    }
-    (mem, cpu)
-}
-
-/// cgroup v2 `cpu.max`: `max 100000` (no limit) or `QUOTA PERIOD`.
-pub fn parse_cpu_max(text: &str) -> Option<f64> {
-    let mut it = text.split_whitespace();
-    let quota: f64 = it.next()?.parse().ok()?;
-    let period: f64 = it.next()?.parse().ok()?;
-    (period > 0.0).then(|| quota / period)
 }
 
 /// Reads kube-proxy's endpoints and finds its process, all at once, until the
@@ -192,37 +156,40 @@ pub fn parse_cpu_max(text: &str) -> Option<f64> {
 /// is the history stage's.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<KubeProxyFacts>, ProbeError> {
     let ep = &ctx.kube_proxy;
-    let get = |path: &'static str, base: &str| {
+    let get = |path: &'static str, base: &str, cap: usize| {
         let url = fetch::join(base, path);
-        async move { fetch::get_until(&url, deadline, ep.max_body_bytes).await }
+        async move { fetch::get_until(&url, deadline, cap).await }
     };
     let host = ctx.host.clone();
-    let (mode, metrics, health, process) = tokio::join!(
-        get("/proxyMode", &ep.metrics_url),
-        get("/metrics", &ep.metrics_url),
-        get("/healthz", &ep.healthz_url),
-        super::blocking(super::ProbeName::KubeProxy, move || find_process(&host))
+    let (mode, metrics, health, scan) = tokio::join!(
+        get("/proxyMode", &ep.metrics_url, MAX_PROXY_MODE_BYTES),
+        get("/metrics", &ep.metrics_url, ep.max_body_bytes),
+        get("/healthz", &ep.healthz_url, MAX_HEALTHZ_BYTES),
+        super::blocking(super::ProbeName::KubeProxy, move || process::scan(&host))
     );
-    let process = process?;
+    let scan = scan?;
     let refused = |r: &Result<fetch::Fetched, FetchError>| matches!(r, Err(e) if e.is_refused());
-    if process.is_none() && refused(&metrics) && refused(&health) {
+    if scan.candidates.is_empty() && refused(&metrics) && refused(&health) {
         return Ok(Probed::Absent(format!(
             "no kube-proxy process and nothing listening on {} or {}",
             ep.metrics_url, ep.healthz_url
         )));
     }
     let mut facts = KubeProxyFacts {
-        process,
+        metrics_refused: refused(&metrics),
+        process_candidates: scan.candidates.iter().map(|(c, _)| c.clone()).collect(),
+        processes_named_only: scan.named_only.saturating_add(scan.more_candidates),
         ..Default::default()
     };
-    if let Ok(r) = &mode {
-        if r.status == 200 {
-            facts.mode = Some(proxy_mode::parse_proxy_mode(&r.body)?);
-        }
+    match mode {
+        Ok(r) if r.status == 200 => facts.mode = Some(proxy_mode::parse_proxy_mode(&r.body)?),
+        // Garbage fails the probe, and so does a body over its cap.
+        Err(e @ FetchError::TooLarge { .. }) => return Err(ProbeError::Fetch(e)),
+        _ => {}
     }
     match metrics {
         Ok(r) if r.status == 200 => {
-            let m = metrics::extract(&fetch::join(&ep.metrics_url, "/metrics"), &r.body)?;
+            let m = parse_metrics(fetch::join(&ep.metrics_url, "/metrics"), r.body, deadline).await?;
             facts.metrics_up = true;
             facts.sync = m.sync_duration.as_ref().map(Latency::since_start);
             facts.network_programming = m.network_programming.as_ref().map(Latency::since_start);
@@ -252,26 +219,33 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
         }
         Err(e) => HealthzFacts {
             timed_out: matches!(e, FetchError::Timeout { .. }),
+            refused: e.is_refused(),
             error: Some(e.to_string()),
             ..Default::default()
         },
     });
-    Ok(Probed::Present(facts))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn btime_and_cpu_max() {
-        assert_eq!(
-            parse_btime("s", "cpu 1 2\nbtime 1795990000\n").unwrap(),
-            1_795_990_000.0
-        );
-        assert!(parse_btime("s", "cpu 1\n").is_err());
-        assert!(parse_btime("s", "btime x\n").is_err());
-        assert_eq!(parse_cpu_max("200000 100000\n"), Some(2.0));
-        assert_eq!(parse_cpu_max("max 100000\n"), None);
+    // kube-proxy's process: the candidate its own metrics vouch for, or the only one.
+    let metrics_start = facts.metrics.as_ref().and_then(|m| m.process_start_time_seconds);
+    let starts: Vec<f64> = scan.candidates.iter().map(|(c, _)| c.start_time_seconds).collect();
+    if let Some((i, identity)) = process::identify(&starts, metrics_start) {
+        let mut p = scan.candidates[i].1.clone();
+        p.identity = identity;
+        let host = ctx.host.clone();
+        let root = ep.cgroup_root.clone().unwrap_or_else(|| host.path("/sys/fs/cgroup"));
+        let pid = p.pid;
+        let read = super::blocking(super::ProbeName::KubeProxy, move || Ok(cgroup::read(&host, &root, pid)));
+        match tokio::time::timeout_at(deadline.at().into(), read).await {
+            Ok(Ok(Ok(cg))) => {
+                p.memory_limit_bytes = cg.memory_limit_bytes;
+                p.cpu_limit_cores = cg.cpu_limit_cores;
+                p.cgroup = Some(cg);
+            }
+            // Not finding the cgroup is a missing fact, not a failed probe.
+            Ok(Ok(Err(why))) => p.cgroup_error = Some(why),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(ProbeError::Timeout(deadline.budget())),
+        }
+        facts.process = Some(p);
     }
+    Ok(Probed::Present(facts))
 }

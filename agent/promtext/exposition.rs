@@ -1,13 +1,17 @@
 //! The Prometheus text exposition format 0.0.4: its data model ([`Exposition`], [`MetricFamily`],
 //! [`Sample`]) and a small, strict parser of our own ([`parse_exposition`],
-//! [`parse_exposition_filtered`]). Every error names the input and the 1-based line.
+//! [`parse_exposition_filtered`], [`parse_exposition_limited`]), linear in its input and within
+//! [`Limits`]. Every error names the input and the 1-based line, and quotes at most a bounded
+//! excerpt of it.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::labels::{parse_label_set, unescape_label_value, LabelScratch};
+use super::limits::{clip, short_name, Limits, DEADLINE_CHECK_LINES, MAX_MESSAGE_BYTES};
 use crate::parse::{quote, ParseError};
 
 // ---------------------------------------------------------------------------------------------
@@ -105,13 +109,14 @@ impl Exposition {
 // Exposition format: parser
 // ---------------------------------------------------------------------------------------------
 
-/// Parses a whole Prometheus text exposition (format 0.0.4), keeping every family.
+/// Parses a whole Prometheus text exposition (format 0.0.4), keeping every family, within
+/// [`Limits::DEFAULT`].
 ///
 /// Strict: any line that is not empty, a comment, a valid `# HELP`/`# TYPE` or a valid sample
 /// is an error with its line number. Also errors: a second `# HELP`/`# TYPE` for a family, a
 /// `# TYPE` after the family's samples, a family whose lines are split into several groups,
 /// duplicate label names, a histogram `_bucket` without a numeric `le`, a summary quantile
-/// without a numeric `quantile`, and carriage returns.
+/// without a numeric `quantile`, carriage returns, and any bound of [`Limits`] exceeded.
 pub fn parse_exposition(source_name: &str, text: &str) -> Result<Exposition, ParseError> {
     parse_exposition_filtered(source_name, text, |_| true)
 }
@@ -124,6 +129,22 @@ pub fn parse_exposition_filtered<F>(source_name: &str, text: &str, wanted: F) ->
 where
     F: FnMut(&str) -> bool,
 {
+    parse_exposition_limited(source_name, text, wanted, &Limits::DEFAULT)
+}
+
+/// [`parse_exposition_filtered`] within `limits`. The cost is linear in the text: a line is
+/// refused before any work once it is over `max_line_bytes`, duplicate labels are found with a
+/// set, the family index holds slices of `text` (no copies) and stops at `max_families`, and
+/// what is kept is counted against `max_kept_bytes` as it is kept.
+pub fn parse_exposition_limited<F>(
+    source_name: &str,
+    text: &str,
+    wanted: F,
+    limits: &Limits,
+) -> Result<Exposition, ParseError>
+where
+    F: FnMut(&str) -> bool,
+{
     let mut parser = Parser {
         source: source_name,
         fams: Vec::new(),
@@ -131,16 +152,34 @@ where
         current: None,
         wanted,
         expo: Exposition::default(),
+        limits,
+        kept_bytes: 0,
     };
-    let mut scratch: Vec<(&str, &str)> = Vec::new();
+    let mut labels = LabelScratch::default();
     for (i, raw_line) in text.split('\n').enumerate() {
-        parser.line(i + 1, raw_line, &mut scratch)?;
+        let line_no = i + 1;
+        if i % DEADLINE_CHECK_LINES == 0 && limits.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(parser.err(line_no, "gave up: the parse did not finish by the probe's deadline"));
+        }
+        if raw_line.len() > limits.max_line_bytes {
+            return Err(parser.err(
+                line_no,
+                format!(
+                    "line of {} bytes, longer than {}: {}",
+                    raw_line.len(),
+                    limits.max_line_bytes,
+                    quote(raw_line)
+                ),
+            ));
+        }
+        parser.line(line_no, raw_line, &mut labels)?;
     }
     Ok(parser.expo)
 }
 
-struct FamState {
-    name: String,
+/// What the parser keeps per family until the end: a slice of the text, no copy.
+struct FamState<'a> {
+    name: &'a str,
     declared: Option<MetricType>,
     has_help: bool,
     has_samples: bool,
@@ -149,20 +188,28 @@ struct FamState {
     out: Option<usize>,
 }
 
-struct Parser<'s, F> {
+struct Parser<'a, 's, F> {
     source: &'s str,
-    fams: Vec<FamState>,
-    index: HashMap<String, usize>,
+    fams: Vec<FamState<'a>>,
+    index: HashMap<&'a str, usize>,
     current: Option<usize>,
     wanted: F,
     expo: Exposition,
+    limits: &'s Limits,
+    /// Estimated bytes of what `expo` holds.
+    kept_bytes: usize,
 }
+
+/// Estimated heap cost of a kept sample and of each of its labels, beside their text.
+const SAMPLE_COST: usize = 96;
+const LABEL_COST: usize = 64;
+const FAMILY_COST: usize = 128;
 
 fn is_blank(c: char) -> bool {
     c == ' ' || c == '\t'
 }
 
-fn skip_blanks(s: &str) -> &str {
+pub(super) fn skip_blanks(s: &str) -> &str {
     s.trim_start_matches(is_blank)
 }
 
@@ -180,25 +227,12 @@ fn is_metric_name_char(b: u8) -> bool {
     is_metric_name_start(b) || b.is_ascii_digit()
 }
 
-fn is_label_name_start(b: u8) -> bool {
-    b.is_ascii_alphabetic() || b == b'_'
-}
-
-fn is_label_name_char(b: u8) -> bool {
-    is_label_name_start(b) || b.is_ascii_digit()
-}
-
 /// Splits a leading `[a-zA-Z_:][a-zA-Z0-9_:]*`; the name is empty when there is none.
 fn split_metric_name(s: &str) -> (&str, &str) {
     split_name(s, is_metric_name_start, is_metric_name_char)
 }
 
-/// Splits a leading `[a-zA-Z_][a-zA-Z0-9_]*`; the name is empty when there is none.
-fn split_label_name(s: &str) -> (&str, &str) {
-    split_name(s, is_label_name_start, is_label_name_char)
-}
-
-fn split_name(s: &str, start: fn(u8) -> bool, rest: fn(u8) -> bool) -> (&str, &str) {
+pub(super) fn split_name(s: &str, start: fn(u8) -> bool, rest: fn(u8) -> bool) -> (&str, &str) {
     let bytes = s.as_bytes();
     if bytes.is_empty() || !start(bytes[0]) {
         return ("", s);
@@ -227,61 +261,13 @@ pub fn parse_float(token: &str) -> Option<f64> {
     token.parse::<f64>().ok()
 }
 
-/// Splits a quoted label value (the text after the opening `"`) into its raw, still escaped
-/// content and the rest after the closing quote. Only `\\`, `\"` and `\n` are valid escapes.
-fn split_quoted(s: &str) -> Result<(&str, &str), String> {
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' => match bytes.get(i + 1) {
-                Some(b'\\' | b'"' | b'n') => i += 2,
-                Some(_) => {
-                    let esc: String = s[i..].chars().take(2).collect();
-                    return Err(format!(
-                        "invalid escape sequence {} in label value (only \\\\, \\\" and \\n are allowed)",
-                        quote(&esc)
-                    ));
-                }
-                None => return Err("unterminated label value: missing closing '\"'".to_string()),
-            },
-            b'"' => return Ok((&s[..i], &s[i + 1..])),
-            _ => i += 1,
-        }
-    }
-    Err("unterminated label value: missing closing '\"'".to_string())
-}
-
-/// Unescapes a label value already validated by [`split_quoted`].
-fn unescape_label_value(raw: &str) -> Cow<'_, str> {
-    if !raw.contains('\\') {
-        return Cow::Borrowed(raw);
-    }
-    let mut out = String::with_capacity(raw.len());
+/// Checks `# HELP` text: `\\` and `\n` are the only escapes.
+fn check_help(raw: &str) -> Result<(), String> {
     let mut chars = raw.chars();
     while let Some(c) = chars.next() {
         if c == '\\' {
             match chars.next() {
-                Some('n') => out.push('\n'),
-                Some(other) => out.push(other), // `\\` or `\"`
-                None => {}
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// Unescapes `# HELP` text: `\\` and `\n` are the only escapes.
-fn unescape_help(raw: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(raw.len());
-    let mut chars = raw.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            match chars.next() {
-                Some('\\') => out.push('\\'),
-                Some('n') => out.push('\n'),
+                Some('\\' | 'n') => {}
                 Some(other) => {
                     return Err(format!(
                         "invalid escape sequence {} in HELP text (only \\\\ and \\n are allowed)",
@@ -290,69 +276,36 @@ fn unescape_help(raw: &str) -> Result<String, String> {
                 }
                 None => return Err("HELP text ends with a lone backslash".to_string()),
             }
+        }
+    }
+    Ok(())
+}
+
+/// Unescapes `# HELP` text already checked by [`check_help`].
+fn unescape_help(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('n') => out.push('\n'),
+                Some(other) => out.push(other),
+                None => {}
+            }
         } else {
             out.push(c);
         }
     }
-    Ok(out)
+    out
 }
 
-/// Parses the inside of a label set (after `{`) into `out`; returns the rest after `}`.
-fn parse_label_set<'a>(mut s: &'a str, out: &mut Vec<(&'a str, &'a str)>) -> Result<&'a str, String> {
-    s = skip_blanks(s);
-    loop {
-        if let Some(rest) = s.strip_prefix('}') {
-            return Ok(rest);
-        }
-        let (name, rest) = split_label_name(s);
-        if name.is_empty() {
-            return Err(format!("expected a label name or '}}', found {}", quote(s)));
-        }
-        if name == "__name__" {
-            return Err("label name \"__name__\" is reserved".to_string());
-        }
-        if out.iter().any(|(n, _)| *n == name) {
-            return Err(format!("duplicate label name {}", quote(name)));
-        }
-        let rest = skip_blanks(rest);
-        let rest = rest
-            .strip_prefix('=')
-            .ok_or_else(|| format!("expected '=' after label name {}, found {}", quote(name), quote(rest)))?;
-        let rest = skip_blanks(rest);
-        let rest = rest.strip_prefix('"').ok_or_else(|| {
-            format!(
-                "expected '\"' to open the value of label {}, found {}",
-                quote(name),
-                quote(rest)
-            )
-        })?;
-        let (raw, rest) = split_quoted(rest)?;
-        out.push((name, raw));
-        let rest = skip_blanks(rest);
-        if let Some(r) = rest.strip_prefix(',') {
-            s = skip_blanks(r);
-        } else if let Some(r) = rest.strip_prefix('}') {
-            return Ok(r);
-        } else {
-            return Err(format!(
-                "expected ',' or '}}' after a label value, found {}",
-                quote(rest)
-            ));
-        }
-    }
-}
-
-impl<F: FnMut(&str) -> bool> Parser<'_, F> {
+impl<'a, F: FnMut(&str) -> bool> Parser<'a, '_, F> {
+    /// A parse error at `line`; the message is clipped to [`MAX_MESSAGE_BYTES`].
     fn err(&self, line: usize, message: impl Into<String>) -> ParseError {
-        ParseError::new(self.source, line, message)
+        ParseError::new(self.source, line, clip(message.into(), MAX_MESSAGE_BYTES))
     }
 
-    fn line<'a>(
-        &mut self,
-        line_no: usize,
-        raw: &'a str,
-        scratch: &mut Vec<(&'a str, &'a str)>,
-    ) -> Result<(), ParseError> {
+    fn line(&mut self, line_no: usize, raw: &'a str, labels: &mut LabelScratch<'a>) -> Result<(), ParseError> {
         if raw.contains('\r') {
             return Err(self.err(line_no, "carriage return in line (CRLF line endings are not valid)"));
         }
@@ -363,12 +316,27 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
         if let Some(comment) = line.strip_prefix('#') {
             return self.comment(line_no, comment);
         }
-        self.sample(line_no, line, scratch)
+        self.sample(line_no, line, labels)
+    }
+
+    /// Counts `bytes` more against the kept budget.
+    fn keep(&mut self, line_no: usize, bytes: usize) -> Result<(), ParseError> {
+        self.kept_bytes = self.kept_bytes.saturating_add(bytes);
+        if self.kept_bytes > self.limits.max_kept_bytes {
+            return Err(self.err(
+                line_no,
+                format!(
+                    "the metric families kept take more than {} bytes",
+                    self.limits.max_kept_bytes
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Makes `name` the current family, creating it if new. A family that appeared before and
     /// was interrupted by another one is an error: the format requires one group per family.
-    fn enter(&mut self, name: &str, line: usize) -> Result<usize, ParseError> {
+    fn enter(&mut self, name: &'a str, line: usize) -> Result<usize, ParseError> {
         if let Some(i) = self.current {
             if self.fams[i].name == name {
                 return Ok(i);
@@ -384,7 +352,18 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
                 ),
             ));
         }
+        if self.fams.len() >= self.limits.max_families {
+            return Err(self.err(
+                line,
+                format!(
+                    "more than {} metric families (the next is {})",
+                    self.limits.max_families,
+                    quote(name)
+                ),
+            ));
+        }
         let out = if (self.wanted)(name) {
+            self.keep(line, FAMILY_COST + name.len())?;
             self.expo.families.push(MetricFamily {
                 name: name.to_string(),
                 metric_type: MetricType::Untyped,
@@ -397,19 +376,19 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
         };
         let i = self.fams.len();
         self.fams.push(FamState {
-            name: name.to_string(),
+            name,
             declared: None,
             has_help: false,
             has_samples: false,
             first_line: line,
             out,
         });
-        self.index.insert(name.to_string(), i);
+        self.index.insert(name, i);
         self.current = Some(i);
         Ok(i)
     }
 
-    fn comment(&mut self, line_no: usize, comment: &str) -> Result<(), ParseError> {
+    fn comment(&mut self, line_no: usize, comment: &'a str) -> Result<(), ParseError> {
         let (keyword, rest) = split_token(skip_blanks(comment));
         let is_help = keyword == "HELP";
         if !is_help && keyword != "TYPE" {
@@ -426,16 +405,18 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
         if !after.is_empty() && !after.starts_with(is_blank) {
             return Err(self.err(line_no, format!("# {keyword}: invalid metric name {}", quote(rest))));
         }
+        let shown = short_name(name);
         let after = skip_blanks(after);
         if is_help {
-            let help = unescape_help(after).map_err(|m| self.err(line_no, format!("# HELP {name}: {m}")))?;
+            check_help(after).map_err(|m| self.err(line_no, format!("# HELP {shown}: {m}")))?;
             let i = self.enter(name, line_no)?;
             if self.fams[i].has_help {
                 return Err(self.err(line_no, format!("second # HELP line for metric family {}", quote(name))));
             }
             self.fams[i].has_help = true;
             if let Some(o) = self.fams[i].out {
-                self.expo.families[o].help = Some(help);
+                self.keep(line_no, after.len())?;
+                self.expo.families[o].help = Some(unescape_help(after));
             }
         } else {
             let (word, trailing) = split_token(after);
@@ -443,7 +424,7 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
                 self.err(
                     line_no,
                     format!(
-                        "# TYPE {name}: expected counter, gauge, histogram, summary or untyped, found {}",
+                        "# TYPE {shown}: expected counter, gauge, histogram, summary or untyped, found {}",
                         quote(word)
                     ),
                 )
@@ -452,7 +433,7 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
                 return Err(self.err(
                     line_no,
                     format!(
-                        "# TYPE {name}: unexpected text after the type: {}",
+                        "# TYPE {shown}: unexpected text after the type: {}",
                         quote(skip_blanks(trailing))
                     ),
                 ));
@@ -476,7 +457,7 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
     }
 
     /// The family a sample named `sample_name` belongs to, and its declared type.
-    fn resolve<'n>(&self, line_no: usize, sample_name: &'n str) -> Result<(&'n str, Option<MetricType>), ParseError> {
+    fn resolve(&self, line_no: usize, sample_name: &'a str) -> Result<(&'a str, Option<MetricType>), ParseError> {
         if let Some(&i) = self.index.get(sample_name) {
             let declared = self.fams[i].declared;
             if declared == Some(MetricType::Histogram) {
@@ -507,12 +488,7 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
         Ok((sample_name, None))
     }
 
-    fn sample<'a>(
-        &mut self,
-        line_no: usize,
-        line: &'a str,
-        scratch: &mut Vec<(&'a str, &'a str)>,
-    ) -> Result<(), ParseError> {
+    fn sample(&mut self, line_no: usize, line: &'a str, labels: &mut LabelScratch<'a>) -> Result<(), ParseError> {
         let (name, rest) = split_metric_name(line);
         if name.is_empty() {
             return Err(self.err(
@@ -523,11 +499,12 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
                 ),
             ));
         }
-        scratch.clear();
+        let shown = short_name(name);
+        labels.clear();
         let blank_after_name = rest.starts_with(is_blank);
         let mut rest = skip_blanks(rest);
         if let Some(r) = rest.strip_prefix('{') {
-            rest = parse_label_set(r, scratch).map_err(|m| self.err(line_no, format!("{name}: {m}")))?;
+            rest = parse_label_set(r, labels, self.limits).map_err(|m| self.err(line_no, format!("{shown}: {m}")))?;
             rest = skip_blanks(rest);
         } else if !blank_after_name && !rest.is_empty() {
             return Err(self.err(
@@ -541,10 +518,10 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
         }
         let (value_token, after_value) = split_token(rest);
         if value_token.is_empty() {
-            return Err(self.err(line_no, format!("{name}: missing sample value")));
+            return Err(self.err(line_no, format!("{shown}: missing sample value")));
         }
         let value = parse_float(value_token)
-            .ok_or_else(|| self.err(line_no, format!("{name}: invalid sample value {}", quote(value_token))))?;
+            .ok_or_else(|| self.err(line_no, format!("{shown}: invalid sample value {}", quote(value_token))))?;
         let after_value = skip_blanks(after_value);
         let timestamp_ms = if after_value.is_empty() {
             None
@@ -554,7 +531,7 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
                 self.err(
                     line_no,
                     format!(
-                        "{name}: expected an integer timestamp in milliseconds, found {}",
+                        "{shown}: expected an integer timestamp in milliseconds, found {}",
                         quote(ts)
                     ),
                 )
@@ -563,7 +540,7 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
             if !trailing.is_empty() {
                 return Err(self.err(
                     line_no,
-                    format!("{name}: unexpected text after the timestamp: {}", quote(trailing)),
+                    format!("{shown}: unexpected text after the timestamp: {}", quote(trailing)),
                 ));
             }
             Some(ts)
@@ -572,17 +549,26 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
         let (family, declared) = self.resolve(line_no, name)?;
         match declared {
             Some(MetricType::Histogram) if name.ends_with("_bucket") => {
-                self.check_bound_label(line_no, name, scratch, "le")?;
+                self.check_bound_label(line_no, name, &labels.pairs, "le")?;
             }
             Some(MetricType::Summary) if family == name => {
-                self.check_bound_label(line_no, name, scratch, "quantile")?;
+                self.check_bound_label(line_no, name, &labels.pairs, "quantile")?;
             }
             _ => {}
         }
         let i = self.enter(family, line_no)?;
         self.fams[i].has_samples = true;
         if let Some(o) = self.fams[i].out {
-            let labels = scratch
+            let cost = SAMPLE_COST
+                + name.len()
+                + labels
+                    .pairs
+                    .iter()
+                    .map(|(n, v)| LABEL_COST + n.len() + v.len())
+                    .sum::<usize>();
+            self.keep(line_no, cost)?;
+            let labels = labels
+                .pairs
                 .iter()
                 .map(|(n, v)| (n.to_string(), unescape_label_value(v).into_owned()))
                 .collect();
@@ -604,17 +590,18 @@ impl<F: FnMut(&str) -> bool> Parser<'_, F> {
         labels: &[(&str, &str)],
         label: &str,
     ) -> Result<(), ParseError> {
+        let shown = short_name(name);
         let raw = labels
             .iter()
             .find(|(n, _)| *n == label)
             .map(|(_, v)| *v)
-            .ok_or_else(|| self.err(line_no, format!("{name}: missing the {label:?} label")))?;
+            .ok_or_else(|| self.err(line_no, format!("{shown}: missing the {label:?} label")))?;
         let value = unescape_label_value(raw);
         match parse_float(&value) {
             Some(v) if !v.is_nan() => Ok(()),
             _ => Err(self.err(
                 line_no,
-                format!("{name}: label {label:?} must be a number, found {}", quote(&value)),
+                format!("{shown}: label {label:?} must be a number, found {}", quote(&value)),
             )),
         }
     }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::exposition::{parse_float, Exposition, MetricType};
+use super::exposition::{parse_float, Exposition, MetricType, Sample};
+use super::limits::{clip, short_name, MAX_MESSAGE_BYTES};
 use crate::parse::ParseError;
 
 /// A classic (bucketed) histogram, summed over every label set other than `le`.
@@ -134,14 +135,38 @@ impl HistogramError {
             Some((prefix, rest)) if prefix.starts_with("line ") => rest.to_string(),
             _ => text,
         };
-        ParseError::new(source_name, line, message)
+        ParseError::new(source_name, line, clip(message, MAX_MESSAGE_BYTES))
     }
 }
 
-/// Renders a label set (without `le`) as `{a="b",…}`, for error messages.
+/// Longest label set an error shows, in bytes.
+const MAX_SERIES_BYTES: usize = 200;
+
+/// Renders a label set (without `le`) as `{a="b",…}`, for error messages: values escaped,
+/// names and the whole cut to bounds.
 fn series_name(key: &[(String, String)]) -> String {
-    let inner: Vec<String> = key.iter().map(|(n, v)| format!("{n}={v:?}")).collect();
-    format!("{{{}}}", inner.join(","))
+    let mut out = String::from("{");
+    for (i, (n, v)) in key.iter().enumerate() {
+        if out.len() > MAX_SERIES_BYTES {
+            break;
+        }
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&short_name(n));
+        out.push('=');
+        out.push_str(&clip(format!("{v:?}"), MAX_SERIES_BYTES));
+    }
+    out = clip(out, MAX_SERIES_BYTES);
+    out.push('}');
+    out
+}
+
+/// A sample's label set without `le`, sorted: the key its series is summed under.
+fn series_key(sample: &Sample) -> Vec<(String, String)> {
+    let mut key: Vec<(String, String)> = sample.labels.iter().filter(|(n, _)| n != "le").cloned().collect();
+    key.sort();
+    key
 }
 
 #[derive(Default)]
@@ -166,7 +191,7 @@ pub fn histogram(expo: &Exposition, name: &str) -> Result<Option<Histogram>, His
     };
     if family.metric_type != MetricType::Histogram {
         return Err(HistogramError::NotAHistogram {
-            family: name.to_string(),
+            family: short_name(name).into_owned(),
             found: family.metric_type,
         });
     }
@@ -178,10 +203,9 @@ pub fn histogram(expo: &Exposition, name: &str) -> Result<Option<Histogram>, His
         let Some(suffix) = sample.name.strip_prefix(name) else {
             continue;
         };
-        let mut key: Vec<(String, String)> = sample.labels.iter().filter(|(n, _)| n != "le").cloned().collect();
-        key.sort();
-        let series_text = series_name(&key);
-        let acc = series.entry(key).or_default();
+        // The series' text is rendered only for an error.
+        let series_text = || series_name(&series_key(sample));
+        let acc = series.entry(series_key(sample)).or_default();
         if acc.first_line == 0 {
             acc.first_line = sample.line;
         }
@@ -193,10 +217,10 @@ pub fn histogram(expo: &Exposition, name: &str) -> Result<Option<Histogram>, His
                     Some(v) if !v.is_nan() => v,
                     _ => {
                         return Err(HistogramError::BadLe {
-                            family: name.to_string(),
-                            series: series_text,
+                            family: short_name(name).into_owned(),
+                            series: series_text(),
                             line: sample.line,
-                            le: le_text.to_string(),
+                            le: clip(le_text.to_string(), 64),
                         });
                     }
                 };
@@ -211,8 +235,8 @@ pub fn histogram(expo: &Exposition, name: &str) -> Result<Option<Histogram>, His
                 let previous = slot.replace(sample.value);
                 if previous.is_some() {
                     return Err(HistogramError::DuplicateSeries {
-                        family: name.to_string(),
-                        series: series_text,
+                        family: short_name(name).into_owned(),
+                        series: series_text(),
                         line: sample.line,
                     });
                 }
@@ -224,7 +248,7 @@ pub fn histogram(expo: &Exposition, name: &str) -> Result<Option<Histogram>, His
     let mut total: Option<(Histogram, String)> = None;
     for (key, mut acc) in series {
         let series = series_name(&key);
-        let err_family = || name.to_string();
+        let err_family = || short_name(name).into_owned();
         if acc.buckets.is_empty() {
             return Err(HistogramError::MissingBuckets {
                 family: err_family(),

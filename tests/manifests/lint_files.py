@@ -197,9 +197,14 @@ def check_daemonset(ds, where, overlay):
     env = {e["name"]: e for e in agent.get("env", [])}
     if get(env.get("PROXYWATCH_NODE_NAME", {}), "valueFrom.fieldRef.fieldPath") != "spec.nodeName":
         errors.append(f"{where}: PROXYWATCH_NODE_NAME must come from spec.nodeName")
+    cgroup_mounts = [m["mountPath"] for m in agent.get("volumeMounts", []) if m["name"] == "host-cgroup"]
+    if env.get("PROXYWATCH_HOST_CGROUP_ROOT", {}).get("value") not in cgroup_mounts:
+        errors.append(f"{where}: PROXYWATCH_HOST_CGROUP_ROOT must be the host-cgroup volume's mountPath")
     host_paths = [v for v in pod.get("volumes", []) if "hostPath" in v]
-    if [v["hostPath"]["path"] for v in host_paths] != ["/lib/modules"]:
-        errors.append(f"{where}: the only hostPath volume must be /lib/modules, got {host_paths}")
+    # /lib/modules for modules.builtin; the host's cgroupfs for kube-proxy's cgroup (the
+    # container's own /sys/fs/cgroup shows only its subtree). Both read-only, below.
+    if [v["hostPath"]["path"] for v in host_paths] != ["/lib/modules", "/sys/fs/cgroup"]:
+        errors.append(f"{where}: the only hostPath volumes must be /lib/modules and /sys/fs/cgroup, got {host_paths}")
     for m in agent.get("volumeMounts", []):
         if m["name"] in {v["name"] for v in host_paths} and not m.get("readOnly"):
             errors.append(f"{where}: hostPath mount {m['mountPath']} must be readOnly")

@@ -503,6 +503,7 @@ mod tests {
                 metrics_url: String::new(),
                 healthz_url: String::new(),
                 max_body_bytes: 0,
+                cgroup_root: None,
             },
         };
         let run = || probe(&ctx, Deadline::after(Duration::from_secs(5)));

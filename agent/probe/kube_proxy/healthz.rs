@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::parse::ParseError;
+use crate::promtext::{clip, MAX_MESSAGE_BYTES};
 use crate::timefmt::{parse_timestamp, parse_timestamp_parts, strip_monotonic};
 
 /// The name [`parse_healthz`] gives its input in errors.
@@ -45,8 +46,14 @@ struct RawHealthz {
 
 /// Parses kube-proxy's `/healthz` JSON body.
 pub fn parse_healthz(body: &str) -> Result<Healthz, ParseError> {
-    let raw: RawHealthz = serde_json::from_str(body)
-        .map_err(|e| ParseError::new(HEALTHZ_SOURCE, e.line(), format!("invalid /healthz JSON: {e}")))?;
+    // serde_json's message quotes an unexpected string whole: bound it.
+    let raw: RawHealthz = serde_json::from_str(body).map_err(|e| {
+        ParseError::new(
+            HEALTHZ_SOURCE,
+            e.line(),
+            clip(format!("invalid /healthz JSON: {e}"), MAX_MESSAGE_BYTES),
+        )
+    })?;
     let clean = |field: &str, value: &str| -> Result<String, ParseError> {
         let text = strip_monotonic(value).map_err(|m| ParseError::new(HEALTHZ_SOURCE, 1, format!("{field}: {m}")))?;
         parse_timestamp(text).map_err(|m| ParseError::new(HEALTHZ_SOURCE, 1, format!("{field}: {m}")))?;
@@ -122,6 +129,19 @@ mod tests {
         // RFC 3339 is accepted too.
         let rfc = r#"{"lastUpdated": "2024-06-16T15:10:00+02:00","currentTime": "2024-06-16T13:10:30.25Z"}"#;
         assert_eq!(parse_healthz(rfc).unwrap().staleness_seconds().unwrap(), Some(30.25));
+    }
+
+    #[test]
+    fn healthz_errors_quote_at_most_a_bounded_excerpt() {
+        let body = format!(r#"{{"lastUpdated": 1, "currentTime": "{}"}}"#, "x".repeat(60 << 10));
+        assert!(parse_healthz(&body).unwrap_err().to_string().len() < 1024);
+        let body = format!(r#"{{"lastUpdated": "{}", "currentTime": "x"}}"#, "x".repeat(60 << 10));
+        assert!(parse_healthz(&body).unwrap_err().to_string().len() < 1024);
+        let body = format!(
+            r#"{{"lastUpdated": "x", "currentTime": "x", "nodeEligible": "{}"}}"#,
+            "x".repeat(60 << 10)
+        );
+        assert!(parse_healthz(&body).unwrap_err().to_string().len() < 1024);
     }
 
     #[test]

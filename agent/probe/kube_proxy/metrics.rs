@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::parse::ParseError;
-use crate::promtext::{histogram, parse_exposition_filtered, Exposition, Histogram, MetricType};
+use crate::parse::{quote, ParseError};
+use crate::promtext::{histogram, parse_exposition_limited, Exposition, Histogram, Limits, MetricType};
 
 /// `kubeproxy_sync_proxy_rules_duration_seconds`: duration of each rules sync (histogram, s).
 pub const SYNC_DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
@@ -57,6 +57,27 @@ const WANTED_FAMILIES: &[&str] = &[
     BUILD_INFO,
 ];
 
+/// What parsing kube-proxy's `/metrics` may cost. Real bodies are far inside: the two fixtures
+/// (v1.13.4 and v1.21.1, `tests/fixtures/kube-proxy/`) have lines of at most 236 and 320 bytes,
+/// at most 9 labels per sample, 43 and 52 families, and the agent keeps 20 and 111 of their
+/// samples; a v1.30.0 scrape (elastic/beats' kube-proxy test data,
+/// `metricbeat/module/kubernetes/proxy/_meta/test/metrics.1.31`) weighs 84,241 bytes.
+pub const LIMITS: Limits = Limits {
+    max_line_bytes: 64 << 10,
+    max_labels_per_sample: 64,
+    max_label_value_bytes: 4 << 10,
+    max_families: 10_000,
+    max_kept_bytes: 1 << 20,
+    deadline: None,
+};
+
+/// Longest `table` label value kept (iptables tables are `filter`, `nat`, `mangle`, `raw`,
+/// `security`), and most distinct tables.
+pub const MAX_TABLE_BYTES: usize = 32;
+pub const MAX_TABLES: usize = 16;
+/// Longest `git_version` kept, in characters (e.g. `v1.31.2-eks-1234567` is 19).
+pub const MAX_VERSION_CHARS: usize = 64;
+
 /// What the agent reads from kube-proxy's `/metrics`. A field is `None` (or empty) when
 /// kube-proxy does not export that metric (version or proxy mode). Series that newer versions
 /// split by `ip_family` are combined as documented per field.
@@ -92,7 +113,8 @@ pub struct KubeProxyMetrics {
     pub ct_state_invalid_dropped_packets_total: Option<f64>,
     /// Unix time (s) the kube-proxy process started (restart detection for [`delta`](crate::promtext::delta)).
     pub process_start_time_seconds: Option<f64>,
-    /// kube-proxy's `git_version`, e.g. `v1.21.1`.
+    /// kube-proxy's `git_version`, e.g. `v1.21.1`: printable ASCII, at most
+    /// [`MAX_VERSION_CHARS`] characters (`…` when cut).
     pub version: Option<String>,
 }
 
@@ -126,11 +148,30 @@ fn scalar(expo: &Exposition, source_name: &str, name: &str, combine: Combine) ->
     Ok(out)
 }
 
-/// Parses kube-proxy's `/metrics` body and extracts [`KubeProxyMetrics`]. Only the families
-/// listed in the field docs are kept in memory, but every line is validated.
+/// Parses kube-proxy's `/metrics` body and extracts [`KubeProxyMetrics`], within [`LIMITS`].
+/// Only the families listed in the field docs are kept in memory, but every line is validated.
 pub fn extract(source_name: &str, text: &str) -> Result<KubeProxyMetrics, ParseError> {
-    let expo = parse_exposition_filtered(source_name, text, |name| WANTED_FAMILIES.contains(&name))?;
+    extract_within(source_name, text, &LIMITS)
+}
+
+/// [`extract`] within other limits (the probe adds its deadline to [`LIMITS`]).
+pub fn extract_within(source_name: &str, text: &str, limits: &Limits) -> Result<KubeProxyMetrics, ParseError> {
+    let expo = parse_exposition_limited(source_name, text, |name| WANTED_FAMILIES.contains(&name), limits)?;
     extract_from(source_name, &expo)
+}
+
+/// A `git_version` as kept: printable ASCII (anything else becomes `?`), at most
+/// [`MAX_VERSION_CHARS`] characters, `…` when cut.
+fn bounded_version(v: &str) -> String {
+    let mut out: String = v
+        .chars()
+        .take(MAX_VERSION_CHARS)
+        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+        .collect();
+    if v.chars().nth(MAX_VERSION_CHARS).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// [`extract`] over an already parsed exposition.
@@ -160,6 +201,23 @@ pub fn extract_from(source_name: &str, expo: &Exposition) -> Result<KubeProxyMet
                     format!("{IPTABLES_TOTAL}: sample without a \"table\" label"),
                 )
             })?;
+            if table.len() > MAX_TABLE_BYTES {
+                return Err(ParseError::new(
+                    source_name,
+                    s.line,
+                    format!(
+                        "{IPTABLES_TOTAL}: table {} is longer than {MAX_TABLE_BYTES} bytes",
+                        quote(table)
+                    ),
+                ));
+            }
+            if iptables_rules.len() >= MAX_TABLES && !iptables_rules.contains_key(table) {
+                return Err(ParseError::new(
+                    source_name,
+                    s.line,
+                    format!("{IPTABLES_TOTAL}: more than {MAX_TABLES} tables"),
+                ));
+            }
             *iptables_rules.entry(table.to_string()).or_insert(0.0) += s.value;
         }
     }
@@ -175,7 +233,7 @@ pub fn extract_from(source_name: &str, expo: &Exposition) -> Result<KubeProxyMet
         f.samples
             .iter()
             .find_map(|s| s.label("git_version").or_else(|| s.label("gitVersion")))
-            .map(str::to_string)
+            .map(bounded_version)
     });
 
     Ok(KubeProxyMetrics {
@@ -324,6 +382,62 @@ unrelated_histogram_count 9
         // Malformed lines in unwanted families still fail.
         let e = extract("t", "go_goroutines 1\ngo_threads x\n").unwrap_err();
         assert_eq!(e.line, 2);
+    }
+
+    #[test]
+    fn kept_label_values_are_bounded() {
+        let rules = |table: &str| format!("# TYPE {IPTABLES_TOTAL} gauge\n{IPTABLES_TOTAL}{{table=\"{table}\"}} 1\n");
+        assert!(extract("t", &rules(&"n".repeat(MAX_TABLE_BYTES))).is_ok());
+        let e = extract("t", &rules(&"n".repeat(MAX_TABLE_BYTES + 1))).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.message.contains("longer than 32 bytes"), "{e}");
+        let many: String = (0..=MAX_TABLES)
+            .map(|i| format!("{IPTABLES_TOTAL}{{table=\"t{i}\"}} 1\n"))
+            .collect();
+        let e = extract("t", &format!("# TYPE {IPTABLES_TOTAL} gauge\n{many}")).unwrap_err();
+        assert!(e.message.contains("more than 16 tables"), "{e}");
+
+        let info = |v: &str| format!("# TYPE {BUILD_INFO} gauge\n{BUILD_INFO}{{git_version=\"{v}\"}} 1\n");
+        let m = extract("t", &info(&format!("v1.30.0-{}", "x".repeat(200)))).unwrap();
+        let v = m.version.unwrap();
+        assert_eq!(v.chars().count(), MAX_VERSION_CHARS + 1);
+        assert!(v.starts_with("v1.30.0-x") && v.ends_with('…'), "{v}");
+        // An escaped newline and a raw ESC: neither reaches a terminal report.
+        let m = extract("t", &info("v1.30.0\\n\u{1b}[2J")).unwrap();
+        assert_eq!(m.version.as_deref(), Some("v1.30.0??[2J"));
+    }
+
+    #[test]
+    fn hostile_bodies_fail_fast_with_short_errors() {
+        let one_line: String = format!(
+            "{IPTABLES_TOTAL}{{{}}} 1\n",
+            (0..2_000).map(|i| format!("l{i}=\"\"")).collect::<Vec<_>>().join(",")
+        );
+        let families: String = (0..20_000).map(|i| format!("family_{i} 1\n")).collect();
+        let values: String = format!("{BUILD_INFO}{{git_version=\"{}\"}} 1\n", "v".repeat(8 << 10));
+        let long_name = format!("{} 1\n{} 2\n", "a".repeat(60_000), "b".repeat(1000));
+        for (what, text, needle) in [
+            ("labels", one_line, "more than 64 labels"),
+            ("families", families, "more than 10000 metric families"),
+            ("values", values, "longer than 4096"),
+            (
+                "grouping",
+                format!("{long_name}{}", "a".repeat(60_000) + " 3\n"),
+                "not grouped",
+            ),
+        ] {
+            let e = extract("http://127.0.0.1:10249/metrics", &text).unwrap_err();
+            let shown = e.to_string();
+            assert!(shown.len() < 1024, "{what}: {} bytes", shown.len());
+            assert!(shown.contains(needle), "{what}: {shown}");
+        }
+        // Past its deadline, a parse gives up at the next check.
+        let past = Limits {
+            deadline: Some(std::time::Instant::now()),
+            ..LIMITS
+        };
+        let e = extract_within("t", &crate::promtext::clip(V1_21.to_string(), 1 << 20), &past).unwrap_err();
+        assert!(e.message.contains("deadline"), "{e}");
     }
 
     // --- robustness: random input never panics kube-proxy's parsers ------------------------------
