@@ -11,6 +11,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::labels::{parse_label_set, unescape_label_value, LabelScratch};
+use super::lex::{is_blank, skip_blanks, split_name};
 use super::limits::{clip, short_name, Limits, DEADLINE_CHECK_LINES, MAX_MESSAGE_BYTES};
 use crate::parse::{quote, ParseError};
 
@@ -205,14 +206,6 @@ const SAMPLE_COST: usize = 96;
 const LABEL_COST: usize = 64;
 const FAMILY_COST: usize = 128;
 
-fn is_blank(c: char) -> bool {
-    c == ' ' || c == '\t'
-}
-
-pub(super) fn skip_blanks(s: &str) -> &str {
-    s.trim_start_matches(is_blank)
-}
-
 /// Splits off the token up to the next blank.
 fn split_token(s: &str) -> (&str, &str) {
     let end = s.find(is_blank).unwrap_or(s.len());
@@ -230,15 +223,6 @@ fn is_metric_name_char(b: u8) -> bool {
 /// Splits a leading `[a-zA-Z_:][a-zA-Z0-9_:]*`; the name is empty when there is none.
 fn split_metric_name(s: &str) -> (&str, &str) {
     split_name(s, is_metric_name_start, is_metric_name_char)
-}
-
-pub(super) fn split_name(s: &str, start: fn(u8) -> bool, rest: fn(u8) -> bool) -> (&str, &str) {
-    let bytes = s.as_bytes();
-    if bytes.is_empty() || !start(bytes[0]) {
-        return ("", s);
-    }
-    let end = bytes.iter().position(|&b| !rest(b)).unwrap_or(bytes.len());
-    s.split_at(end)
 }
 
 /// Parses a sample value or bucket bound the way Go's `strconv.ParseFloat` does for the text

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use super::exposition::{skip_blanks, split_name};
+use super::lex::{skip_blanks, split_name};
 use super::limits::{short_name, Limits};
 use crate::parse::quote;
 

@@ -9,6 +9,7 @@
 mod exposition;
 mod histogram;
 mod labels;
+mod lex;
 mod limits;
 
 pub use exposition::{
