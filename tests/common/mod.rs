@@ -246,6 +246,21 @@ impl Process {
         }
     }
 
+    /// Sends SIGTERM by PID and returns at once (only while not reaped: the PID is
+    /// still this child's); `stop_within` then waits for the exit.
+    pub fn sigterm(&self) {
+        let mut child = self.child();
+        if let Some(c) = child.as_mut() {
+            if !matches!(c.try_wait(), Ok(None)) {
+                return;
+            }
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+
     /// SIGTERM by PID, up to `deadline` for it to exit, then SIGKILL; always reaped.
     /// The exit status and whether the process exited on SIGTERM (not killed);
     /// None when it was already stopped.
@@ -638,6 +653,11 @@ impl Agent {
 
     pub fn assert_running(&self) {
         self.process.assert_running()
+    }
+
+    /// Sends SIGTERM without waiting (to act while the agent shuts down); `stop_within` waits.
+    pub fn sigterm(&self) {
+        self.process.sigterm()
     }
 
     /// Stops the agent; panics if it did not exit within STOP_DEADLINE of SIGTERM.
