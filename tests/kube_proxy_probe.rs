@@ -2,7 +2,9 @@
 //!
 //! 1. `proxywatch serve` against a fake kube-proxy (a small HTTP/1.1 server on loopback whose
 //!    answers the test changes mid-run): steady state, a burst of slow syncs and its end, IPVS
-//!    mode without IPVS modules, and a stale `/healthz`.
+//!    mode without IPVS modules, and a stale `/healthz`; a change queued for 120 s without a
+//!    sync (`kube_proxy_sync_stale`, then cleared by a sync) and slow network programming
+//!    that goes on (`kube_proxy_network_programming_slow`, cleared when it stops).
 //! 2. Bad answers, one `proxywatch check` each: nothing listening, no answer in time, HTTP 500,
 //!    bodies over the cap, malformed exposition, broken histograms.
 //! 3. A real process named `kube-proxy` (a copy of `/bin/sleep`) in the real `/proc`: its
@@ -607,6 +609,144 @@ fn serve_follows_a_fake_kube_proxy() {
     assert_file_probes_ok(&doc);
 
     assert!(fake.hits("/metrics") >= 4 && fake.hits("/healthz") >= 4);
+    agent.stop();
+}
+
+/// The network-programming histogram family.
+const PROGRAMMING: &str = "kubeproxy_network_programming_duration_seconds";
+const LAST_QUEUED: &str = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds";
+const LAST_SYNC: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+
+/// The fixture with its last-queued and last-sync timestamps set (both gauges occur once).
+fn with_timestamps(fixture: &str, queued: f64, synced: f64) -> String {
+    let line = |name: &str| {
+        fixture
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} sample in the fixture"))
+            .to_string()
+    };
+    let (_, text) = replace_line(fixture, &line(LAST_QUEUED), Some(&format!("{LAST_QUEUED} {queued:.3}")));
+    let (_, text) = replace_line(&text, &line(LAST_SYNC), Some(&format!("{LAST_SYNC} {synced:.3}")));
+    text
+}
+
+#[test]
+fn serve_raises_kube_proxy_sync_stale() {
+    let fixture = kube_proxy_fixture(METRICS_FIXTURE);
+    let fake = FakeKubeProxy::start();
+    let url = fake.url();
+    let mut agent = Agent::serve(
+        &node("healthy-iptables"),
+        &url,
+        &url,
+        &["--kube-proxy.interval", "300ms"],
+    );
+    // The fixture as served: its last queued change is older than its last sync, nothing waits.
+    poll("nothing queued", || {
+        let d = agent.snapshot()?;
+        let waited = &d["derived"]["kube_proxy"]["queued_unsynced_seconds"];
+        (*waited == 0.0 && finding(&d, "kube_proxy_sync_stale").is_none())
+            .then_some(())
+            .ok_or_else(|| format!("queued_unsynced_seconds {waited}, findings {}", d["findings"]))
+    });
+
+    // A change queued 120 s ago, the last sync 600 s ago: over the 60 s default.
+    let now = now_seconds();
+    fake.set(
+        "/metrics",
+        Reply::ok(with_timestamps(&fixture, now - 120.0, now - 600.0)),
+    );
+    let f = poll("kube_proxy_sync_stale", || {
+        let d = agent.snapshot()?;
+        finding(&d, "kube_proxy_sync_stale")
+            .cloned()
+            .ok_or_else(|| format!("{:#}", d["derived"]["kube_proxy"]))
+    });
+    assert_eq!(f["severity"], "warning", "{f:#}");
+    let waited = f64_at(&f["evidence"]["queued_unsynced_seconds"], "queued_unsynced_seconds");
+    assert!(
+        (120.0..150.0).contains(&waited),
+        "waited {waited} s for a change queued 120 s ago"
+    );
+    let age = f64_at(&f["evidence"]["last_sync_age_seconds"], "last_sync_age_seconds");
+    assert!((600.0..630.0).contains(&age), "last sync {age} s ago, want about 600");
+    assert_eq!(f["evidence"]["warning_at_seconds"], 60.0);
+    poll("sync_stale in /metrics", || {
+        let m = agent.metrics();
+        let level = series(&m, "proxywatch_finding_severity{id=\"kube_proxy_sync_stale\"}");
+        (level == Some(2.0)).then_some(()).ok_or(format!("{level:?}"))
+    });
+
+    // kube-proxy syncs: the queued change is applied, the finding clears.
+    let now = now_seconds();
+    fake.set("/metrics", Reply::ok(with_timestamps(&fixture, now - 120.0, now)));
+    poll("sync_stale cleared", || {
+        let d = agent.snapshot()?;
+        match finding(&d, "kube_proxy_sync_stale") {
+            None if d["derived"]["kube_proxy"]["queued_unsynced_seconds"] == 0.0 => Ok(()),
+            other => Err(format!("{other:?} {:#}", d["derived"]["kube_proxy"])),
+        }
+    });
+    agent.stop();
+}
+
+#[test]
+fn serve_raises_kube_proxy_network_programming_slow() {
+    let fixture = kube_proxy_fixture(METRICS_FIXTURE);
+    let fake = FakeKubeProxy::start();
+    let url = fake.url();
+    let mut agent = Agent::serve(
+        &node("healthy-iptables"),
+        &url,
+        &url,
+        &["--kube-proxy.interval", "300ms"],
+    );
+    // The fixture as served again and again: an empty window, no finding.
+    poll("an empty programming window", || {
+        let d = agent.snapshot()?;
+        let w = &d["derived"]["kube_proxy"]["network_programming"];
+        (w["count"] == 0.0 && finding(&d, "kube_proxy_network_programming_slow").is_none())
+            .then_some(())
+            .ok_or_else(|| format!("window {w}, findings {}", d["findings"]))
+    });
+
+    // kube-proxy keeps programming slowly: 5 more changes of 12 s every poll (every
+    // 20 ms or so), so every 300 ms window holds some, and nothing else changes.
+    let mut added = 0;
+    let f = poll("kube_proxy_network_programming_slow", || {
+        added += 5;
+        fake.set(
+            "/metrics",
+            Reply::ok(add_observations(&fixture, PROGRAMMING, 12.0, added)),
+        );
+        let d = agent.snapshot()?;
+        let f = finding(&d, "kube_proxy_network_programming_slow")
+            .cloned()
+            .ok_or_else(|| format!("{:#}", d["derived"]["kube_proxy"]))?;
+        assert!(finding(&d, "kube_proxy_sync_slow").is_none(), "{}", d["findings"]);
+        Ok(f)
+    });
+    assert_eq!(f["severity"], "critical", "{f:#}");
+    // Every change in the window fell in the (11, 12] bucket: p99 interpolates to 11.99.
+    let p99 = f64_at(&f["evidence"]["p99_seconds"], "p99_seconds");
+    let mut one = buckets(&add_observations(&fixture, PROGRAMMING, 12.0, 5), PROGRAMMING);
+    let base = buckets(&fixture, PROGRAMMING);
+    one = bucket_delta(&one, &base);
+    assert_close(p99, histogram_quantile(0.99, &one), "window p99");
+    assert_close(p99, 11.99, "window p99");
+    assert!(f64_at(&f["evidence"]["count_window"], "count_window") >= 5.0, "{f:#}");
+    assert_eq!(f["evidence"]["critical_at_seconds"], 5.0);
+
+    // The changes stop (the same text served again): the window empties, the finding clears.
+    poll("network_programming_slow cleared", || {
+        let d = agent.snapshot()?;
+        let w = &d["derived"]["kube_proxy"]["network_programming"];
+        (w["count"] == 0.0 && finding(&d, "kube_proxy_network_programming_slow").is_none())
+            .then_some(())
+            .ok_or_else(|| format!("window {w}"))
+    });
+    assert!(fake.hits("/metrics") >= 4);
     agent.stop();
 }
 
