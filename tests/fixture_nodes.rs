@@ -16,6 +16,7 @@ use serde_json::Value;
 
 /// Every scenario directory, each with its own test below.
 const SCENARIOS: &[&str] = &[
+    "bridge-nf-call-iptables-off",
     "builtin-modules-no-proc-modules",
     "conntrack-near-full-drops",
     "garbage-stat-file",
@@ -595,6 +596,28 @@ fn ip_forward_off() {
     assert_eq!(f["severity"], "critical");
     assert_eq!(f["evidence"]["net.ipv4.ip_forward"], 0);
     assert_eq!(s.severities("critical"), ["sysctl_ip_forward"]);
+}
+
+#[test]
+fn bridge_nf_call_iptables_off() {
+    let s = scenario("bridge-nf-call-iptables-off", 1);
+    s.assert_file_probes_ok();
+    assert_eq!(s.number("proc/sys/net/bridge/bridge-nf-call-iptables"), 0);
+    assert_eq!(module_states(&s)["br_netfilter"], "loaded");
+    let f = s.must_find("sysctl_bridge_nf_call_iptables");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["net.bridge.bridge-nf-call-iptables"], 0);
+    assert_eq!(s.severities("warning"), ["sysctl_bridge_nf_call_iptables"]);
+    assert!(s.severities("critical").is_empty());
+    // The same node with the sysctl at 1 (healthy-iptables) has no such finding.
+    let (healthy, _) = run_json("healthy-iptables", &[]);
+    let ids: Vec<&str> = healthy["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(!ids.contains(&"sysctl_bridge_nf_call_iptables"), "{ids:?}");
 }
 
 #[test]
