@@ -18,6 +18,7 @@ use serde_json::Value;
 const SCENARIOS: &[&str] = &[
     "bridge-nf-call-iptables-off",
     "builtin-modules-no-proc-modules",
+    "conntrack-max-below-recommended",
     "conntrack-near-full-drops",
     "garbage-stat-file",
     "healthy-iptables",
@@ -556,6 +557,18 @@ fn ipvs_modules_loaded() {
     for col in ["searched", "ignore", "invalid", "search_restart"] {
         assert_eq!(stats[col].as_u64(), Some(stat_column(&stat, col).0), "{col}");
     }
+    // The scheduler of every virtual server in proc/net/ip_vs (the test's own reading).
+    let schedulers: std::collections::BTreeSet<String> = s
+        .file("proc/net/ip_vs")
+        .lines()
+        .skip(3)
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect();
+    assert_eq!(schedulers.iter().collect::<Vec<_>>(), ["wlc"]);
+    let f = s.must_find("ipvs_scheduler");
+    assert_eq!(f["severity"], "info");
+    assert_eq!(f["evidence"]["schedulers"], serde_json::json!(schedulers));
     // Declared IPVS mode changes nothing when the modules are there.
     let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
     assert_eq!(code, 0, "{:#}", doc["findings"]);
@@ -585,6 +598,28 @@ fn conntrack_near_full_drops() {
     assert_eq!(drops["evidence"]["drop_total"].as_u64(), Some(drop));
     assert_eq!(drops["evidence"]["early_drop_total"].as_u64(), Some(early));
     assert_eq!(s.severities("critical"), ["conntrack_table_fill"]);
+}
+
+#[test]
+fn conntrack_max_below_recommended() {
+    let s = scenario("conntrack-max-below-recommended", 1);
+    s.assert_file_probes_ok();
+    // kube-proxy's sizing rule, computed here from the node's own files.
+    let cpus = s.doc["facts"]["node"]["cpus"].as_u64().unwrap();
+    assert_eq!(
+        s.file("sys/devices/system/cpu/online").trim(),
+        format!("0-{}", cpus - 1)
+    );
+    let want = (32_768 * cpus).max(131_072);
+    let max = s.number(MAX);
+    assert!(max < want, "the fixture's max {max} is below {want}");
+    let f = s.must_find("conntrack_max_below_recommended");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["max"].as_u64(), Some(max));
+    assert_eq!(f["evidence"]["recommended"].as_u64(), Some(want));
+    assert_eq!(f["evidence"]["cpus"].as_u64(), Some(cpus));
+    assert_eq!(s.severities("warning"), ["conntrack_max_below_recommended"]);
+    assert!(s.finding("conntrack_table_fill").is_none(), "20 % full is fine");
 }
 
 #[test]
