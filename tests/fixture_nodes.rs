@@ -23,6 +23,7 @@ const SCENARIOS: &[&str] = &[
     "garbage-stat-file",
     "healthy-iptables",
     "ip-forward-off",
+    "ipvs-mode-sysctls-off",
     "ipvs-modules-loaded",
     "no-conntrack",
     "old-kernel-no-stat-file",
@@ -572,6 +573,83 @@ fn ipvs_modules_loaded() {
     // Declared IPVS mode changes nothing when the modules are there.
     let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
     assert_eq!(code, 0, "{:#}", doc["findings"]);
+}
+
+/// Virtual servers of a /proc/net/ip_vs text whose real servers are all at weight 0
+/// (or that have none): the test's own reading.
+fn without_backends(ip_vs: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Option<(String, bool)> = None;
+    for line in ip_vs.lines().skip(3) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first() == Some(&"->") {
+            if let Some((_, usable)) = current.as_mut() {
+                *usable |= f[3] != "0";
+            }
+        } else if !f.is_empty() {
+            if let Some((vs, false)) = current.take() {
+                out.push(vs);
+            }
+            current = Some((f[1].to_string(), false));
+        }
+    }
+    if let Some((vs, false)) = current {
+        out.push(vs);
+    }
+    out
+}
+
+#[test]
+fn ipvs_mode_sysctls_off() {
+    let s = scenario("ipvs-mode-sysctls-off", 1);
+    s.assert_file_probes_ok();
+    let unusable = without_backends(&s.file("proc/net/ip_vs"));
+    assert_eq!(unusable, ["C0A80037:0CEA"], "the fixture has one such virtual server");
+    let f = s.must_find("ipvs_virtual_servers_without_backends");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["count"].as_u64(), Some(unusable.len() as u64));
+    assert_eq!(s.severities("warning"), ["ipvs_virtual_servers_without_backends"]);
+    // Nothing shows the mode here: the IPVS-mode sysctls are not judged in auto mode...
+    assert_eq!(s.doc["proxy_mode"]["mode"], "unknown");
+    assert!(s.finding("ipvs_vs_conntrack").is_none() && s.finding("ipvs_conn_reuse_mode").is_none());
+    // ...and are with IPVS declared.
+    let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
+    assert_eq!(code, 2, "{:#}", doc["findings"]);
+    let find = |id: &str| {
+        doc["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {:#}", doc["findings"]))
+            .clone()
+    };
+    assert_eq!(s.number("proc/sys/net/ipv4/vs/conntrack"), 0);
+    let f = find("ipvs_vs_conntrack");
+    assert_eq!(f["severity"], "critical");
+    assert_eq!(f["evidence"]["net.ipv4.vs.conntrack"], 0);
+    // conn_reuse_mode 1 on a kernel before 5.9 (read from the node's osrelease).
+    assert_eq!(s.number("proc/sys/net/ipv4/vs/conn_reuse_mode"), 1);
+    let release = s.file("proc/sys/kernel/osrelease").trim().to_string();
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap());
+    assert!((v.next().unwrap(), v.next().unwrap()) < (5, 9), "{release}");
+    let f = find("ipvs_conn_reuse_mode");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["kernel_release"], release);
+    // The same node with kube-proxy's values (ipvs-modules-loaded): neither finding.
+    let (ok, _) = run_json("ipvs-modules-loaded", &["--kube-proxy.mode", "ipvs"]);
+    let ids: Vec<&str> = ok["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        !ids.contains(&"ipvs_vs_conntrack") && !ids.contains(&"ipvs_conn_reuse_mode"),
+        "{ids:?}"
+    );
 }
 
 #[test]
