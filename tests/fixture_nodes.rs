@@ -16,11 +16,14 @@ use serde_json::Value;
 
 /// Every scenario directory, each with its own test below.
 const SCENARIOS: &[&str] = &[
+    "bridge-nf-call-iptables-off",
     "builtin-modules-no-proc-modules",
+    "conntrack-max-below-recommended",
     "conntrack-near-full-drops",
     "garbage-stat-file",
     "healthy-iptables",
     "ip-forward-off",
+    "ipvs-mode-sysctls-off",
     "ipvs-modules-loaded",
     "kube-proxy-cgroup-v1",
     "kube-proxy-cgroup-v2-private-ns",
@@ -557,9 +560,98 @@ fn ipvs_modules_loaded() {
     for col in ["searched", "ignore", "invalid", "search_restart"] {
         assert_eq!(stats[col].as_u64(), Some(stat_column(&stat, col).0), "{col}");
     }
+    // The scheduler of every virtual server in proc/net/ip_vs (the test's own reading).
+    let schedulers: std::collections::BTreeSet<String> = s
+        .file("proc/net/ip_vs")
+        .lines()
+        .skip(3)
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect();
+    assert_eq!(schedulers.iter().collect::<Vec<_>>(), ["wlc"]);
+    let f = s.must_find("ipvs_scheduler");
+    assert_eq!(f["severity"], "info");
+    assert_eq!(f["evidence"]["schedulers"], serde_json::json!(schedulers));
     // Declared IPVS mode changes nothing when the modules are there.
     let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
     assert_eq!(code, 0, "{:#}", doc["findings"]);
+}
+
+/// Virtual servers of a /proc/net/ip_vs text whose real servers are all at weight 0
+/// (or that have none): the test's own reading.
+fn without_backends(ip_vs: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Option<(String, bool)> = None;
+    for line in ip_vs.lines().skip(3) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first() == Some(&"->") {
+            if let Some((_, usable)) = current.as_mut() {
+                *usable |= f[3] != "0";
+            }
+        } else if !f.is_empty() {
+            if let Some((vs, false)) = current.take() {
+                out.push(vs);
+            }
+            current = Some((f[1].to_string(), false));
+        }
+    }
+    if let Some((vs, false)) = current {
+        out.push(vs);
+    }
+    out
+}
+
+#[test]
+fn ipvs_mode_sysctls_off() {
+    let s = scenario("ipvs-mode-sysctls-off", 1);
+    s.assert_file_probes_ok();
+    let unusable = without_backends(&s.file("proc/net/ip_vs"));
+    assert_eq!(unusable, ["C0A80037:0CEA"], "the fixture has one such virtual server");
+    let f = s.must_find("ipvs_virtual_servers_without_backends");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["count"].as_u64(), Some(unusable.len() as u64));
+    assert_eq!(s.severities("warning"), ["ipvs_virtual_servers_without_backends"]);
+    // Nothing shows the mode here: the IPVS-mode sysctls are not judged in auto mode...
+    assert_eq!(s.doc["proxy_mode"]["mode"], "unknown");
+    assert!(s.finding("ipvs_vs_conntrack").is_none() && s.finding("ipvs_conn_reuse_mode").is_none());
+    // ...and are with IPVS declared.
+    let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
+    assert_eq!(code, 2, "{:#}", doc["findings"]);
+    let find = |id: &str| {
+        doc["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {:#}", doc["findings"]))
+            .clone()
+    };
+    assert_eq!(s.number("proc/sys/net/ipv4/vs/conntrack"), 0);
+    let f = find("ipvs_vs_conntrack");
+    assert_eq!(f["severity"], "critical");
+    assert_eq!(f["evidence"]["net.ipv4.vs.conntrack"], 0);
+    // conn_reuse_mode 1 on a kernel before 5.9 (read from the node's osrelease).
+    assert_eq!(s.number("proc/sys/net/ipv4/vs/conn_reuse_mode"), 1);
+    let release = s.file("proc/sys/kernel/osrelease").trim().to_string();
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap());
+    assert!((v.next().unwrap(), v.next().unwrap()) < (5, 9), "{release}");
+    let f = find("ipvs_conn_reuse_mode");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["kernel_release"], release);
+    // The same node with kube-proxy's values (ipvs-modules-loaded): neither finding.
+    let (ok, _) = run_json("ipvs-modules-loaded", &["--kube-proxy.mode", "ipvs"]);
+    let ids: Vec<&str> = ok["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        !ids.contains(&"ipvs_vs_conntrack") && !ids.contains(&"ipvs_conn_reuse_mode"),
+        "{ids:?}"
+    );
 }
 
 #[test]
@@ -589,6 +681,28 @@ fn conntrack_near_full_drops() {
 }
 
 #[test]
+fn conntrack_max_below_recommended() {
+    let s = scenario("conntrack-max-below-recommended", 1);
+    s.assert_file_probes_ok();
+    // kube-proxy's sizing rule, computed here from the node's own files.
+    let cpus = s.doc["facts"]["node"]["cpus"].as_u64().unwrap();
+    assert_eq!(
+        s.file("sys/devices/system/cpu/online").trim(),
+        format!("0-{}", cpus - 1)
+    );
+    let want = (32_768 * cpus).max(131_072);
+    let max = s.number(MAX);
+    assert!(max < want, "the fixture's max {max} is below {want}");
+    let f = s.must_find("conntrack_max_below_recommended");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["max"].as_u64(), Some(max));
+    assert_eq!(f["evidence"]["recommended"].as_u64(), Some(want));
+    assert_eq!(f["evidence"]["cpus"].as_u64(), Some(cpus));
+    assert_eq!(s.severities("warning"), ["conntrack_max_below_recommended"]);
+    assert!(s.finding("conntrack_table_fill").is_none(), "20 % full is fine");
+}
+
+#[test]
 fn ip_forward_off() {
     let s = scenario("ip-forward-off", 2);
     s.assert_file_probes_ok();
@@ -597,6 +711,28 @@ fn ip_forward_off() {
     assert_eq!(f["severity"], "critical");
     assert_eq!(f["evidence"]["net.ipv4.ip_forward"], 0);
     assert_eq!(s.severities("critical"), ["sysctl_ip_forward"]);
+}
+
+#[test]
+fn bridge_nf_call_iptables_off() {
+    let s = scenario("bridge-nf-call-iptables-off", 1);
+    s.assert_file_probes_ok();
+    assert_eq!(s.number("proc/sys/net/bridge/bridge-nf-call-iptables"), 0);
+    assert_eq!(module_states(&s)["br_netfilter"], "loaded");
+    let f = s.must_find("sysctl_bridge_nf_call_iptables");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["evidence"]["net.bridge.bridge-nf-call-iptables"], 0);
+    assert_eq!(s.severities("warning"), ["sysctl_bridge_nf_call_iptables"]);
+    assert!(s.severities("critical").is_empty());
+    // The same node with the sysctl at 1 (healthy-iptables) has no such finding.
+    let (healthy, _) = run_json("healthy-iptables", &[]);
+    let ids: Vec<&str> = healthy["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(!ids.contains(&"sysctl_bridge_nf_call_iptables"), "{ids:?}");
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //!
 //! 1. `proxywatch serve` against a fake kube-proxy (a small HTTP/1.1 server on loopback whose
 //!    answers the test changes mid-run): steady state, a burst of slow syncs and its end, IPVS
-//!    mode without IPVS modules, and a stale `/healthz`.
+//!    mode without IPVS modules, and a stale `/healthz`; a change queued for 120 s without a
+//!    sync (`kube_proxy_sync_stale`, then cleared by a sync) and slow network programming
+//!    that goes on (`kube_proxy_network_programming_slow`, cleared when it stops).
 //! 2. Bad answers, one `proxywatch check` each: nothing listening, no answer in time, HTTP 500,
 //!    bodies over the cap, malformed exposition, broken histograms.
 //! 3. A real process named `kube-proxy` (a copy of `/bin/sleep`) in the real `/proc`: its
@@ -12,31 +14,21 @@
 //! and `histogram_quantile`, never by the agent's parsers.
 mod common;
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::fake_kube_proxy::{kube_proxy_fixture, FakeKubeProxy, Reply, HEALTHZ_FIXTURE, METRICS_FIXTURE};
 use serde_json::Value;
 
-const METRICS_FIXTURE: &str = "v1.21.1-iptables-kind-datadog-integrations-core.prom";
-const HEALTHZ_FIXTURE: &str = "v1.30-kind-nodeEligible-raesene-2024-06-16.json";
 /// The sync-duration histogram family.
 const SYNC: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 /// The probes that only read host files: whatever kube-proxy answers, they stay ok.
 const FILE_PROBES: &[&str] = &["conntrack", "modules", "node", "sysctls"];
 /// How long a poll waits for the agent to reach a state (generous: CI machines are slow).
 const DEADLINE: Duration = Duration::from_secs(30);
-
-fn kube_proxy_fixture(name: &str) -> String {
-    let p = common::fixtures().join("kube-proxy").join(name);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
 
 fn node(name: &str) -> PathBuf {
     common::fixtures().join("nodes").join(name)
@@ -136,169 +128,6 @@ fn replace_line(text: &str, old: &str, new: Option<&str>) -> (usize, String) {
     out.extend(new);
     out.extend(&lines[hits[0] + 1..]);
     (hits[0] + 1, out.join("\n"))
-}
-
-// ---------------------------------------------------------------------------
-// The fake kube-proxy.
-
-#[derive(Clone)]
-struct Reply {
-    status: u16,
-    body: Arc<Vec<u8>>,
-    /// Wait this long before answering.
-    delay: Duration,
-    /// Send the body chunked (no Content-Length), in 64 KiB chunks.
-    chunked: bool,
-}
-
-impl Reply {
-    fn new(status: u16, body: impl Into<Vec<u8>>) -> Reply {
-        Reply {
-            status,
-            body: Arc::new(body.into()),
-            delay: Duration::ZERO,
-            chunked: false,
-        }
-    }
-
-    fn ok(body: impl Into<Vec<u8>>) -> Reply {
-        Reply::new(200, body)
-    }
-}
-
-type Routes = Arc<Mutex<HashMap<String, Reply>>>;
-
-/// kube-proxy's `/metrics`, `/proxyMode` and `/healthz` on one loopback port, answered from a
-/// table the test edits while the agent runs. Stops (and joins its accept loop) on drop.
-struct FakeKubeProxy {
-    addr: SocketAddr,
-    routes: Routes,
-    hits: Arc<Mutex<HashMap<String, u64>>>,
-    stop: Arc<AtomicBool>,
-    accept: Option<JoinHandle<()>>,
-}
-
-impl FakeKubeProxy {
-    /// Serves the v1.21.1 iptables scrape, `iptables` and the v1.30 healthz body, all 200.
-    fn start() -> FakeKubeProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the fake kube-proxy");
-        let addr = listener.local_addr().unwrap();
-        let routes: Routes = Arc::new(Mutex::new(HashMap::new()));
-        let hits = Arc::new(Mutex::new(HashMap::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let accept = {
-            let (routes, hits, stop) = (routes.clone(), hits.clone(), stop.clone());
-            std::thread::spawn(move || {
-                for conn in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    let (routes, hits) = (routes.clone(), hits.clone());
-                    // One thread per connection: a slow answer must not hold up the others.
-                    std::thread::spawn(move || serve_one(conn, &routes, &hits));
-                }
-            })
-        };
-        let fake = FakeKubeProxy {
-            addr,
-            routes,
-            hits,
-            stop,
-            accept: Some(accept),
-        };
-        fake.set("/metrics", Reply::ok(kube_proxy_fixture(METRICS_FIXTURE)));
-        fake.set("/proxyMode", Reply::ok(kube_proxy_fixture("iptables.txt")));
-        fake.set("/healthz", Reply::ok(kube_proxy_fixture(HEALTHZ_FIXTURE)));
-        fake
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn set(&self, path: &str, reply: Reply) {
-        self.routes.lock().unwrap().insert(path.to_string(), reply);
-    }
-
-    fn hits(&self, path: &str) -> u64 {
-        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
-    }
-}
-
-impl Drop for FakeKubeProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(self.addr); // wakes the accept loop
-        if let Some(h) = self.accept.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        404 => "Not Found",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Status",
-    }
-}
-
-/// Reads one request, answers it from the routes, closes. Write errors (the client gave up on
-/// an oversized body) are expected and ignored.
-fn serve_one(mut conn: TcpStream, routes: &Routes, hits: &Mutex<HashMap<String, u64>>) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut head = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
-        match conn.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-    }
-    let head = String::from_utf8_lossy(&head);
-    let mut parts = head.lines().next().unwrap_or("").split(' ');
-    let (Some("GET"), Some(target)) = (parts.next(), parts.next()) else {
-        let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        return;
-    };
-    let path = target.split('?').next().unwrap_or(target).to_string();
-    *hits.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
-    let reply = routes
-        .lock()
-        .unwrap()
-        .get(&path)
-        .cloned()
-        .unwrap_or_else(|| Reply::new(404, "404 page not found\n"));
-    std::thread::sleep(reply.delay);
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n",
-        reply.status,
-        reason(reply.status)
-    );
-    if reply.chunked {
-        out.push_str("Transfer-Encoding: chunked\r\n\r\n");
-        if conn.write_all(out.as_bytes()).is_err() {
-            return;
-        }
-        for chunk in reply.body.chunks(64 * 1024) {
-            let mut c = format!("{:x}\r\n", chunk.len()).into_bytes();
-            c.extend_from_slice(chunk);
-            c.extend_from_slice(b"\r\n");
-            if conn.write_all(&c).is_err() {
-                return;
-            }
-        }
-        let _ = conn.write_all(b"0\r\n\r\n");
-    } else {
-        out.push_str(&format!("Content-Length: {}\r\n\r\n", reply.body.len()));
-        if conn.write_all(out.as_bytes()).is_ok() {
-            let _ = conn.write_all(&reply.body);
-        }
-    }
-    let _ = conn.flush();
 }
 
 /// A loopback URL nothing listens on (bound, port learned, closed).
@@ -610,6 +439,144 @@ fn serve_follows_a_fake_kube_proxy() {
     agent.stop();
 }
 
+/// The network-programming histogram family.
+const PROGRAMMING: &str = "kubeproxy_network_programming_duration_seconds";
+const LAST_QUEUED: &str = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds";
+const LAST_SYNC: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+
+/// The fixture with its last-queued and last-sync timestamps set (both gauges occur once).
+fn with_timestamps(fixture: &str, queued: f64, synced: f64) -> String {
+    let line = |name: &str| {
+        fixture
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} sample in the fixture"))
+            .to_string()
+    };
+    let (_, text) = replace_line(fixture, &line(LAST_QUEUED), Some(&format!("{LAST_QUEUED} {queued:.3}")));
+    let (_, text) = replace_line(&text, &line(LAST_SYNC), Some(&format!("{LAST_SYNC} {synced:.3}")));
+    text
+}
+
+#[test]
+fn serve_raises_kube_proxy_sync_stale() {
+    let fixture = kube_proxy_fixture(METRICS_FIXTURE);
+    let fake = FakeKubeProxy::start();
+    let url = fake.url();
+    let mut agent = Agent::serve(
+        &node("healthy-iptables"),
+        &url,
+        &url,
+        &["--kube-proxy.interval", "300ms"],
+    );
+    // The fixture as served: its last queued change is older than its last sync, nothing waits.
+    poll("nothing queued", || {
+        let d = agent.snapshot()?;
+        let waited = &d["derived"]["kube_proxy"]["queued_unsynced_seconds"];
+        (*waited == 0.0 && finding(&d, "kube_proxy_sync_stale").is_none())
+            .then_some(())
+            .ok_or_else(|| format!("queued_unsynced_seconds {waited}, findings {}", d["findings"]))
+    });
+
+    // A change queued 120 s ago, the last sync 600 s ago: over the 60 s default.
+    let now = now_seconds();
+    fake.set(
+        "/metrics",
+        Reply::ok(with_timestamps(&fixture, now - 120.0, now - 600.0)),
+    );
+    let f = poll("kube_proxy_sync_stale", || {
+        let d = agent.snapshot()?;
+        finding(&d, "kube_proxy_sync_stale")
+            .cloned()
+            .ok_or_else(|| format!("{:#}", d["derived"]["kube_proxy"]))
+    });
+    assert_eq!(f["severity"], "warning", "{f:#}");
+    let waited = f64_at(&f["evidence"]["queued_unsynced_seconds"], "queued_unsynced_seconds");
+    assert!(
+        (120.0..150.0).contains(&waited),
+        "waited {waited} s for a change queued 120 s ago"
+    );
+    let age = f64_at(&f["evidence"]["last_sync_age_seconds"], "last_sync_age_seconds");
+    assert!((600.0..630.0).contains(&age), "last sync {age} s ago, want about 600");
+    assert_eq!(f["evidence"]["warning_at_seconds"], 60.0);
+    poll("sync_stale in /metrics", || {
+        let m = agent.metrics();
+        let level = series(&m, "proxywatch_finding_severity{id=\"kube_proxy_sync_stale\"}");
+        (level == Some(2.0)).then_some(()).ok_or(format!("{level:?}"))
+    });
+
+    // kube-proxy syncs: the queued change is applied, the finding clears.
+    let now = now_seconds();
+    fake.set("/metrics", Reply::ok(with_timestamps(&fixture, now - 120.0, now)));
+    poll("sync_stale cleared", || {
+        let d = agent.snapshot()?;
+        match finding(&d, "kube_proxy_sync_stale") {
+            None if d["derived"]["kube_proxy"]["queued_unsynced_seconds"] == 0.0 => Ok(()),
+            other => Err(format!("{other:?} {:#}", d["derived"]["kube_proxy"])),
+        }
+    });
+    agent.stop();
+}
+
+#[test]
+fn serve_raises_kube_proxy_network_programming_slow() {
+    let fixture = kube_proxy_fixture(METRICS_FIXTURE);
+    let fake = FakeKubeProxy::start();
+    let url = fake.url();
+    let mut agent = Agent::serve(
+        &node("healthy-iptables"),
+        &url,
+        &url,
+        &["--kube-proxy.interval", "300ms"],
+    );
+    // The fixture as served again and again: an empty window, no finding.
+    poll("an empty programming window", || {
+        let d = agent.snapshot()?;
+        let w = &d["derived"]["kube_proxy"]["network_programming"];
+        (w["count"] == 0.0 && finding(&d, "kube_proxy_network_programming_slow").is_none())
+            .then_some(())
+            .ok_or_else(|| format!("window {w}, findings {}", d["findings"]))
+    });
+
+    // kube-proxy keeps programming slowly: 5 more changes of 12 s every poll (every
+    // 20 ms or so), so every 300 ms window holds some, and nothing else changes.
+    let mut added = 0;
+    let f = poll("kube_proxy_network_programming_slow", || {
+        added += 5;
+        fake.set(
+            "/metrics",
+            Reply::ok(add_observations(&fixture, PROGRAMMING, 12.0, added)),
+        );
+        let d = agent.snapshot()?;
+        let f = finding(&d, "kube_proxy_network_programming_slow")
+            .cloned()
+            .ok_or_else(|| format!("{:#}", d["derived"]["kube_proxy"]))?;
+        assert!(finding(&d, "kube_proxy_sync_slow").is_none(), "{}", d["findings"]);
+        Ok(f)
+    });
+    assert_eq!(f["severity"], "critical", "{f:#}");
+    // Every change in the window fell in the (11, 12] bucket: p99 interpolates to 11.99.
+    let p99 = f64_at(&f["evidence"]["p99_seconds"], "p99_seconds");
+    let mut one = buckets(&add_observations(&fixture, PROGRAMMING, 12.0, 5), PROGRAMMING);
+    let base = buckets(&fixture, PROGRAMMING);
+    one = bucket_delta(&one, &base);
+    assert_close(p99, histogram_quantile(0.99, &one), "window p99");
+    assert_close(p99, 11.99, "window p99");
+    assert!(f64_at(&f["evidence"]["count_window"], "count_window") >= 5.0, "{f:#}");
+    assert_eq!(f["evidence"]["critical_at_seconds"], 5.0);
+
+    // The changes stop (the same text served again): the window empties, the finding clears.
+    poll("network_programming_slow cleared", || {
+        let d = agent.snapshot()?;
+        let w = &d["derived"]["kube_proxy"]["network_programming"];
+        (w["count"] == 0.0 && finding(&d, "kube_proxy_network_programming_slow").is_none())
+            .then_some(())
+            .ok_or_else(|| format!("window {w}"))
+    });
+    assert!(fake.hits("/metrics") >= 4);
+    agent.stop();
+}
+
 // ---------------------------------------------------------------------------
 // 2. Bad answers, one `proxywatch check` each.
 
@@ -682,7 +649,7 @@ fn nothing_listening_and_no_process_is_absent() {
 fn no_answer_within_the_timeout() {
     let fake = FakeKubeProxy::start();
     for path in ["/metrics", "/proxyMode", "/healthz"] {
-        let mut slow = fake.routes.lock().unwrap()[path].clone();
+        let mut slow = fake.reply(path);
         slow.delay = Duration::from_secs(5);
         fake.set(path, slow);
     }

@@ -1,7 +1,8 @@
 //! As PID 1 (a container without tini), the agent reaps the orphans its
 //! commands leave behind. The agent runs as PID 1 of a new PID namespace
 //! (`unshare --pid --fork --mount-proc`), with a stand-in iptables-nft-save
-//! that leaves a grandchild behind on every run.
+//! that counts its runs in a file and leaves a grandchild behind on each of its
+//! first `ORPHANS` runs: once they are all made, none may stay a zombie.
 mod common;
 
 use std::net::SocketAddr;
@@ -55,6 +56,9 @@ fn only_child(pid: u32) -> Option<u32> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// How many orphans the stand-in save leaves (one per run, the first runs only).
+const ORPHANS: usize = 8;
+
 #[test]
 fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
     if !common::can_run(&["unshare"]) {
@@ -62,11 +66,21 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
     }
     let bin = tempfile::tempdir().unwrap();
     let save = bin.path().join("iptables-nft-save");
+    let runs_file = bin.path().join("runs");
     // A background sleep outlives the save; the runner kills the group after the
-    // save exits, and the killed sleep, re-parented to PID 1, needs reaping.
+    // save exits, and the killed sleep, re-parented to PID 1, needs reaping. Each
+    // run appends a line to `runs`; the first ORPHANS runs leave an orphan, later
+    // ones none, so the test knows how many there were to reap.
     std::fs::write(
         &save,
-        "#!/bin/sh\n/bin/sleep 30 </dev/null >/dev/null 2>&1 &\nprintf '# empty\\n'\nexit 0\n",
+        format!(
+            "#!/bin/sh\n\
+             echo run >> '{runs}'\n\
+             n=0; while read -r _; do n=$((n + 1)); done < '{runs}'\n\
+             if [ \"$n\" -le {ORPHANS} ]; then /bin/sleep 30 </dev/null >/dev/null 2>&1 & fi\n\
+             printf '# empty\\n'\nexit 0\n",
+            runs = runs_file.display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -109,19 +123,38 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
         .unwrap();
     assert_eq!(ns_pid, "1", "the agent is not PID 1 of its namespace");
 
-    // Let the iptables probe run a dozen times, each leaving an orphan behind.
-    let until = Instant::now() + Duration::from_secs(3);
-    let mut runs_seen = false;
-    while Instant::now() < until {
+    // Let the iptables probe run (every 200 ms) until every orphan was made and
+    // one more run has passed.
+    let runs = || std::fs::read_to_string(&runs_file).map_or(0, |t| t.lines().count());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut probe_ok = false;
+    while runs() <= ORPHANS || !probe_ok {
+        assert!(
+            Instant::now() < deadline,
+            "{} runs of the stand-in save in 30 s (want {}), probe ok: {probe_ok}",
+            runs(),
+            ORPHANS + 1
+        );
         if let Ok((_, json)) = common::http_get(addr, "/snapshot") {
             let doc: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-            runs_seen |= doc["probes"]["iptables"]["status"] == "ok";
+            probe_ok |= doc["probes"]["iptables"]["status"] == "ok";
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(runs_seen, "the iptables probe never succeeded");
-    // The reaper polls every second: give it two, then nothing may be left.
-    std::thread::sleep(Duration::from_secs(2));
-    let left = zombies_of(agent);
-    assert!(left.len() <= 1, "zombies left under the agent (PID 1): {left:?}");
+    // The reaper polls every second: within a few polls every orphan is reaped.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut left = zombies_of(agent);
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        left = zombies_of(agent);
+    }
+    eprintln!(
+        "{} runs of the stand-in save, {ORPHANS} orphans; zombies left: {left:?}",
+        runs()
+    );
+    assert!(
+        left.is_empty(),
+        "{} of the {ORPHANS} orphans left as zombies under the agent (PID 1) 5 s after the last: {left:?}",
+        left.len()
+    );
 }

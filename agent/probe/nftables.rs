@@ -397,7 +397,7 @@ fn record(counts: &mut NftTableCounts, name: &str, is_map: bool, elements: u64) 
 }
 
 // ---------------------------------------------------------------------------
-// The probe: find kube-proxy's tables with `nft list tables`, then list each.
+// The probe: list kube-proxy's table in each family by name (`nft list table ip kube-proxy`).
 
 /// One kube-proxy table, as listed.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -4,6 +4,8 @@
 //! `Agent`): started on a free port, scraped over HTTP, stopped on drop.
 #![allow(dead_code)]
 
+pub mod fake_kube_proxy;
+
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -278,6 +280,21 @@ impl Process {
         }
     }
 
+    /// Sends SIGTERM by PID and returns at once (only while not reaped: the PID is
+    /// still this child's); `stop_within` then waits for the exit.
+    pub fn sigterm(&self) {
+        let mut child = self.child();
+        if let Some(c) = child.as_mut() {
+            if !matches!(c.try_wait(), Ok(None)) {
+                return;
+            }
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+
     /// SIGTERM by PID, up to `deadline` for it to exit, then SIGKILL; always reaped.
     /// The exit status and whether the process exited on SIGTERM (not killed);
     /// None when it was already stopped.
@@ -412,6 +429,7 @@ pub fn http_get_in(ns: &Netns, addr: SocketAddr, path: &str) -> Result<(u16, Str
 /// address, e.g. inside a network namespace), with the given arguments and
 /// environment; stdout discarded, stderr to a log. `start` waits until it answers.
 pub struct Serve {
+    wrap: Vec<OsString>,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     env_clear: bool,
@@ -435,6 +453,7 @@ impl Serve {
     /// once every probe has reported.
     pub fn new() -> Serve {
         Serve {
+            wrap: Vec::new(),
             args: Vec::new(),
             env: Vec::new(),
             env_clear: false,
@@ -446,6 +465,15 @@ impl Serve {
             ready: Some("/metrics".to_string()),
             token: None,
         }
+    }
+
+    /// Starts the agent through a launcher: `launcher... proxywatch serve ...` (inside the
+    /// netns when there is one). Each program of the launcher must exec the next, as
+    /// `unshare`, `setpriv` and `sh -c '... exec "$@"'` do, so that the child's PID stays
+    /// the agent's (stopped, signalled and read in /proc by that PID).
+    pub fn wrap<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, launcher: I) -> Serve {
+        self.wrap.extend(launcher.into_iter().map(|a| a.as_ref().to_owned()));
+        self
     }
 
     pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Serve {
@@ -519,14 +547,15 @@ impl Serve {
     }
 
     fn command(&self, addr: SocketAddr, log: &Path) -> Command {
-        let mut cmd = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new(which("ip").expect("`ip` on PATH"));
-                c.args(["netns", "exec", ns]).arg(binary());
-                c
-            }
-            None => Command::new(binary()),
-        };
+        let mut line: Vec<OsString> = Vec::new();
+        if let Some(ns) = &self.netns {
+            line.push(which("ip").expect("`ip` on PATH").into());
+            line.extend(["netns", "exec", ns].map(OsString::from));
+        }
+        line.extend(self.wrap.iter().cloned());
+        line.push(binary().into());
+        let mut cmd = Command::new(&line[0]);
+        cmd.args(&line[1..]);
         cmd.arg("serve").arg(format!("--listen={addr}")).args(&self.args);
         if self.env_clear {
             cmd.env_clear();
@@ -670,6 +699,11 @@ impl Agent {
 
     pub fn assert_running(&self) {
         self.process.assert_running()
+    }
+
+    /// Sends SIGTERM without waiting (to act while the agent shuts down); `stop_within` waits.
+    pub fn sigterm(&self) {
+        self.process.sigterm()
     }
 
     /// Stops the agent; panics if it did not exit within STOP_DEADLINE of SIGTERM.

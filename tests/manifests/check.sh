@@ -117,23 +117,117 @@ echo "tools ready after $(($(date +%s) - START)) s"
 
 cd "$ROOT" || die "cannot cd to $ROOT"
 
+# ---------------------------------------------------------------- deploy steps (README)
+# The README's Deploy section, step 2, on a copy of manifests/: the image the user built is
+# set, and the manifests render with it. manifests/ as committed (the placeholder image)
+# must not render. The copy with the image set is what the checks below render.
+USER_IMAGE=registry.example.com/team/proxywatch:1.2.3
+DEPLOY=$WORK/deploy/manifests
+# image_of FILE: the proxywatch container's image in a rendered file; fails on an all-zero digest.
+image_of() {
+    "$PY" - "$1" <<'PYEOF'
+import re, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+ds = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "proxywatch"]
+images = [c["image"] for d in docs for c in ((d.get("spec") or {}).get("template", {}).get("spec") or {}).get("containers", [])]
+zero = [i for i in images if re.search(r"@sha256:0{64}$", i)]
+if zero:
+    sys.exit(f"placeholder digest (all zeros) in {zero}")
+print([c["image"] for c in ds[0]["spec"]["template"]["spec"]["containers"] if c["name"] == "proxywatch"][0])
+PYEOF
+}
+deploy_steps() {
+    local rc=0 out got
+    # manifests/ as committed: refused by both renderers, with kustomize's message.
+    local want="options.index 1 is out of bounds for value proxywatch:image-not-set--see-README-Deploy"
+    if [ ${#KUSTOMIZE[@]} -gt 0 ]; then
+        if out=$("${KUSTOMIZE[@]}" manifests 2>&1); then
+            echo "${KUSTOMIZE[*]} rendered manifests/ with the placeholder image"
+            rc=1
+        elif ! grep -qF "$want" <<<"$out"; then
+            echo "${KUSTOMIZE[*]} manifests failed otherwise: $out"
+            rc=1
+        else
+            echo "${KUSTOMIZE[*]} manifests (image unset): refused: $want"
+        fi
+    fi
+    if out=$("$PY" "$HERE/render_overlay.py" "$WORK/unset.yaml" --no-component 2>&1); then
+        echo "render_overlay.py rendered manifests/ with the placeholder image"
+        rc=1
+    elif ! grep -qF "$want" <<<"$out"; then
+        echo "render_overlay.py failed otherwise: $out"
+        rc=1
+    else
+        echo "render_overlay.py (image unset): refused"
+    fi
+    # Step 2 as the README writes it: its YAML block (REGISTRY/proxywatch:TAG substituted)
+    # added to a copy's kustomization.yaml.
+    rm -rf "$WORK/deploy" && mkdir -p "$WORK/deploy" && cp -r manifests "$DEPLOY" || return 1
+    echo >>"$DEPLOY/kustomization.yaml"
+    "$PY" - "$ROOT/README.md" "$USER_IMAGE" >>"$DEPLOY/kustomization.yaml" <<'PYEOF' || return 1
+import sys
+text = open(sys.argv[1], encoding="utf-8").read()
+marker = "<!-- deploy-images"
+if marker not in text:
+    sys.exit("README.md: no <!-- deploy-images --> block in Deploy")
+block = text[text.index(marker):].split("```yaml\n", 1)[1].split("```", 1)[0]
+repo, tag = sys.argv[2].rsplit(":", 1)
+if "REGISTRY/proxywatch" not in block or "TAG" not in block:
+    sys.exit(f"README.md: the images block does not use REGISTRY/proxywatch and TAG:\n{block}")
+print(block.replace("REGISTRY/proxywatch", repo).replace("TAG", tag), end="")
+PYEOF
+    echo "+ README step 2 (its YAML block) on a copy of manifests/:"
+    sed -n '/^images:/,$p' "$DEPLOY/kustomization.yaml"
+    if [ ${#KUSTOMIZE[@]} -gt 0 ]; then
+        "${KUSTOMIZE[@]}" "$DEPLOY" >"$WORK/deploy-kustomize.yaml" || return 1
+        got=$(image_of "$WORK/deploy-kustomize.yaml") || return 1
+        [ "$got" = "$USER_IMAGE" ] || { echo "${KUSTOMIZE[*]}: image $got, want $USER_IMAGE"; rc=1; }
+        echo "${KUSTOMIZE[*]}: the DaemonSet runs $got"
+    fi
+    "$PY" "$HERE/render_overlay.py" "$WORK/deploy-py.yaml" --base "$DEPLOY" --no-component || return 1
+    got=$(image_of "$WORK/deploy-py.yaml") || return 1
+    [ "$got" = "$USER_IMAGE" ] || { echo "render_overlay.py: image $got, want $USER_IMAGE"; rc=1; }
+    echo "render_overlay.py: the DaemonSet runs $got"
+    if [ ${#KUSTOMIZE[@]} -gt 0 ]; then
+        "$PY" "$HERE/same_objects.py" "$WORK/deploy-kustomize.yaml" "$WORK/deploy-py.yaml" || rc=1
+    fi
+    # Step 2 with the kustomize CLI: the command line as the README writes it.
+    local line
+    line=$(grep -E '^kustomize edit set image proxywatch=REGISTRY/proxywatch:TAG$' "$ROOT/README.md") ||
+        { echo "README.md: no 'kustomize edit set image proxywatch=REGISTRY/proxywatch:TAG' line"; return 1; }
+    if command -v kustomize >/dev/null 2>&1; then
+        local k=$WORK/deploy-edit
+        rm -rf "$k" && cp -r manifests "$k" || return 1
+        (cd "$k" && kustomize edit set image "proxywatch=$USER_IMAGE") || return 1
+        kustomize build "$k" >"$WORK/deploy-edit.yaml" || return 1
+        got=$(image_of "$WORK/deploy-edit.yaml") || return 1
+        [ "$got" = "$USER_IMAGE" ] || { echo "kustomize edit set image: image $got, want $USER_IMAGE"; rc=1; }
+        echo "kustomize edit set image: the DaemonSet runs $got"
+    else
+        echo "NOTE: no kustomize CLI here: '$line' not run (the YAML block above is what it writes)"
+    fi
+    return $rc
+}
+step "deploy: manifests/ with the placeholder image does not render; README step 2 renders the user's image" deploy_steps
+
 # ---------------------------------------------------------------- render the overlay
 OVERLAY=$WORK/overlay.yaml
 render_overlay() {
     # The rbac-proxy overlay is a kustomize Component: render it from a
     # kustomization outside the repository (kustomize refuses relative roots
-    # that contain each other, and absolute resource paths).
+    # that contain each other, and absolute resource paths), on the copy of
+    # manifests/ whose image the deploy step set.
+    [ -f "$DEPLOY/kustomization.yaml" ] || { echo "no $DEPLOY (the deploy step failed)"; return 1; }
     local k=$WORK/kz
     mkdir -p "$k"
     local rel
-    rel=$("$PY" -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$ROOT/manifests" "$k")
+    rel=$("$PY" -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$DEPLOY" "$k")
     printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s/overlays/rbac-proxy\n' \
         "$rel" "$rel" >"$k/kustomization.yaml"
-    "$PY" "$HERE/render_overlay.py" "$WORK/overlay-py.yaml" || return 1
+    "$PY" "$HERE/render_overlay.py" "$WORK/overlay-py.yaml" --base "$DEPLOY" || return 1
     if [ ${#KUSTOMIZE[@]} -gt 0 ]; then
-        echo "+ ${KUSTOMIZE[*]} (manifests/ + component overlays/rbac-proxy)"
+        echo "+ ${KUSTOMIZE[*]} (manifests/ with the image set + component overlays/rbac-proxy)"
         "${KUSTOMIZE[@]}" "$k" >"$OVERLAY" || return 1
-        "${KUSTOMIZE[@]}" manifests >"$WORK/base-kustomize.yaml" || return 1
         echo "+ comparing with render_overlay.py"
         "$PY" "$HERE/same_objects.py" "$OVERLAY" "$WORK/overlay-py.yaml" || return 1
         echo "kustomize and render_overlay.py agree ($(grep -c '^kind:' "$OVERLAY") objects)"
@@ -141,6 +235,8 @@ render_overlay() {
         echo "NOTE: no kubectl/kustomize on this machine: using render_overlay.py's output only"
         cp "$WORK/overlay-py.yaml" "$OVERLAY"
     fi
+    # Every image of the overlay is a real reference (no all-zero digest).
+    image_of "$OVERLAY" >/dev/null
 }
 step "render manifests/ + overlays/rbac-proxy (kustomize and Python renderer)" render_overlay
 [ -s "$OVERLAY" ] || cp "$WORK/overlay-py.yaml" "$OVERLAY" 2>/dev/null || true
