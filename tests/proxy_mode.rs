@@ -6,86 +6,29 @@
 //! with `baseline save` and `compare`.
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+
+use common::fake_kube_proxy::{FakeKubeProxy, Reply};
 
 use serde_json::Value;
 
-// --- a stand-in kube-proxy ----------------------------------------------------------------------
+// --- a stand-in kube-proxy (tests/common/fake_kube_proxy.rs) ---------------------------------------
 
-/// Serves `/proxyMode`, `/metrics` and `/healthz` on 127.0.0.1 of the
-/// network namespace it was started in; what it says can change while it runs.
-struct FakeKubeProxy {
-    port: u16,
-    replies: Arc<Mutex<(String, String)>>,
+/// Makes the fake say `mode` on /proxyMode and serve `metrics` on /metrics.
+fn say(kp: &FakeKubeProxy, mode: &str, metrics: &str) {
+    kp.set("/proxyMode", Reply::ok(mode));
+    kp.set("/metrics", Reply::ok(metrics));
 }
 
-impl FakeKubeProxy {
-    /// `netns`: bind inside that namespace (the serving thread joins it first).
-    fn start(netns: Option<&str>) -> FakeKubeProxy {
-        let replies = Arc::new(Mutex::new((String::new(), String::new())));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let ns_path = netns.map(|n| PathBuf::from(format!("/run/netns/{n}")));
-        let shared = replies.clone();
-        std::thread::spawn(move || {
-            if let Some(p) = ns_path {
-                let f = std::fs::File::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            }
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            tx.send(listener.local_addr().unwrap().port()).unwrap();
-            for stream in listener.incoming().flatten() {
-                serve(stream, &shared);
-            }
-        });
-        let port = rx.recv().expect("fake kube-proxy started");
-        FakeKubeProxy { port, replies }
-    }
-
-    fn say(&self, mode: &str, metrics: &str) {
-        *self.replies.lock().unwrap() = (mode.to_string(), metrics.to_string());
-    }
-
-    fn flags(&self) -> Vec<String> {
-        let url = format!("http://127.0.0.1:{}", self.port);
-        vec![
-            "--kube-proxy.metrics-url".into(),
-            url.clone(),
-            "--kube-proxy.healthz-url".into(),
-            url,
-        ]
-    }
-}
-
-fn serve(mut stream: TcpStream, replies: &Mutex<(String, String)>) {
-    let mut line = String::new();
-    let mut reader = BufReader::new(&stream);
-    if reader.read_line(&mut line).is_err() {
-        return;
-    }
-    // Drain the headers.
-    let mut h = String::new();
-    while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
-        h.clear();
-    }
-    let (mode, metrics) = replies.lock().unwrap().clone();
-    let body = match line.split_whitespace().nth(1) {
-        Some("/proxyMode") => mode,
-        Some("/metrics") => metrics,
-        Some("/healthz") => {
-            r#"{"lastUpdated": "2026-11-30 10:00:00 +0000 UTC","currentTime": "2026-11-30 10:00:00 +0000 UTC"}"#
-                .to_string()
-        }
-        _ => String::new(),
-    };
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
+/// The flags that point the agent at the fake.
+fn pointing_at(kp: &FakeKubeProxy) -> Vec<String> {
+    s(&[
+        "--kube-proxy.metrics-url",
+        &kp.url(),
+        "--kube-proxy.healthz-url",
+        &kp.url(),
+    ])
 }
 
 const METRICS_NONE: &str = "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1.7e9\n";
@@ -154,9 +97,9 @@ fn s(v: &[&str]) -> Vec<String> {
 #[test]
 fn declared_ipvs_while_kube_proxy_runs_iptables_is_critical() {
     let node = fixture_node("healthy-iptables");
-    let kp = FakeKubeProxy::start(None);
-    kp.say("iptables", METRICS_NONE);
-    let mut flags = kp.flags();
+    let kp = FakeKubeProxy::start();
+    say(&kp, "iptables", METRICS_NONE);
+    let mut flags = pointing_at(&kp);
     flags.extend(s(&["--kube-proxy.mode", "ipvs"]));
     let r = check_fixture(node.path(), &flags);
     let f = r
@@ -189,9 +132,9 @@ fn declared_ipvs_while_kube_proxy_runs_iptables_is_critical() {
 #[test]
 fn declared_ipvs_running_ipvs_with_its_modules_is_no_finding() {
     let node = fixture_node("ipvs-modules-loaded");
-    let kp = FakeKubeProxy::start(None);
-    kp.say("ipvs", METRICS_NONE);
-    let mut flags = kp.flags();
+    let kp = FakeKubeProxy::start();
+    say(&kp, "ipvs", METRICS_NONE);
+    let mut flags = pointing_at(&kp);
     flags.extend(s(&["--kube-proxy.mode", "ipvs"]));
     let r = check_fixture(node.path(), &flags);
     assert!(
@@ -202,7 +145,7 @@ fn declared_ipvs_running_ipvs_with_its_modules_is_no_finding() {
     assert!(r.finding("ipvs_modules_missing").is_none(), "{:#}", r.doc["findings"]);
     assert_eq!(r.doc["proxy_mode"]["mode"], "ipvs");
     // Nothing declared: nothing to compare, the mode is kube-proxy's.
-    let r = check_fixture(node.path(), &kp.flags());
+    let r = check_fixture(node.path(), &pointing_at(&kp));
     assert!(r.finding("kube_proxy_mode_mismatch").is_none());
     assert_eq!(r.doc["proxy_mode"]["declared"], Value::Null);
 }
@@ -210,9 +153,9 @@ fn declared_ipvs_running_ipvs_with_its_modules_is_no_finding() {
 #[test]
 fn nftables_migration_blockers_from_kube_proxys_counters() {
     let node = fixture_node("healthy-iptables");
-    let kp = FakeKubeProxy::start(None);
-    kp.say("iptables", &metrics_with(12, 3));
-    let r = check_fixture(node.path(), &kp.flags());
+    let kp = FakeKubeProxy::start();
+    say(&kp, "iptables", &metrics_with(12, 3));
+    let r = check_fixture(node.path(), &pointing_at(&kp));
     let f = r
         .finding("nftables_migration_blockers")
         .unwrap_or_else(|| panic!("{:#}", r.doc["findings"]));
@@ -233,8 +176,8 @@ fn nftables_migration_blockers_from_kube_proxys_counters() {
     );
     // At 0, or not exported (kube-proxy < 1.31): no blocker from them.
     for metrics in [metrics_with(0, 0), METRICS_NONE.to_string()] {
-        kp.say("iptables", &metrics);
-        let r = check_fixture(node.path(), &kp.flags());
+        say(&kp, "iptables", &metrics);
+        let r = check_fixture(node.path(), &pointing_at(&kp));
         let f = r.finding("nftables_migration_blockers");
         // This fixture's kernel (6.x) is recent enough: nothing else blocks.
         assert!(f.is_none(), "{f:?}");
@@ -317,9 +260,14 @@ fn iptables_chains_left_in_nftables_mode_are_counted_exactly() {
     let table = common::fixtures().join("nft/pwgen-50svc-input.nft");
     ns.exec_ok("nft", &["-f", table.to_str().unwrap()]);
     let node = fixture_node("healthy-iptables");
-    let kp = FakeKubeProxy::start(Some(&ns.name));
-    kp.say("nftables", METRICS_NONE);
-    let r = parse(agent_in(&ns, node.path(), &["check", "--format", "json"], &kp.flags()));
+    let kp = FakeKubeProxy::start_in(Some(&ns.name));
+    say(&kp, "nftables", METRICS_NONE);
+    let r = parse(agent_in(
+        &ns,
+        node.path(),
+        &["check", "--format", "json"],
+        &pointing_at(&kp),
+    ));
     assert_eq!(r.doc["proxy_mode"]["mode"], "nftables", "{:#}", r.doc["proxy_mode"]);
     let f = r
         .finding("proxy_mode_leftovers")
@@ -348,7 +296,7 @@ fn iptables_chains_left_in_nftables_mode_are_counted_exactly() {
 
 fn compare(ns: &common::Netns, root: &Path, baseline: &Path, kp: &FakeKubeProxy) -> Value {
     let args = ["compare", baseline.to_str().unwrap(), "--format", "json"];
-    let out = agent_in(ns, root, &args, &kp.flags());
+    let out = agent_in(ns, root, &args, &pointing_at(kp));
     let code = out.status.code().unwrap();
     assert!(code <= 1, "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
@@ -369,22 +317,22 @@ fn runbook_mode_switch_and_rollback_replayed() {
     let ip_vs = node.path().join("proc/net/ip_vs");
     let ipvs_state = std::fs::read(&ip_vs).unwrap();
     std::fs::remove_file(&ip_vs).unwrap();
-    let kp = FakeKubeProxy::start(Some(&ns.name));
+    let kp = FakeKubeProxy::start_in(Some(&ns.name));
 
     // 1. Baseline in iptables mode.
-    kp.say("iptables", METRICS_NONE);
+    say(&kp, "iptables", METRICS_NONE);
     let baseline = tmp.path().join("baseline.json");
     let out = agent_in(
         &ns,
         node.path(),
         &["baseline", "save", baseline.to_str().unwrap()],
-        &kp.flags(),
+        &pointing_at(&kp),
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     // 2. The switch: kube-proxy now runs IPVS, its virtual servers exist, and
     //    (as kube-proxy's IPVS mode does) the iptables service chains are gone.
-    kp.say("ipvs", METRICS_NONE);
+    say(&kp, "ipvs", METRICS_NONE);
     std::fs::write(&ip_vs, &ipvs_state).unwrap();
     ns.exec_ok("iptables-nft", &["-t", "nat", "-F"]);
     ns.exec_ok("iptables-nft", &["-t", "nat", "-X"]);
@@ -400,7 +348,7 @@ fn runbook_mode_switch_and_rollback_replayed() {
     );
 
     // 3. Rollback: kube-proxy back to iptables, its rules back; the IPVS state stays.
-    kp.say("iptables", METRICS_NONE);
+    say(&kp, "iptables", METRICS_NONE);
     restore(&ns, &rules);
     let c = compare(&ns, node.path(), &baseline, &kp);
     assert_eq!(c["mode_change"], Value::Null, "same mode as the baseline: {c:#}");
@@ -409,9 +357,16 @@ fn runbook_mode_switch_and_rollback_replayed() {
         "{c:#}"
     );
     assert_eq!(c["verdict"], "worse");
-    let text =
-        String::from_utf8(agent_in(&ns, node.path(), &["compare", baseline.to_str().unwrap()], &kp.flags()).stdout)
-            .unwrap();
+    let text = String::from_utf8(
+        agent_in(
+            &ns,
+            node.path(),
+            &["compare", baseline.to_str().unwrap()],
+            &pointing_at(&kp),
+        )
+        .stdout,
+    )
+    .unwrap();
     assert!(text.contains("[WARN] proxy_mode_leftovers"), "{text}");
 
     // 4. Cleanup (ipvsadm -C): back to the baseline.
