@@ -57,44 +57,57 @@ kernel_package() {
     echo "$pkg"
 }
 
-# Fills the cache with one kernel and prints its directory. Offline (no apt lists and
-# no way to get them), the newest cached kernel is used.
+# The newest cached kernel, if any.
+cached_kernel() {
+    local dir
+    dir=$(find "$(cache_dir)" -mindepth 1 -maxdepth 1 -type d -name 'linux-image-*' ! -name '*.tmp' 2>/dev/null | sort -V | tail -1)
+    [ -n "$dir" ] && [ -f "$dir/ready" ] && echo "$dir"
+}
+
+# Fills the cache with one kernel and prints its directory. With stale or no apt
+# lists, `apt-get update` once; offline, the newest cached kernel is used.
 ensure_kernel() {
-    local cache pkg ver dir tmp deb off rel
+    local cache pkg ver dir try
     cache=$(cache_dir)
     mkdir -p "$cache"
-    pkg=$(kernel_package)
-    if [ -z "$pkg" ] && [ "$(id -u)" = 0 ]; then
-        apt-get update -qq >&2 || true
-        pkg=$(kernel_package)
-    fi
-    if [ -z "$pkg" ]; then
-        dir=$(find "$cache" -mindepth 1 -maxdepth 1 -type d -name 'linux-image-*' | sort -V | tail -1)
-        [ -n "$dir" ] && [ -f "$dir/ready" ] || die "apt-cache knows no linux-image-6.1.0-*-amd64 and nothing is cached in $cache"
-        echo "$dir"
-        return
-    fi
-    ver=$(apt-cache show --no-all-versions "$pkg" | awk '/^Version:/ {print $2; exit}')
-    dir="$cache/${pkg}_${ver}"
-    if [ -f "$dir/ready" ]; then
-        echo "$dir"
-        return
-    fi
     exec 9>"$cache/.lock"
     flock 9
-    if [ -f "$dir/ready" ]; then
-        echo "$dir"
-        return
-    fi
+    for try in 1 2; do
+        pkg=$(kernel_package)
+        ver=""
+        [ -n "$pkg" ] && ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/ {print $2; exit}')
+        if [ -n "$ver" ]; then
+            dir="$cache/${pkg}_${ver}"
+            if [ -f "$dir/ready" ] || fetch_kernel "$pkg" "$ver" "$dir"; then
+                echo "$dir"
+                return
+            fi
+        fi
+        [ "$try" = 1 ] && [ "$(id -u)" = 0 ] && { apt-get update -qq >&2 || true; }
+    done
+    dir=$(cached_kernel) || die "could not fetch linux-image-6.1.0-*-amd64 and nothing is cached in $cache"
+    echo "vm.sh: using the cached $(basename "$dir")" >&2
+    echo "$dir"
+}
+
+# fetch_kernel PKG VERSION DIR: download, unpack what the guest uses into DIR.
+# Called as a condition (errexit is off there), so each step checks itself.
+fetch_kernel() {
+    local pkg=$1 ver=$2 dir=$3 tmp deb off rel cache
+    cache=$(dirname "$dir")
     echo "vm.sh: fetching $pkg $ver into $cache" >&2
-    rm -rf "$dir" "$dir.tmp"
-    mkdir -p "$dir.tmp/x"
     tmp="$dir.tmp"
+    rm -rf "$dir" "$tmp"
+    mkdir -p "$tmp/x"
     # apt-get download writes as _apt when it can: let it.
     chmod 777 "$tmp"
     (cd "$tmp" && apt-get download -qq "$pkg=$ver" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
     deb=$(ls "$tmp"/*.deb 2>/dev/null | head -1)
-    [ -n "$deb" ] || die "apt-get download $pkg=$ver fetched nothing"
+    if [ -z "$deb" ]; then
+        echo "vm.sh: apt-get download $pkg=$ver fetched nothing" >&2
+        rm -rf "$tmp"
+        return 1
+    fi
     # Only what the guest uses: the kernel, its config, the netfilter and IPVS modules.
     dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp/x" --wildcards \
         './boot/vmlinuz-*' './boot/config-*' \
@@ -102,7 +115,8 @@ ensure_kernel() {
         './lib/modules/*/kernel/net/netfilter/*' \
         './lib/modules/*/kernel/net/ipv4/netfilter/*' './lib/modules/*/kernel/net/ipv6/netfilter/*' \
         './lib/modules/*/kernel/drivers/net/dummy.ko' \
-        './lib/modules/*/kernel/lib/libcrc32c.ko' './lib/modules/*/kernel/crypto/crc32c_generic.ko'
+        './lib/modules/*/kernel/lib/libcrc32c.ko' './lib/modules/*/kernel/crypto/crc32c_generic.ko' ||
+        die "unpacking $deb failed"
     rm -f "$deb"
     rel=$(ls "$tmp/x/lib/modules")
     [ -n "$rel" ] && [ -f "$tmp/x/boot/vmlinuz-$rel" ] || die "unexpected layout in $pkg"
@@ -112,24 +126,24 @@ ensure_kernel() {
     # The vmlinuz payload is xz: boot the uncompressed ELF (PVH), twice as fast.
     off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$tmp/x/boot/vmlinuz-$rel" | head -1 | cut -d: -f1)
     [ -n "$off" ] || die "no xz payload in vmlinuz-$rel"
-    tail -c +"$((off + 1))" "$tmp/x/boot/vmlinuz-$rel" | xz -dc --single-stream >"$tmp/vmlinux"
+    # (tail gets SIGPIPE when xz stops at the end of the stream.)
+    (tail -c +"$((off + 1))" "$tmp/x/boot/vmlinuz-$rel" || true) | xz -dc --single-stream >"$tmp/vmlinux" ||
+        die "decompressing vmlinuz-$rel failed"
+    [ "$(head -c 4 "$tmp/vmlinux" | od -An -c | tr -d ' ')" = '177ELF' ] || die "vmlinux from vmlinuz-$rel is no ELF"
     mkdir -p "$tmp/modules"
-    mv "$tmp/x/lib/modules/$rel" "$tmp/modules/"
-    mv "$tmp/x/boot/config-$rel" "$tmp/config"
+    mkdir -p "$tmp/root/lib/modules"
+    mv "$tmp/x/lib/modules/$rel" "$tmp/root/lib/modules/" || die "moving the modules failed"
+    mv "$tmp/x/boot/config-$rel" "$tmp/config" || die "no config-$rel"
     echo "$rel" >"$tmp/release"
     rm -rf "$tmp/x"
-    mkdir -p "$tmp/root/lib"
-    mv "$tmp/modules" "$tmp/root/lib/modules"
     # The package ships no modules.dep: make one for the modules kept.
-    depmod -b "$tmp/root" "$rel"
+    depmod -b "$tmp/root" "$rel" || die "depmod failed"
     [ -s "$tmp/root/lib/modules/$rel/modules.dep" ] || die "depmod made no modules.dep"
     echo "$pkg $ver" >"$tmp/package"
     touch "$tmp/ready"
     # Keep one kernel: drop older ones.
-    find "$cache" -mindepth 1 -maxdepth 1 -type d -name 'linux-image-*' ! -name "$(basename "$dir").tmp" -exec rm -rf {} +
+    find "$cache" -mindepth 1 -maxdepth 1 -type d -name 'linux-image-*' ! -name "$(basename "$tmp")" -exec rm -rf {} +
     mv "$tmp" "$dir"
-    flock -u 9
-    echo "$dir"
 }
 
 # Copies a binary and the shared libraries ldd lists for it into the root.
