@@ -234,7 +234,11 @@ mod tests {
         let f = judge(expire_sysctls, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert!(f.summary.contains("expire_quiescent_template") && !f.summary.contains("nodest"));
+        // Judged by what runs: declared iptables on a node that shows IPVS is still IPVS.
         t.proxy_mode = ProxyMode::Iptables;
+        assert_eq!(judge(expire_sysctls, &s, &t).unwrap().severity, Severity::Warning);
+        // A node that shows no IPVS, declared iptables: not an IPVS node.
+        s.facts.ipvs.as_mut().unwrap().interface = None;
         assert!(judge(expire_sysctls, &s, &t).is_none());
     }
 
