@@ -1,8 +1,8 @@
-//! The IPVS probe end to end: on this machine's real kernel (which may lack
-//! IPVS), through the exec path with stand-in `ipvsadm` scripts on a temporary
-//! host root, through the `/proc/net/ip_vs` fallback, against a real
-//! `kube-ipvs0` interface in a network namespace, and on a fixture node in IPVS
-//! mode whose modules are missing.
+//! The IPVS probe end to end: through the exec path with stand-in `ipvsadm`
+//! scripts on a temporary host root, through the `/proc/net/ip_vs` fallback,
+//! against a real `kube-ipvs0` interface in a network namespace, and on a
+//! fixture node in IPVS mode whose modules are missing. A real IPVS kernel is
+//! tests/vm_kernel.rs's.
 //!
 //! Expected numbers are computed here from the fixture files with simple,
 //! independent line counting, never taken from the agent's own parsers.
@@ -17,7 +17,6 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const PROC_IP_VS: &str = "/proc/net/ip_vs";
 /// The probes that only read host files (all ok on the copied fixture node).
 const FILE_PROBES: &[&str] = &["conntrack", "modules", "node", "sysctls"];
 
@@ -81,90 +80,10 @@ fn check(host_root: Option<&Path>, path: impl Into<OsString>, extra: &[&str]) ->
 }
 
 // ---------------------------------------------------------------------------
-// 1. The real kernel: no IPVS here, so nothing may run ipvsadm (which would modprobe ip_vs).
-
-fn proc_ip_vs_exists() -> bool {
-    Path::new(PROC_IP_VS).exists()
-}
-
-/// A directory with `ipvsadm` and `modprobe` wrappers that log their argv and fail.
-fn logging_wrappers(dir: &Path) -> PathBuf {
-    let log = dir.join("exec.log");
-    for tool in ["ipvsadm", "modprobe"] {
-        write_executable(
-            &dir.join(tool),
-            &format!(
-                "#!/bin/sh\nprintf '%s\\n' \"{tool} $*\" >> '{}'\nexit 1\n",
-                log.display()
-            ),
-        );
-    }
-    log
-}
-
-fn real_path_with(first: &Path) -> OsString {
-    let mut dirs = vec![first.to_path_buf()];
-    dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
-    std::env::join_paths(dirs).unwrap()
-}
-
-fn assert_ipvs_absent(r: &Run, what: &str) {
-    assert_eq!(r.status("ipvs"), "absent", "{what}: {:#}", r.doc["probes"]["ipvs"]);
-    assert!(
-        r.ipvs_error().contains(PROC_IP_VS),
-        "{what}: reason: {}",
-        r.ipvs_error()
-    );
-    assert!(r.doc["facts"]["ipvs"].is_null(), "{what}: {:#}", r.doc["facts"]["ipvs"]);
-    assert!(
-        r.finding("probe_failed")
-            .is_none_or(|f| f["evidence"]["ipvs"].is_null()),
-        "{what}: absent is not failed"
-    );
-}
-
-#[test]
-fn ipvs_absent_on_this_kernel_real() {
-    if !common::can_run(&[]) {
-        return;
-    }
-    if proc_ip_vs_exists() {
-        eprintln!("SKIPPED: this kernel has IPVS ({PROC_IP_VS} exists); see ipvs_present_real_needs_ipvs_kernel");
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let log = logging_wrappers(tmp.path());
-    let r = check(None, real_path_with(tmp.path()), &[]);
-    assert_ipvs_absent(&r, "wrappers first on PATH");
-    // The log file is only created when a wrapper runs.
-    let ran = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(ran.is_empty(), "the agent executed:\n{ran}");
-
-    // The real ipvsadm (if installed) on the normal PATH: still absent, not failed.
-    let r = check(None, std::env::var_os("PATH").unwrap_or_default(), &[]);
-    assert_ipvs_absent(&r, "real PATH");
-    assert!(!proc_ip_vs_exists(), "something loaded IPVS during the test");
-}
-
-#[test]
-fn ipvs_present_real_needs_ipvs_kernel() {
-    if !proc_ip_vs_exists() {
-        eprintln!("SKIPPED: no IPVS in this kernel ({PROC_IP_VS} missing); ipvs_absent_on_this_kernel_real covers it");
-        return;
-    }
-    if !common::can_run(&[]) {
-        return;
-    }
-    let r = check(None, std::env::var_os("PATH").unwrap_or_default(), &[]);
-    assert_eq!(r.status("ipvs"), "ok", "{:#}", r.doc["probes"]["ipvs"]);
-    let source = if common::which("ipvsadm").is_some() {
-        "ipvsadm"
-    } else {
-        "/proc/net/ip_vs"
-    };
-    assert_eq!(r.doc["facts"]["ipvs"]["source"], source);
-    assert!(r.doc["facts"]["ipvs"]["interface"].is_object(), "netlink asked on /");
-}
+// 1. A real kernel: tests/vm_kernel.rs boots Debian's kernel in a VM, with IPVS
+// loaded (the table against ipvsadm, both sources) and with IPVS available as
+// modules but not loaded (absent, ipvsadm never run, no module loaded). The
+// tests that used this machine's kernel could only ever run one way here.
 
 // ---------------------------------------------------------------------------
 // Independent reading of the fixtures.

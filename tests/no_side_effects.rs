@@ -14,7 +14,8 @@
 //!
 //! Honest limits: on a kernel built without module support (CONFIG_MODULES=n,
 //! no /proc/modules) nothing can load a module, so the /sys/module comparison
-//! cannot fail there; the test says so on stderr.
+//! cannot fail there; the test says so on stderr. tests/vm_kernel.rs shows it
+//! on a kernel whose IPVS and nf_tables modules are available but not loaded.
 mod common;
 
 use std::collections::BTreeMap;

@@ -269,6 +269,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
         backend_in_use,
         backend_reason,
         backends_with_kube_rules,
+        not_run: Vec::new(),
     });
     let nft = nftables::parse_list_table(
         "nft",

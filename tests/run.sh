@@ -6,7 +6,9 @@
 #
 # Stages, in order; the first failure stops the run with its exit code:
 #   1. system packages   iptables (nft + legacy), nftables, conntrack, ipvsadm,
-#                        iproute2, prometheus (server + promtool), python3
+#                        iproute2, prometheus (server + promtool), python3; for the
+#                        VM tests (tests/vm/vm.sh) qemu-system-x86, busybox-static,
+#                        cpio, kmod (depmod), binutils (strip), xz-utils
 #   2. cargo fmt --check, cargo clippy -D warnings
 #   3. cargo test        unit tests, fixture nodes, real-kernel tests in
 #                        network namespaces, the end-to-end Prometheus test
@@ -19,7 +21,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps chromium python3-yaml)
+PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps chromium python3-yaml
+    qemu-system-x86 busybox-static cpio kmod binutils xz-utils)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

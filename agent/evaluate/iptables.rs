@@ -162,6 +162,7 @@ mod tests {
             backend_in_use,
             backend_reason,
             backends_with_kube_rules,
+            not_run: Vec::new(),
         });
         s
     }

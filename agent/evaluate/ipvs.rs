@@ -61,6 +61,38 @@ pub fn conn_reuse_mode(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option
     )
 }
 
+/// kube-proxy's IPVS mode sets both to 1 at start: with expire_nodest_conn=0
+/// connections to a removed endpoint keep being sent to it until they time out
+/// (clients hang after a rollout); with expire_quiescent_template=0 persistent
+/// clients (sessionAffinity: ClientIP) stay pinned to a weight-0, terminating one.
+pub fn expire_sysctls(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Finding> {
+    if !in_ipvs_mode(m) {
+        return None;
+    }
+    let sys = s.facts.sysctls.as_ref()?;
+    let nodest = sys.get("net.ipv4.vs.expire_nodest_conn")?;
+    let quiescent = sys.get("net.ipv4.vs.expire_quiescent_template")?;
+    let off: Vec<&str> = [("expire_nodest_conn", nodest), ("expire_quiescent_template", quiescent)]
+        .iter()
+        .filter(|(_, v)| *v != 1)
+        .map(|(n, _)| *n)
+        .collect();
+    Some(
+        Finding::new(
+            "ipvs_expire_sysctls",
+            if off.is_empty() { Severity::Ok } else { Severity::Warning },
+            format!("net.ipv4.vs.{} not 1 in IPVS mode: connections to removed or weight-0 endpoints are kept instead of expired, so clients hang after endpoints change", off.join(" and ")),
+        )
+        .evidence("net.ipv4.vs.expire_nodest_conn", nodest)
+        .evidence("net.ipv4.vs.expire_quiescent_template", quiescent)
+        .evidence("expected", 1)
+        .remediation(&[
+            "kube-proxy sets both to 1 at start; 0 means something reset them: sysctl -w net.ipv4.vs.expire_nodest_conn=1 net.ipv4.vs.expire_quiescent_template=1 and find the sysctl.d file or tool that changed them.",
+            "Restart kube-proxy on the node afterwards so it re-checks its kernel settings.",
+        ]),
+    )
+}
+
 pub fn without_backends(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ipvs = s.facts.ipvs.as_ref()?;
     let n = ipvs.without_backends;
@@ -190,6 +222,24 @@ mod tests {
         // A node that shows no IPVS, declared iptables: not an IPVS node.
         s.facts.ipvs.as_mut().unwrap().interface = None;
         assert!(judge(vs_conntrack, &s, &t).is_none());
+    }
+
+    #[test]
+    fn expire_sysctls_off_is_a_warning_in_ipvs_mode_only() {
+        let (mut s, mut t) = ipvs_node();
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.vs.expire_nodest_conn", 1);
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.vs.expire_quiescent_template", 1);
+        assert_eq!(judge(expire_sysctls, &s, &t).unwrap().severity, Severity::Ok);
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.vs.expire_quiescent_template", 0);
+        let f = judge(expire_sysctls, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(f.summary.contains("expire_quiescent_template") && !f.summary.contains("nodest"));
+        // Judged by what runs: declared iptables on a node that shows IPVS is still IPVS.
+        t.proxy_mode = ProxyMode::Iptables;
+        assert_eq!(judge(expire_sysctls, &s, &t).unwrap().severity, Severity::Warning);
+        // A node that shows no IPVS, declared iptables: not an IPVS node.
+        s.facts.ipvs.as_mut().unwrap().interface = None;
+        assert!(judge(expire_sysctls, &s, &t).is_none());
     }
 
     #[test]

@@ -143,6 +143,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "iptables_stale_kube_rules", run: iptables::stale_kube_rules },
     Check { id: "ipvs_vs_conntrack", run: ipvs::vs_conntrack },
     Check { id: "ipvs_conn_reuse_mode", run: ipvs::conn_reuse_mode },
+    Check { id: "ipvs_expire_sysctls", run: ipvs::expire_sysctls },
     Check { id: "ipvs_virtual_servers_without_backends", run: ipvs::without_backends },
     Check { id: "ipvs_interface_out_of_sync", run: ipvs::interface_out_of_sync },
     Check { id: "ipvs_scheduler", run: ipvs::scheduler },

@@ -32,7 +32,8 @@ pub struct ConntrackFacts {
     /// Per-CPU statistics summed over CPUs, by the kernel's column name
     /// (drop, early_drop, insert_failed, invalid, found, ...). Counters since boot.
     pub stats: BTreeMap<String, u64>,
-    /// Where `stats` came from: `/proc/net/stat/nf_conntrack` or `conntrack -S`; none when neither exists.
+    /// Where `stats` came from: `/proc/net/stat/nf_conntrack` or `conntrack -S`; none when neither
+    /// exists, or when running `conntrack -S` would load `nf_conntrack_netlink`.
     pub stats_source: Option<String>,
 }
 
@@ -208,7 +209,15 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
     let Probed::Present(mut facts) = read else {
         return Ok(read);
     };
-    if facts.stats_source.is_none() {
+    // `conntrack -S` asks nf_conntrack_netlink: where that is not loaded the
+    // kernel would load it (and nfnetlink) to answer, so the stats stay unknown.
+    let host = ctx.host.clone();
+    let would_load = facts.stats_source.is_none()
+        && super::blocking(super::ProbeName::Conntrack, move || {
+            Ok(super::modules::tool_would_load(&host, "nf_conntrack_netlink"))
+        })
+        .await?;
+    if facts.stats_source.is_none() && !would_load {
         // The stat file is missing: ask the kernel over netlink instead.
         let spec = CommandSpec::new("conntrack", &["-S"])
             .timeout(deadline.remaining())

@@ -430,6 +430,10 @@ pub struct IptablesFacts {
     pub backend_reason: String,
     /// Backends that carry kube-proxy (`KUBE-*`) rules; two means split-brain.
     pub backends_with_kube_rules: Vec<String>,
+    /// Save commands on PATH that were not run, each with why (no unit): the
+    /// nft ones while `nf_tables` is not loaded, since running them would load it.
+    #[serde(default)]
+    pub not_run: Vec<String>,
 }
 
 impl IptablesFacts {
@@ -513,6 +517,33 @@ pub async fn probe(
     if chosen.is_empty() {
         return Ok(super::Probed::Absent("no iptables-save command on PATH".into()));
     }
+    // iptables-nft-save asks nf_tables over nfnetlink: with nf_tables not
+    // loaded the kernel would load both to answer. No nft rule can exist then,
+    // so the nft saves are not run. (A plain `iptables-save` fallback is run
+    // as it is: which backend it is cannot be told without running it.)
+    let host = ctx.host.clone();
+    let nft_would_load = super::blocking(super::ProbeName::Iptables, move || {
+        Ok(super::modules::tool_would_load(&host, "nf_tables"))
+    })
+    .await?;
+    let mut not_run = Vec::new();
+    if nft_would_load {
+        chosen.retain(|(backend, _, command)| {
+            let keep = *backend != "nft";
+            if !keep {
+                not_run.push(format!(
+                    "{command}: nf_tables is not loaded, so the nft backend has no rules (running it would load the module)"
+                ));
+            }
+            keep
+        });
+        if chosen.is_empty() {
+            return Ok(super::Probed::Absent(format!(
+                "only nft-backend saves on PATH and nf_tables is not loaded; not run: {}",
+                not_run.join("; ")
+            )));
+        }
+    }
     let mut saves = Vec::new();
     for (backend, family, command) in chosen {
         // Never `-t TABLE`: a legacy save with -t creates the table it names.
@@ -546,6 +577,7 @@ pub async fn probe(
         backend_in_use,
         backend_reason,
         backends_with_kube_rules,
+        not_run,
     }))
 }
 

@@ -183,6 +183,59 @@ pub fn read(host: &Host) -> Result<ModuleFacts, ProbeError> {
     })
 }
 
+// ---------------------------------------------------------------------------
+// Would running a tool load a module?
+
+/// Whether running a tool that needs `module` now would make the kernel load
+/// it: the kernel loads modules (it has `/proc/modules`) and `module` is
+/// neither loaded nor built in. `iptables-nft-save` and `nft` have the kernel
+/// load `nf_tables` and `nfnetlink` through its module requests, `conntrack -S`
+/// `nf_conntrack_netlink`, `ipvsadm` `ip_vs`: a read-only agent must not.
+///
+/// A tool talks to the running kernel, so `/proc/modules` and `/sys/module`
+/// are read at `/` whatever `--host-root` says (both are the same for every
+/// container on the node); `modules.builtin` is looked for under the host
+/// root, then under `/`. When nothing tells, the answer is yes: better not run
+/// the tool than load a module.
+pub fn tool_would_load(host: &Host, module: &str) -> bool {
+    let kernel = Host::new("/");
+    let proc_modules = kernel.read_optional("/proc/modules").ok();
+    let in_sys_module = kernel.exists(&format!("/sys/module/{module}"));
+    let builtin = kernel
+        .read_optional("/proc/sys/kernel/osrelease")
+        .ok()
+        .flatten()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && !s.contains('/'))
+        .map(|release| format!("/lib/modules/{release}/modules.builtin"))
+        .and_then(|p| [host, &kernel].iter().find_map(|h| h.read_optional(&p).ok().flatten()));
+    would_load(proc_modules, in_sys_module, builtin.as_deref(), module)
+}
+
+/// The decision of [`tool_would_load`]: `proc_modules` is `Some(None)` when
+/// `/proc/modules` does not exist (no module support), `None` when it could
+/// not be read.
+pub fn would_load(
+    proc_modules: Option<Option<String>>,
+    in_sys_module: bool,
+    builtin: Option<&str>,
+    module: &str,
+) -> bool {
+    let loaded = match proc_modules {
+        // CONFIG_MODULES=n: nothing can be loaded.
+        Some(None) => return false,
+        Some(Some(text)) => parse_proc_modules("/proc/modules", &text).ok(),
+        None => None,
+    };
+    if in_sys_module || loaded.is_some_and(|l| l.contains(module)) {
+        return false;
+    }
+    let built_in = builtin
+        .and_then(|text| parse_modules_builtin("modules.builtin", text).ok())
+        .is_some_and(|names| names.contains(module));
+    !built_in
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,5 +321,26 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(decide(&src)["ip_vs"], ModuleState::Loaded);
+    }
+
+    #[test]
+    fn a_tool_would_load_a_module_only_when_modules_load_and_it_is_absent() {
+        let lsmod = "nf_conntrack 188416 0 - Live 0x0\nnf_tables 307200 0 - Live 0x0\n";
+        let builtin = "kernel/net/netfilter/nfnetlink.ko\n";
+        // No /proc/modules: a kernel without module support loads nothing.
+        assert!(!would_load(Some(None), false, None, "nf_tables"));
+        // Loaded, listed in /sys/module, or built in: nothing to load.
+        assert!(!would_load(Some(Some(lsmod.into())), false, None, "nf_tables"));
+        assert!(!would_load(Some(Some(String::new())), true, None, "nf_tables"));
+        assert!(!would_load(
+            Some(Some(String::new())),
+            false,
+            Some(builtin),
+            "nfnetlink"
+        ));
+        // Modular and not loaded: running the tool would load it.
+        assert!(would_load(Some(Some(lsmod.into())), false, Some(builtin), "ip_vs"));
+        // Nothing tells (unreadable /proc/modules, no modules.builtin): assume it would.
+        assert!(would_load(None, false, None, "nf_tables"));
     }
 }

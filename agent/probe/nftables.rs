@@ -425,6 +425,19 @@ pub async fn probe(
     if !crate::exec::on_path("nft") {
         return Ok(super::Probed::Absent("nft not on PATH".into()));
     }
+    // nft asks nf_tables over nfnetlink: with nf_tables not loaded the kernel
+    // would load both to answer. No table can exist then.
+    let host = ctx.host.clone();
+    if super::blocking(super::ProbeName::Nftables, move || {
+        Ok(super::modules::tool_would_load(&host, "nf_tables"))
+    })
+    .await?
+    {
+        return Ok(super::Probed::Absent(
+            "nf_tables is not loaded, so there is no kube-proxy nftables table; nft was not run (it would load the module)"
+                .into(),
+        ));
+    }
     let hint = "needs CAP_NET_ADMIN";
     // Ask for each table by name: `nft list tables` reads every rule of every
     // table first, which takes minutes on a large iptables-nft node.

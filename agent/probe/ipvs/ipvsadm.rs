@@ -410,6 +410,8 @@ fn parse_destination<D: Dialect>(
 
 /// Flags after the scheduler in `ipvsadm -Ln`.
 fn parse_list_flags(source_name: &str, n: usize, vs: &mut VirtualServer, flags: &[&str]) -> Result<(), ParseError> {
+    // ipvsadm prints scheduler flags when there are some: none printed is none set.
+    vs.scheduler_flags = Some(Vec::new());
     let mut i = 0;
     while i < flags.len() {
         let tok = flags[i];
@@ -421,6 +423,7 @@ fn parse_list_flags(source_name: &str, n: usize, vs: &mut VirtualServer, flags: 
                 let secs = parse_u64(source_name, n, "persistent timeout", a)?;
                 let secs = u32::try_from(secs)
                     .map_err(|_| err(source_name, n, format!("persistent timeout {secs} out of range")))?;
+                vs.persistent = true;
                 vs.persistent_seconds = Some(secs);
                 i += 2;
             }
@@ -443,8 +446,18 @@ fn parse_list_flags(source_name: &str, n: usize, vs: &mut VirtualServer, flags: 
             }
             // One-packet scheduling. Not kept.
             "ops" => i += 1,
-            // Scheduler flags such as `(sh-fallback,sh-port)`. Not kept.
-            t if t.len() > 2 && t.starts_with('(') && t.ends_with(')') && i == 0 => i += 1,
+            // Scheduler flags such as `(sh-fallback,sh-port)`, right after the scheduler.
+            t if t.len() > 2 && t.starts_with('(') && t.ends_with(')') && i == 0 => {
+                let names: Vec<String> = t[1..t.len() - 1].split(',').map(str::to_string).collect();
+                if names
+                    .iter()
+                    .any(|f| f.is_empty() || !f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+                {
+                    return Err(err(source_name, n, format!("scheduler flags: unexpected {}", quote(t))));
+                }
+                vs.scheduler_flags = Some(names);
+                i += 1;
+            }
             _ => {
                 return Err(err(
                     source_name,
@@ -731,12 +744,22 @@ mod tests {
         let l = parse_ipvsadm_list(SRC, text).unwrap();
         assert_eq!(l.len(), 4);
         assert_eq!(l[0].scheduler, "sh");
+        assert_eq!(
+            l[0].scheduler_flags,
+            Some(vec!["sh-fallback".to_string(), "sh-port".to_string()])
+        );
+        assert!(l[0].persistent);
         assert_eq!(l[0].persistent_seconds, Some(60));
         assert_eq!(l[0].real_servers, vec![rs("10.0.0.2", 80, "Route", 0, 0, 0)]);
         assert_eq!(l[1].protocol, "SCTP");
+        assert_eq!(l[1].scheduler_flags, Some(vec![]), "ipvsadm prints none: none set");
         assert_eq!(l[1].persistent_seconds, Some(300));
         assert_eq!(l[2].fwmark, Some(u32::MAX));
+        assert!(!l[2].persistent);
         assert_eq!(l[3].address, "::ffff:10.0.0.9");
+        // Flags that are no flag names are garbage, not flags.
+        let e = parse_ipvsadm_list(SRC, "TCP  10.0.0.1:80 sh (sh-port,) \n").unwrap_err();
+        assert!(e.message.contains("scheduler flags"), "{e}");
     }
 
     #[test]

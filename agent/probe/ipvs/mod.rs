@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use self::interface::{LocalAddresses, KUBE_IPVS0};
 use self::ipvsadm::{parse_ipvsadm_list, parse_ipvsadm_stats};
-use self::proc::{parse_proc_ip_vs, parse_proc_ip_vs_stats};
+use self::proc::{parse_config_hz, parse_proc_ip_vs, parse_proc_ip_vs_stats, parse_proc_ip_vs_with_hz};
 use super::{blocking, Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::exec::{CommandSpec, ExecError};
 use crate::host::Host;
@@ -52,11 +52,21 @@ pub struct VirtualServer {
     pub fwmark: Option<u32>,
     /// Scheduler name such as `rr`, `wrr`, `wlc`, `sh` (no unit).
     pub scheduler: String,
+    /// Scheduler flags (`ipvsadm -b`, e.g. `sh-fallback`, `sh-port`; no unit);
+    /// `None` when the source cannot tell: `/proc/net/ip_vs` does not print them.
+    #[serde(default)]
+    pub scheduler_flags: Option<Vec<String>>,
+    /// Whether the service is persistent (`ipvsadm -p`; kube-proxy's
+    /// `sessionAffinity: ClientIP`), from either source (no unit).
+    #[serde(default)]
+    pub persistent: bool,
     /// Persistence timeout in seconds when the service is persistent. From
-    /// `/proc/net/ip_vs` this is only filled by [`proc::parse_proc_ip_vs_with_hz`],
-    /// because the kernel prints it in jiffies.
+    /// `/proc/net/ip_vs`, which prints it in jiffies, only when the kernel's HZ
+    /// is known ([`proc::parse_proc_ip_vs_with_hz`]); else `None` with
+    /// `persistent` true.
     pub persistent_seconds: Option<u32>,
-    /// The service's destinations (backends), one entry per backend, in input order.
+    /// The service's destinations (backends), one entry per backend, ordered
+    /// like `ipvsadm -Ln` (see [`canonical_order`]).
     pub real_servers: Vec<RealServer>,
     /// Cumulative counters from `ipvsadm -Ln --stats`, once merged with [`merge_stats`].
     pub stats: Option<ServiceStats>,
@@ -199,6 +209,12 @@ pub struct IpvsFacts {
     pub detail: Vec<VirtualServer>,
     /// True when `detail` was cut at [`DETAIL_CAP`] (no unit).
     pub detail_truncated: bool,
+    /// The kernel's `CONFIG_HZ` (ticks per second) that converted the
+    /// persistence timeouts of `/proc/net/ip_vs` from jiffies, from
+    /// `/boot/config-<release>` under the host root; `None` when the table came
+    /// from ipvsadm or HZ could not be found (timeouts then unknown).
+    #[serde(default)]
+    pub kernel_hz: Option<u32>,
 }
 
 // ---------------------------------------------------------------------------
@@ -228,13 +244,46 @@ pub fn merge_stats(services: &mut [VirtualServer], stats: Vec<(ServiceKey, Servi
     unmatched
 }
 
+/// Puts virtual servers and their real servers in the order `ipvsadm -Ln`
+/// prints them, whatever the source (`/proc/net/ip_vs` follows the kernel's
+/// hash order): services by firewall mark (none first), address family (IPv4
+/// first), protocol number (TCP, UDP, SCTP), address, port; real servers by
+/// address, then port. ipvsadm compares with `int` subtraction, so its own
+/// order differs from this one only between addresses (or marks) 2^31 or more
+/// apart; this one is plainly numeric. A firewall-mark service's family is
+/// that of its first real server (`/proc` does not print it).
+pub fn canonical_order(services: &mut [VirtualServer]) {
+    fn ip(text: &str) -> Option<IpAddr> {
+        text.parse().ok()
+    }
+    for vs in services.iter_mut() {
+        vs.real_servers.sort_by_key(|r| (ip(&r.address), r.port));
+    }
+    services.sort_by_cached_key(|vs| {
+        let family_of = match vs.fwmark {
+            Some(_) => vs.real_servers.first().map_or("", |r| r.address.as_str()),
+            None => vs.address.as_str(),
+        };
+        let protocol = match vs.protocol.as_str() {
+            "TCP" => 6,
+            "UDP" => 17,
+            "SCTP" => 132,
+            _ => 255,
+        };
+        (vs.fwmark, family_of.contains(':'), protocol, ip(&vs.address), vs.port)
+    });
+}
+
 /// Summarises virtual servers; `local` is what netlink shows (None when not asked).
+/// The services are first put in [`canonical_order`], so the detail and every
+/// "first few" in the evidence are the same whichever source was read.
 pub fn summarise(
     source: &str,
     mut services: Vec<VirtualServer>,
     stats: Option<GlobalStats>,
     local: Option<&LocalAddresses>,
 ) -> IpvsFacts {
+    canonical_order(&mut services);
     let mut groups: std::collections::BTreeMap<(String, String), u64> = Default::default();
     let mut without = Vec::new();
     let mut real_servers = 0u64;
@@ -307,6 +356,23 @@ struct ProcFiles {
     stats: Option<GlobalStats>,
     /// `/proc/net/ip_vs`, when asked for (ipvsadm is not on PATH).
     table: Option<Vec<VirtualServer>>,
+    /// The kernel's HZ that converted the table's persistence timeouts.
+    hz: Option<u32>,
+}
+
+/// `CONFIG_HZ` from `/boot/config-<release>` under the host root (Debian,
+/// Ubuntu, RHEL and most distributions install it), or `None`.
+fn kernel_hz(host: &Host) -> Result<Option<u32>, ProbeError> {
+    let Some(release) = host.read_optional("/proc/sys/kernel/osrelease")? else {
+        return Ok(None);
+    };
+    let release = release.trim();
+    if release.is_empty() || release.contains('/') {
+        return Ok(None);
+    }
+    Ok(host
+        .read_optional(&format!("/boot/config-{release}"))?
+        .and_then(|text| parse_config_hz(&text)))
 }
 
 /// The probe's file reads (run on the blocking pool): IPVS present? then the
@@ -326,13 +392,19 @@ fn read_proc(host: &Host, with_table: bool) -> Result<Probed<ProcFiles>, ProbeEr
         )?),
         None => None,
     };
-    let table = if with_table {
+    let (table, hz) = if with_table {
         let text = host.read(PROC_IP_VS)?;
-        Some(parse_proc_ip_vs(&host.path(PROC_IP_VS).display().to_string(), &text)?)
+        let hz = kernel_hz(host)?;
+        let name = host.path(PROC_IP_VS).display().to_string();
+        let table = match hz {
+            Some(hz) => parse_proc_ip_vs_with_hz(&name, &text, hz)?,
+            None => parse_proc_ip_vs(&name, &text)?,
+        };
+        (Some(table), hz)
     } else {
-        None
+        (None, None)
     };
-    Ok(Probed::Present(ProcFiles { stats, table }))
+    Ok(Probed::Present(ProcFiles { stats, table, hz }))
 }
 
 /// `ipvsadm -Ln`, with the counters of `ipvsadm -Ln --stats --exact` merged in.
@@ -379,12 +451,9 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Ipvs
     } else {
         None
     };
-    Ok(Probed::Present(summarise(
-        source,
-        services,
-        files.stats,
-        local.as_ref(),
-    )))
+    let mut facts = summarise(source, services, files.stats, local.as_ref());
+    facts.kernel_hz = files.hz;
+    Ok(Probed::Present(facts))
 }
 
 /// Captured inputs (tests/fixtures/ipvs, see its SOURCES.md) and helpers
@@ -590,6 +659,66 @@ mod tests {
     }
 
     // --- serde ------------------------------------------------------------------
+
+    #[test]
+    fn order_is_the_same_whatever_the_source() {
+        // The same table as the kernel prints it (hash order, real servers in
+        // insertion order) and as ipvsadm prints it (sorted): one order after.
+        let proc = "IP Virtual Server version 1.2.1 (size=4096)\n\
+                    Prot LocalAddress:Port Scheduler Flags\n  \
+                    -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n\
+                    FWM  00000064 rr \n  \
+                    -> 0AF40303:0000      Tunnel  1      0          0         \n\
+                    UDP  0A60000A:0035 rr  \n  \
+                    -> 0AF40003:0035      Masq    1      0          0         \n  \
+                    -> 0AF40002:0035      Masq    1      0          0         \n\
+                    TCP  [fd00:0010:0096:0000:0000:0000:0000:0001]:0050 rr \n\
+                    TCP  7F000001:7580 rr  \n\
+                    TCP  0A60000A:0035 rr  \n\
+                    TCP  0A600001:01BB rr  \n";
+        let ipvsadm = "TCP  10.96.0.1:443 rr\n\
+                       TCP  10.96.0.10:53 rr\n\
+                       TCP  127.0.0.1:30080 rr\n\
+                       UDP  10.96.0.10:53 rr\n  \
+                       -> 10.244.0.2:53 Masq 1 0 0\n  \
+                       -> 10.244.0.3:53 Masq 1 0 0\n\
+                       TCP  [fd00:10:96::1]:80 rr\n\
+                       FWM  100 rr\n  \
+                       -> 10.244.3.3:0 Tunnel 1 0 0\n";
+        let names = |mut v: Vec<VirtualServer>| {
+            canonical_order(&mut v);
+            v.iter()
+                .map(|s| {
+                    let rs: Vec<String> = s.real_servers.iter().map(|r| r.address.clone()).collect();
+                    format!(
+                        "{} {}:{} {:?} {}",
+                        s.protocol,
+                        s.address,
+                        s.port,
+                        s.fwmark,
+                        rs.join(",")
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let from_proc = names(parse_proc_ip_vs("p", proc).unwrap());
+        let from_ipvsadm = names(parse_ipvsadm_list("l", ipvsadm).unwrap());
+        assert_eq!(from_proc, from_ipvsadm);
+        assert_eq!(from_proc[0], "TCP 10.96.0.1:443 None ");
+        assert_eq!(from_proc[3], "UDP 10.96.0.10:53 None 10.244.0.2,10.244.0.3");
+        assert_eq!(from_proc[5], "FWM :0 Some(100) 10.244.3.3");
+        // summarise orders too, so the sample of services without backends does.
+        let facts = summarise("/proc/net/ip_vs", parse_proc_ip_vs("p", proc).unwrap(), None, None);
+        assert_eq!(
+            facts.without_backends_sample,
+            [
+                "TCP 10.96.0.1:443",
+                "TCP 10.96.0.10:53",
+                "TCP 127.0.0.1:30080",
+                "TCP [fd00:10:96::1]:80"
+            ]
+        );
+    }
 
     #[test]
     fn facts_round_trip_through_json() {

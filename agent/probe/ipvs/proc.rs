@@ -55,6 +55,7 @@ impl Dialect for Kernel {
 
     fn flags(&self, source_name: &str, n: usize, vs: &mut VirtualServer, flags: &[&str]) -> Result<(), ParseError> {
         if let Some(j) = parse_proc_flags(source_name, n, flags)? {
+            vs.persistent = true;
             vs.persistent_seconds = self
                 .hz
                 .filter(|h| *h > 0)
@@ -67,8 +68,10 @@ impl Dialect for Kernel {
 /// Parses `/proc/net/ip_vs`: hex addresses/ports/fwmarks become text/decimal.
 ///
 /// The kernel prints the persistence timeout in jiffies, and the kernel's HZ
-/// is not knowable from this file, so `persistent_seconds` is left `None`
-/// here; use [`parse_proc_ip_vs_with_hz`] when HZ is known.
+/// is not knowable from this file, so a persistent service has `persistent`
+/// set and `persistent_seconds` left `None` (unknown, not absent); use
+/// [`parse_proc_ip_vs_with_hz`] when HZ is known. Scheduler flags are not in
+/// this file: `scheduler_flags` is `None`.
 pub fn parse_proc_ip_vs(source_name: &str, text: &str) -> Result<Vec<VirtualServer>, ParseError> {
     parse_table(source_name, text, &Kernel { hz: None })
 }
@@ -78,6 +81,18 @@ pub fn parse_proc_ip_vs(source_name: &str, text: &str) -> Result<Vec<VirtualServ
 pub fn parse_proc_ip_vs_with_hz(source_name: &str, text: &str, hz: u32) -> Result<Vec<VirtualServer>, ParseError> {
     parse_table(source_name, text, &Kernel { hz: Some(hz) })
 }
+
+/// `CONFIG_HZ=250` in a kernel config (`/boot/config-<release>`): the ticks
+/// per second that `/proc/net/ip_vs` counts persistence timeouts in. `None`
+/// when the line is missing or not a positive number.
+pub fn parse_config_hz(config: &str) -> Option<u32> {
+    config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("CONFIG_HZ="))
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|hz| *hz > 0)
+}
+
 /// Parses `/proc/net/ip_vs_stats` (all values hex): two title lines, the
 /// totals, a blank line, the rate title, the rates.
 pub fn parse_proc_ip_vs_stats(source_name: &str, text: &str) -> Result<GlobalStats, ParseError> {
@@ -298,12 +313,30 @@ mod tests {
         let l = parse_proc_ip_vs(PROC, text).unwrap();
         assert_eq!(l[0].address, "10.96.0.10");
         assert_eq!(l[0].port, 53);
+        // Persistent, timeout unknown without HZ: kept as such, not dropped.
+        assert!(l[0].persistent);
         assert_eq!(l[0].persistent_seconds, None);
         assert_eq!(l[1].address, "10.96.0.1");
         assert_eq!(l[1].port, 443);
+        assert!(!l[1].persistent);
+        // The file has no scheduler flags: unknown, not "none".
+        assert!(l.iter().all(|v| v.scheduler_flags.is_none()));
         let l = parse_proc_ip_vs_with_hz(PROC, text, 250).unwrap();
         assert_eq!(l[0].persistent_seconds, Some(10800));
+        assert!(l[0].persistent);
         assert_eq!(l[1].persistent_seconds, None);
+        let l = parse_proc_ip_vs_with_hz(PROC, text, 1000).unwrap();
+        assert_eq!(l[0].persistent_seconds, Some(2700));
+    }
+
+    #[test]
+    fn config_hz() {
+        let config =
+            "# Linux/x86 6.1.0 Kernel Configuration\nCONFIG_HZ_250=y\n# CONFIG_HZ_1000 is not set\nCONFIG_HZ=250\n";
+        assert_eq!(parse_config_hz(config), Some(250));
+        assert_eq!(parse_config_hz("CONFIG_HZ_250=y\n"), None);
+        assert_eq!(parse_config_hz("CONFIG_HZ=0\n"), None);
+        assert_eq!(parse_config_hz("CONFIG_HZ=fast\n"), None);
     }
 
     #[test]

@@ -1,0 +1,347 @@
+# Scenarios of the test VM, sourced by /init (busybox sh). Each prints the agent's
+# output and the ground truth read with the kernel's own tools at the same moment,
+# as blocks that tests/vm_kernel.rs parses and checks. Nothing is judged here.
+#
+# Traffic: only to IPVS services on 127.0.0.1 with real servers on 127.0.0.x, inside
+# a VM that has no network card. The other addresses are configuration only.
+
+MODDIR=/lib/modules/$(uname -r)
+# The real ipvsadm, for ground truth: not logged, and there even when the agent's PATH has none.
+IPVSADM=/usr/lib/pw/ipvsadm
+# What the agent runs with: no environment but PATH (clap reads PROXYWATCH_*).
+AGENT_PATH=/usr/sbin:/usr/bin:/sbin:/bin
+NO_KUBE_PROXY="--kube-proxy.metrics-url http://127.0.0.1:9 --kube-proxy.healthz-url http://127.0.0.1:9"
+
+# block NAME CMD...: CMD's stdout between markers (a newline added if it lacks one),
+# its exit code on the end marker, its stderr (if any) as the block NAME.stderr;
+# then the guest's uptime, to see where a slow run spends its time.
+block() {
+    local _name _rc
+    _name=$1
+    shift
+    "$@" >/tmp/block.out 2>/tmp/block.err
+    _rc=$?
+    echo "@@PW-BEGIN $_name@@"
+    cat /tmp/block.out
+    if [ -s /tmp/block.out ] && [ "$(tail -c 1 /tmp/block.out | wc -l)" = 0 ]; then echo; fi
+    echo "@@PW-END $_name rc=$_rc@@"
+    echo "@@PW-TIME $_name $(cut -d' ' -f1 /proc/uptime)@@"
+    if [ -s /tmp/block.err ]; then
+        echo "@@PW-BEGIN $_name.stderr@@"
+        cat /tmp/block.err
+        if [ "$(tail -c 1 /tmp/block.err | wc -l)" = 0 ]; then echo; fi
+        echo "@@PW-END $_name.stderr rc=0@@"
+    fi
+}
+
+# load MODULE...: insmod each module after its dependencies, in modules.dep order
+# (last dependency first). No modprobe: softdeps are spelled out by the callers
+# (libcrc32c needs the crc32c algorithm, i.e. crc32c_generic, loaded before it).
+load() {
+    local _d _line _m _n _rev
+    for _m in "$@"; do
+        _line=$(grep -E "(^|/)$_m\.ko:" "$MODDIR/modules.dep") || {
+            echo "load: no module $_m" >&2
+            return 1
+        }
+        _rev=""
+        for _d in ${_line#*:}; do _rev="$_d $_rev"; done
+        for _d in $_rev ${_line%%:*}; do
+            _n=$(basename "$_d" .ko | tr - _)
+            [ "$_n" = libcrc32c ] && [ ! -e /sys/module/crc32c_generic ] && insmod "$MODDIR/kernel/crypto/crc32c_generic.ko"
+            [ -e "/sys/module/$_n" ] || insmod "$MODDIR/$_d" || return 1
+        done
+    done
+}
+
+agent() {
+    env -i PATH="$AGENT_PATH" /usr/bin/proxywatch "$@"
+}
+
+# check PREFIX [FLAGS...]: the agent's JSON and text reports as PREFIX.json / PREFIX.text.
+check() {
+    local _p
+    _p=$1
+    shift
+    block "$_p.json" agent check --format json --node-name vm $NO_KUBE_PROXY "$@"
+    block "$_p.text" agent check --format text --node-name vm $NO_KUBE_PROXY "$@"
+}
+
+sysctls() {
+    local _s
+    for _s in net.ipv4.vs.conntrack net.ipv4.vs.expire_nodest_conn net.ipv4.vs.expire_quiescent_template \
+        net.ipv4.vs.conn_reuse_mode net.ipv4.ip_forward net.netfilter.nf_conntrack_max; do
+        printf '%s = %s\n' "$_s" "$(cat "/proc/sys/$(echo "$_s" | tr . /)" 2>/dev/null || echo absent)"
+    done
+}
+
+# Everything IPVS as the kernel's tools show it.
+ipvs_truth() {
+    local _p
+    _p=$1
+    block "$_p.ipvsadm-Ln" "$IPVSADM" -Ln
+    block "$_p.ipvsadm-stats" "$IPVSADM" -Ln --stats --exact
+    block "$_p.proc-ip_vs" cat /proc/net/ip_vs
+    block "$_p.proc-ip_vs_stats" cat /proc/net/ip_vs_stats
+    block "$_p.ip-kube-ipvs0" /usr/sbin/ip -j addr show dev kube-ipvs0
+    block "$_p.ip-all" /usr/sbin/ip -j addr show
+    block "$_p.sysctls" sysctls
+}
+
+modules_state() {
+    block "$1.proc-modules" cat /proc/modules
+    block "$1.sys-module" ls /sys/module
+}
+
+# The settings kube-proxy's IPVS mode makes, so that only what a scenario breaks is wrong.
+node_settings() {
+    sysctl -qw net.ipv4.ip_forward=1
+    sysctl -qw net.ipv4.conf.all.route_localnet=1
+    sysctl -qw net.netfilter.nf_conntrack_max=131072
+    sysctl -qw net.netfilter.nf_conntrack_tcp_timeout_established=86400
+    sysctl -qw net.netfilter.nf_conntrack_tcp_timeout_close_wait=3600
+}
+
+ipvs_settings() {
+    sysctl -qw net.ipv4.vs.conntrack=1
+    sysctl -qw net.ipv4.vs.expire_nodest_conn=1
+    sysctl -qw net.ipv4.vs.expire_quiescent_template=1
+}
+
+# A kube-proxy-like IPVS table: ClusterIPs bound to the dummy kube-ipvs0, NodePorts
+# on 127.0.0.1, IPv6, firewall marks (v4 and v6), all forwarding methods, weights,
+# a persistent service (sessionAffinity: ClientIP) and `-b` scheduler flags.
+ipvs_healthy_setup() {
+    load ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh ip_vs_wlc dummy || return 1
+    node_settings
+    ipvs_settings
+    /usr/sbin/ip link set lo up
+    /usr/sbin/ip link add kube-ipvs0 type dummy
+    for a in 10.96.0.1/32 10.96.0.10/32 10.96.100.5/32 10.96.200.7/32; do
+        /usr/sbin/ip addr add "$a" dev kube-ipvs0
+    done
+    /usr/sbin/ip addr add fd00:10:96::1/128 dev kube-ipvs0 nodad
+    a="$IPVSADM -A"
+    r="$IPVSADM -a"
+    $a -t 10.96.0.1:443 -s rr
+    $r -t 10.96.0.1:443 -r 172.18.0.2:6443 -m -w 1
+    $a -t 10.96.0.10:53 -s rr
+    $r -t 10.96.0.10:53 -r 10.244.0.2:53 -m -w 1
+    $r -t 10.96.0.10:53 -r 10.244.0.3:53 -m -w 1
+    $a -u 10.96.0.10:53 -s rr
+    $r -u 10.96.0.10:53 -r 10.244.0.3:53 -m -w 1
+    $r -u 10.96.0.10:53 -r 10.244.0.2:53 -m -w 1
+    $a -t 10.96.100.5:80 -s wrr
+    $r -t 10.96.100.5:80 -r 10.244.2.6:8080 -m -w 3
+    $r -t 10.96.100.5:80 -r 10.244.1.5:8080 -m -w 1
+    $a -t 10.96.200.7:443 -s sh -b sh-fallback,sh-port -p 10800
+    $r -t 10.96.200.7:443 -r 10.244.1.7:8443 -m -w 1
+    $r -t 10.96.200.7:443 -r 10.244.2.7:8443 -m -w 1
+    $a -t '[fd00:10:96::1]:80' -s rr
+    $r -t '[fd00:10:96::1]:80' -r '[fd00:10:244::5]:80' -m -w 1
+    $a -f 100 -s rr
+    $r -f 100 -r 10.244.3.3 -i -w 1
+    $a -f 200 -6 -s wlc
+    $r -f 200 -6 -r fd00:10:244::9 -g -w 2
+    $a -t 127.0.0.1:30080 -s rr
+    $r -t 127.0.0.1:30080 -r 127.0.0.2:8080 -m -w 1
+    $a -u 127.0.0.1:30053 -s rr
+    $r -u 127.0.0.1:30053 -r 127.0.0.3:5353 -m -w 1
+}
+
+# One TCP connection through IPVS, left open (ActiveConn stays 1 for minutes), and
+# DNS queries over UDP with no answer (the entry lives 5 minutes), so counters are
+# non-zero. The kernel folds its per-CPU counters into what ipvsadm and
+# /proc/net/ip_vs_stats show every 2 s: wait for that, then nothing moves.
+ipvs_traffic() {
+    sleep 3600 | nc -l -p 8080 >/dev/null 2>&1 &
+    sleep 0.3
+    (echo hello; sleep 3600) | nc 127.0.0.1 30080 >/dev/null 2>&1 &
+    nslookup -type=a example.test 127.0.0.1:30053 >/dev/null 2>&1 &
+    sleep 0.5
+    kill $! 2>/dev/null
+    sleep 3
+}
+
+# Ground truth, the agent, ground truth again: the test checks the two truths agree.
+ipvs_round() {
+    local _p
+    _p=$1
+    shift
+    ipvs_truth "$_p.before"
+    check "$_p" "$@"
+    ipvs_truth "$_p.after"
+}
+
+# Reads with ipvsadm, then with ipvsadm absent from PATH (/proc/net/ip_vs).
+ipvs_rounds() {
+    ipvs_round "$1.ipvsadm" --kube-proxy.mode ipvs
+    mv /usr/sbin/ipvsadm /usr/lib/pw/ipvsadm.hidden
+    ipvs_round "$1.proc" --kube-proxy.mode ipvs
+    if [ "${2:-}" = nohz ]; then
+        # Without the kernel config the kernel's HZ is unknown: persistence is
+        # reported as present with an unknown timeout.
+        mv "/boot/config-$(uname -r)" /tmp/config.hidden
+        block "$1.proc-nohz.json" agent check --format json --node-name vm $NO_KUBE_PROXY --kube-proxy.mode ipvs
+        mv /tmp/config.hidden "/boot/config-$(uname -r)"
+    fi
+    mv /usr/lib/pw/ipvsadm.hidden /usr/sbin/ipvsadm
+    block "$1.exec-log" cat /run/exec.log
+    : >/run/exec.log
+}
+
+# The healthy table, read both ways; then what goes wrong on real nodes:
+# conntrack off for IPVS, the expire sysctls off, services with no real server
+# or weight-0 ones only, a service IP bound nowhere, a kube-ipvs0 address
+# without a service; read both ways again.
+scenario_ipvs() {
+    block setup ipvs_healthy_setup
+    ipvs_traffic
+    ipvs_rounds healthy nohz
+    block sick sick_setup
+    ipvs_rounds sick
+}
+
+sick_setup() {
+    sysctl -qw net.ipv4.vs.conntrack=0
+    sysctl -qw net.ipv4.vs.expire_nodest_conn=0
+    sysctl -qw net.ipv4.vs.expire_quiescent_template=0
+    for a in 10.96.50.50/32 10.96.60.60/32 10.96.99.99/32; do
+        /usr/sbin/ip addr add "$a" dev kube-ipvs0
+    done
+    /usr/sbin/ip addr add fd00:10:96::53/128 dev kube-ipvs0 nodad
+    $IPVSADM -A -t 10.96.50.50:80 -s rr
+    $IPVSADM -A -u '[fd00:10:96::53]:53' -s rr
+    $IPVSADM -A -t 10.96.60.60:80 -s rr
+    $IPVSADM -a -t 10.96.60.60:80 -r 10.244.6.7:80 -m -w 0
+    $IPVSADM -a -t 10.96.60.60:80 -r 10.244.6.6:80 -m -w 0
+    $IPVSADM -A -t 10.96.70.70:80 -s rr
+    $IPVSADM -a -t 10.96.70.70:80 -r 10.244.7.7:80 -m -w 1
+}
+
+# serve PREFIX RUNS: the agent serving with every probe every second (instead of
+# 5 s to 2 min); /metrics scraped each second (probe lines only) until every
+# probe has a new last-success time RUNS times (at most 60 s), then SIGTERM.
+# Shorter intervals only queue runs behind the evaluation of each one on the VM's
+# one emulated CPU; the test counts the runs each probe really made.
+serve() {
+    local _args _i _p _pid _probe _runs
+    _p=$1
+    _runs=$2
+    _args="--listen 127.0.0.1:9877 --node-name vm --log.level error $NO_KUBE_PROXY"
+    for _probe in conntrack sysctls modules node iptables nftables ipvs kube-proxy; do
+        _args="$_args --$_probe.interval 1s"
+    done
+    env -i PATH="$AGENT_PATH" /usr/bin/proxywatch serve $_args >/tmp/serve.out 2>&1 &
+    _pid=$!
+    : >/tmp/scrapes
+    for _i in $(seq 1 60); do
+        sleep 1
+        echo "# scrape $_i" >>/tmp/scrapes
+        timeout 10 wget -q -O - http://127.0.0.1:9877/metrics 2>&1 | grep '^proxywatch_probe_' >>/tmp/scrapes
+        awk -v want="$_runs" -F'[{}"]' '
+            /^proxywatch_probe_last_success_timestamp_seconds/ { if (!seen[$3 $5]++) n[$3]++ }
+            END { k = 0; for (p in n) if (n[p] >= want) k++; exit !(k == 8) }' /tmp/scrapes && break
+    done
+    kill -TERM "$_pid"
+    wait "$_pid"
+    echo "exit $?" >>/tmp/serve.out
+    block "$_p.scrapes" cat /tmp/scrapes
+    block "$_p.serve-output" cat /tmp/serve.out
+}
+
+# IPVS available as modules but not loaded (nf_conntrack is): nothing may load it.
+scenario_ipvs_unloaded() {
+    block setup unloaded_setup
+    modules_state before
+    check auto
+    modules_state after-check
+    check ipvs-mode --kube-proxy.mode ipvs
+    modules_state after-check-ipvs
+    serve serve 6
+    modules_state after-serve
+    block exec-log cat /run/exec.log
+    block modprobe-log cat /run/modprobe.log
+    # Control: the real ipvsadm on the same node does load ip_vs (via the kernel's
+    # module request or its own modprobe), so the comparisons above can fail.
+    block control.ipvsadm /usr/sbin/ipvsadm -Ln
+    modules_state control
+    block control.modprobe-log cat /run/modprobe.log
+}
+
+unloaded_setup() {
+    load nf_conntrack dummy || return 1
+    node_settings
+    /usr/sbin/ip link set lo up
+    # Configuration files and the binaries are there, as on a node whose IPVS mode
+    # has not come up: the modules are one modprobe away.
+    ls "$MODDIR/kernel/net/netfilter/ipvs/"
+}
+
+# A node whose kube-proxy uses the legacy iptables backend only: nf_tables and
+# nfnetlink are not loaded, though nft and iptables-nft are installed.
+scenario_legacy_only() {
+    block setup legacy_setup
+    block rules iptables-legacy-save
+    modules_state before
+    check check
+    modules_state after-check
+    serve serve 6
+    modules_state after-serve
+    block exec-log cat /run/exec.log
+    block modprobe-log cat /run/modprobe.log
+    # Control: iptables-nft-save on the same node loads nf_tables and nfnetlink.
+    block control.iptables-nft-save /usr/sbin/iptables-nft-save
+    modules_state control
+    block control.modprobe-log cat /run/modprobe.log
+}
+
+legacy_setup() {
+    load iptable_filter iptable_nat iptable_mangle xt_comment xt_conntrack xt_tcpudp xt_nat xt_mark \
+        xt_MASQUERADE xt_addrtype || return 1
+    node_settings
+    /usr/sbin/ip link set lo up
+    /usr/lib/pw/iptables-legacy-restore <<'EOF'
+*mangle
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-IPTABLES-HINT - [0:0]
+:KUBE-KUBELET-CANARY - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]
+:KUBE-SEP-BBBBBBBBBBBBBBBB - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MASQUERADE
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment "ns/svc:p80 cluster IP" -m tcp --dport 80 -j KUBE-SVC-AAAAAAAAAAAAAAAA
+-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports" -m addrtype --dst-type LOCAL -j RETURN
+-A KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "ns/svc:p80 -> 10.244.0.5:80" -j KUBE-SEP-BBBBBBBBBBBBBBBB
+-A KUBE-SEP-BBBBBBBBBBBBBBBB -s 10.244.0.5/32 -m comment --comment ns/svc:p80 -j KUBE-MARK-MASQ
+-A KUBE-SEP-BBBBBBBBBBBBBBBB -p tcp -m comment --comment ns/svc:p80 -m tcp -j DNAT --to-destination 10.244.0.5:80
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FORWARD - [0:0]
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
+COMMIT
+EOF
+}
+

@@ -1,0 +1,999 @@
+//! Real kernels in a VM: a stock Debian 12 kernel under QEMU (tests/vm/vm.sh),
+//! for what this machine's kernel cannot show: real IPVS (it has none) and
+//! "the agent never loads a kernel module" (it has CONFIG_MODULES=n).
+//!
+//! Each test boots one scenario (tests/vm/guest/scenarios.sh). The guest prints
+//! the agent's JSON and text reports and the ground truth read with the
+//! kernel's own tools just before and just after each agent run (`ipvsadm
+//! -Ln`, `-Ln --stats --exact`, `/proc/net/ip_vs*`, `ip -j addr`, the sysctls,
+//! `/proc/modules`), between markers on the serial console. The expected
+//! values are computed here from that ground truth with simple, independent
+//! parsing, never with the agent's parsers.
+//!
+//! Needs root, QEMU and the tools tests/run.sh installs; the first run
+//! downloads the kernel package (about 70 MB) into the cache vm.sh names.
+//! Without them a test prints SKIPPED and passes; with CI=true it fails.
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// What vm.sh needs on the host (it checks them too, with a clearer message).
+const TOOLS: &[&str] = &[
+    "bash",
+    "qemu-system-x86_64",
+    "busybox",
+    "cpio",
+    "gzip",
+    "xz",
+    "depmod",
+    "apt-get",
+    "apt-cache",
+    "dpkg-deb",
+    "ldd",
+    "strip",
+    "flock",
+    "timeout",
+    "ipvsadm",
+    "ip",
+    "xtables-legacy-multi",
+    "xtables-nft-multi",
+    "nft",
+    "conntrack",
+];
+
+fn vm_sh() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/vm.sh")
+}
+
+fn out_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm")
+}
+
+/// Builds the image once per test binary (the tests boot it in parallel).
+fn build() -> &'static Result<(), String> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(vm_sh())
+            .arg("build")
+            .arg(common::binary())
+            .arg(out_dir())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("bash: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "vm.sh build: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    })
+}
+
+/// One scenario's serial log, cut into its blocks.
+struct Vm {
+    log: PathBuf,
+    /// name -> (text, exit code of the command that printed it)
+    blocks: BTreeMap<String, (String, i32)>,
+}
+
+impl Vm {
+    fn boot(scenario: &str) -> Option<Vm> {
+        if !common::can_run(TOOLS) {
+            return None;
+        }
+        if let Err(e) = build() {
+            panic!("{e}");
+        }
+        let out = Command::new("bash")
+            .arg(vm_sh())
+            .arg("boot")
+            .arg(out_dir())
+            .arg(scenario)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run vm.sh");
+        let log = out_dir().join(format!("{scenario}.log"));
+        assert!(
+            out.status.success(),
+            "vm.sh boot {scenario}: {}\n{}\nlog: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            log.display()
+        );
+        let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let vm = Vm {
+            blocks: parse_blocks(&text),
+            log,
+        };
+        assert!(
+            text.contains(&format!("@@PW-SCENARIO {scenario} kernel=6.1.0-")),
+            "not the Debian 12 kernel or not this scenario: {}",
+            vm.log.display()
+        );
+        assert!(
+            text.contains("@@PW-DONE rc=0@@"),
+            "the scenario did not finish: {}",
+            vm.log.display()
+        );
+        Some(vm)
+    }
+
+    fn block(&self, name: &str) -> &str {
+        match self.blocks.get(name) {
+            Some((text, _)) => text,
+            None => panic!("no block {name} in {}", self.log.display()),
+        }
+    }
+
+    /// A block whose command must have succeeded.
+    fn ok(&self, name: &str) -> &str {
+        let text = self.block(name);
+        let rc = self.blocks[name].1;
+        let err = self.blocks.get(&format!("{name}.stderr")).map(|b| b.0.as_str());
+        assert_eq!(rc, 0, "{name} failed ({}): {text}\n{err:?}", self.log.display());
+        text
+    }
+
+    fn rc(&self, name: &str) -> i32 {
+        self.block(name);
+        self.blocks[name].1
+    }
+
+    fn json(&self, name: &str) -> Value {
+        let text = self.block(name);
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{name} is not JSON ({e}) in {}", self.log.display()))
+    }
+
+    /// The agent's text report: no panic, exit 0 (ok), 1 (warning) or 2 (critical).
+    fn text_report(&self, name: &str) -> &str {
+        let stderr = self
+            .blocks
+            .get(&format!("{name}.stderr"))
+            .map(|b| b.0.as_str())
+            .unwrap_or("");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+        let rc = self.rc(name);
+        assert!((0..=2).contains(&rc), "{name}: exit {rc}: {stderr}");
+        self.block(name)
+    }
+
+    /// The agent's report: JSON, no panic, exit 0 (ok), 1 (warning) or 2 (critical).
+    fn report(&self, name: &str) -> Value {
+        let stderr = self
+            .blocks
+            .get(&format!("{name}.stderr"))
+            .map(|b| b.0.as_str())
+            .unwrap_or("");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+        let rc = self.rc(name);
+        assert!((0..=2).contains(&rc), "{name}: exit {rc}: {stderr}");
+        let doc = self.json(name);
+        assert_eq!(doc["node"], "vm", "{name}");
+        doc
+    }
+}
+
+fn parse_blocks(text: &str) -> BTreeMap<String, (String, i32)> {
+    let mut blocks = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines() {
+        if let Some(name) = line.strip_prefix("@@PW-BEGIN ").and_then(|l| l.strip_suffix("@@")) {
+            assert!(current.is_none(), "nested block {name}");
+            current = Some((name.to_string(), String::new()));
+        } else if let Some(rest) = line.strip_prefix("@@PW-END ").and_then(|l| l.strip_suffix("@@")) {
+            let (name, rc) = rest.rsplit_once(" rc=").expect("end marker");
+            let (open, body) = current.take().expect("end without begin");
+            assert_eq!(open, name, "block ends out of order");
+            blocks.insert(open, (body, rc.parse().expect("rc")));
+        } else if let Some((_, body)) = current.as_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    assert!(current.is_none(), "unterminated block");
+    blocks
+}
+
+fn finding<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
+    doc["findings"].as_array().unwrap().iter().find(|f| f["id"] == id)
+}
+
+fn ids(doc: &Value) -> Vec<String> {
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{} ({})", f["id"].as_str().unwrap(), f["severity"].as_str().unwrap()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Ground truth: ipvsadm's own output, read here line by line.
+
+#[derive(Debug, Clone, PartialEq)]
+struct Dest {
+    address: String,
+    port: u16,
+    forward: String,
+    weight: i64,
+    active: u64,
+    inactive: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Svc {
+    protocol: String,
+    address: String,
+    port: u16,
+    fwmark: Option<u32>,
+    scheduler: String,
+    /// `(sh-fallback,sh-port)` on the service line; None: the source cannot tell.
+    flags: Option<Vec<String>>,
+    persistent: bool,
+    persistent_seconds: Option<u64>,
+    dests: Vec<Dest>,
+    /// Conns, InPkts, OutPkts, InBytes, OutBytes.
+    stats: Option<[u64; 5]>,
+}
+
+impl Svc {
+    /// `TCP 10.96.0.1:443`, `UDP [fd00::1]:53`, `FWM 100`: the agent's sample format.
+    fn show(&self) -> String {
+        match self.fwmark {
+            Some(m) => format!("FWM {m}"),
+            None if self.address.contains(':') => format!("{} [{}]:{}", self.protocol, self.address, self.port),
+            None => format!("{} {}:{}", self.protocol, self.address, self.port),
+        }
+    }
+
+    fn without_backends(&self) -> bool {
+        self.dests.iter().all(|d| d.weight <= 0)
+    }
+}
+
+fn addr_port(token: &str) -> (String, u16) {
+    let (a, p) = token.rsplit_once(':').unwrap();
+    let ip: IpAddr = a.trim_matches(['[', ']']).parse().unwrap();
+    (ip.to_string(), p.parse().unwrap())
+}
+
+/// `ipvsadm -Ln` in the order ipvsadm prints it.
+fn read_ipvsadm_list(text: &str) -> Vec<Svc> {
+    let mut out: Vec<Svc> = Vec::new();
+    for line in text.lines().skip(3) {
+        let t: Vec<&str> = line.split_whitespace().collect();
+        if t[0] == "->" {
+            let (address, port) = addr_port(t[1]);
+            out.last_mut().unwrap().dests.push(Dest {
+                address,
+                port,
+                forward: t[2].into(),
+                weight: t[3].parse().unwrap(),
+                active: t[4].parse().unwrap(),
+                inactive: t[5].parse().unwrap(),
+            });
+            continue;
+        }
+        let mut rest = &t[2..];
+        let (address, port, fwmark) = if t[0] == "FWM" {
+            if rest.first() == Some(&"IPv6") {
+                rest = &rest[1..];
+            }
+            (String::new(), 0, Some(t[1].parse().unwrap()))
+        } else {
+            let (a, p) = addr_port(t[1]);
+            (a, p, None)
+        };
+        let mut svc = Svc {
+            protocol: t[0].into(),
+            address,
+            port,
+            fwmark,
+            scheduler: rest[0].into(),
+            flags: Some(Vec::new()),
+            persistent: false,
+            persistent_seconds: None,
+            dests: Vec::new(),
+            stats: None,
+        };
+        let mut i = 1;
+        while i < rest.len() {
+            match rest[i] {
+                f if f.starts_with('(') => {
+                    svc.flags = Some(f.trim_matches(['(', ')']).split(',').map(String::from).collect());
+                    i += 1;
+                }
+                "persistent" => {
+                    svc.persistent = true;
+                    svc.persistent_seconds = Some(rest[i + 1].parse().unwrap());
+                    i += 2;
+                }
+                other => panic!("flag {other} not used by the scenarios"),
+            }
+        }
+        out.push(svc);
+    }
+    out
+}
+
+/// `ipvsadm -Ln --stats --exact`: per service, in the same order as the list.
+fn read_ipvsadm_stats(text: &str) -> Vec<(String, [u64; 5])> {
+    text.lines()
+        .skip(3)
+        .filter(|l| !l.trim_start().starts_with("->"))
+        .map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            let n = t.len();
+            let mut v = [0u64; 5];
+            for (i, x) in t[n - 5..].iter().enumerate() {
+                v[i] = x.parse().unwrap();
+            }
+            (t[..n - 5].join(" "), v)
+        })
+        .collect()
+}
+
+/// The table with its counters, as ipvsadm shows it.
+fn truth_table(vm: &Vm, prefix: &str) -> Vec<Svc> {
+    let mut table = read_ipvsadm_list(vm.ok(&format!("{prefix}.ipvsadm-Ln")));
+    let stats = read_ipvsadm_stats(vm.ok(&format!("{prefix}.ipvsadm-stats")));
+    assert_eq!(table.len(), stats.len(), "{prefix}: list and stats disagree");
+    for (svc, (name, v)) in table.iter_mut().zip(stats) {
+        let first = name.split_whitespace().nth(1).unwrap();
+        match svc.fwmark {
+            Some(m) => assert_eq!(first, m.to_string()),
+            None => assert_eq!(addr_port(first), (svc.address.clone(), svc.port)),
+        }
+        svc.stats = Some(v);
+    }
+    table
+}
+
+/// `/proc/net/ip_vs_stats`: totals on line 3, rates on line 6, all hex.
+fn read_proc_stats(text: &str) -> ([u64; 5], [u64; 5]) {
+    let lines: Vec<&str> = text.lines().collect();
+    let hex = |line: &str| -> [u64; 5] {
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .map(|h| u64::from_str_radix(h, 16).unwrap())
+            .collect();
+        v.try_into().unwrap()
+    };
+    (hex(lines[2]), hex(lines[5]))
+}
+
+/// `ip -j addr show`: (interface, address) pairs.
+fn read_ip_addrs(text: &str) -> Vec<(String, IpAddr)> {
+    let links: Value = serde_json::from_str(text).unwrap();
+    let mut out = Vec::new();
+    for link in links.as_array().unwrap() {
+        for a in link["addr_info"].as_array().unwrap() {
+            out.push((
+                link["ifname"].as_str().unwrap().to_string(),
+                a["local"].as_str().unwrap().parse().unwrap(),
+            ));
+        }
+    }
+    out
+}
+
+fn read_sysctls(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(|l| {
+            let (k, v) = l.split_once(" = ").unwrap();
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// `CONFIG_HZ` of the guest's kernel, from the config the build copied in.
+fn kernel_hz() -> u64 {
+    let kdir = std::fs::read_link(out_dir().join("vmlinux")).unwrap();
+    let config = std::fs::read_to_string(kdir.with_file_name("config")).unwrap();
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix("CONFIG_HZ="))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// The agent's facts, in the same shape.
+
+fn agent_table(facts: &Value) -> Vec<Svc> {
+    facts["detail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| Svc {
+            protocol: v["protocol"].as_str().unwrap().into(),
+            address: v["address"].as_str().unwrap().into(),
+            port: v["port"].as_u64().unwrap() as u16,
+            fwmark: v["fwmark"].as_u64().map(|m| m as u32),
+            scheduler: v["scheduler"].as_str().unwrap().into(),
+            flags: v["scheduler_flags"]
+                .as_array()
+                .map(|a| a.iter().map(|f| f.as_str().unwrap().to_string()).collect()),
+            persistent: v["persistent"].as_bool().unwrap_or(false),
+            persistent_seconds: v["persistent_seconds"].as_u64(),
+            dests: v["real_servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| Dest {
+                    address: r["address"].as_str().unwrap().into(),
+                    port: r["port"].as_u64().unwrap() as u16,
+                    forward: r["forward"].as_str().unwrap().into(),
+                    weight: r["weight"].as_i64().unwrap(),
+                    active: r["active_connections"].as_u64().unwrap(),
+                    inactive: r["inactive_connections"].as_u64().unwrap(),
+                })
+                .collect(),
+            stats: v["stats"].as_object().map(|s| {
+                [
+                    "connections",
+                    "incoming_packets",
+                    "outgoing_packets",
+                    "incoming_bytes",
+                    "outgoing_bytes",
+                ]
+                .map(|k| s[k].as_u64().unwrap())
+            }),
+        })
+        .collect()
+}
+
+/// One agent run against the truth read just before and just after it.
+struct Round<'a> {
+    vm: &'a Vm,
+    /// e.g. `healthy.ipvsadm`
+    name: String,
+    doc: Value,
+    /// ipvsadm's table with counters (equal before and after the run).
+    table: Vec<Svc>,
+    /// All local addresses (equal before and after).
+    addrs: Vec<(String, IpAddr)>,
+    sysctls: BTreeMap<String, String>,
+}
+
+impl<'a> Round<'a> {
+    fn new(vm: &'a Vm, name: &str) -> Round<'a> {
+        let (before, after) = (format!("{name}.before"), format!("{name}.after"));
+        let table = truth_table(vm, &before);
+        assert_eq!(table, truth_table(vm, &after), "{name}: the table moved during the run");
+        for part in ["proc-ip_vs", "ip-all", "sysctls"] {
+            assert_eq!(
+                vm.ok(&format!("{before}.{part}")),
+                vm.ok(&format!("{after}.{part}")),
+                "{name}: {part} moved during the run"
+            );
+        }
+        let addrs = read_ip_addrs(vm.ok(&format!("{before}.ip-all")));
+        let sysctls = read_sysctls(vm.ok(&format!("{before}.sysctls")));
+        let doc = vm.report(&format!("{name}.json"));
+        Round {
+            vm,
+            name: name.into(),
+            doc,
+            table,
+            addrs,
+            sysctls,
+        }
+    }
+
+    fn facts(&self) -> &Value {
+        &self.doc["facts"]["ipvs"]
+    }
+
+    /// Every fact of the table, the interface and the counters against the truth.
+    /// `from_proc`: the table came from /proc/net/ip_vs, which has no per-service
+    /// counters and no scheduler flags.
+    fn assert_table(&self, from_proc: bool) {
+        let name = &self.name;
+        assert_eq!(
+            self.doc["probes"]["ipvs"]["status"], "ok",
+            "{name}: {:#}",
+            self.doc["probes"]["ipvs"]
+        );
+        let facts = self.facts();
+        assert_eq!(
+            facts["source"],
+            if from_proc { "/proc/net/ip_vs" } else { "ipvsadm" },
+            "{name}"
+        );
+        let mut want = self.table.clone();
+        if from_proc {
+            for s in &mut want {
+                s.flags = None;
+                s.stats = None;
+            }
+        }
+        let got = agent_table(facts);
+        assert_eq!(got.len(), want.len(), "{name}: {got:#?}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g, w, "{name}: virtual server {} (in ipvsadm's order)", w.show());
+        }
+        assert_eq!(facts["detail_truncated"], false);
+        assert_eq!(facts["virtual_servers"], want.len() as u64, "{name}");
+        let real: usize = want.iter().map(|s| s.dests.len()).sum();
+        assert_eq!(facts["real_servers"], real as u64, "{name}");
+        let mut groups: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for s in &want {
+            *groups.entry((s.protocol.clone(), s.scheduler.clone())).or_default() += 1;
+        }
+        let got_groups: BTreeMap<(String, String), u64> = facts["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    (
+                        g["protocol"].as_str().unwrap().into(),
+                        g["scheduler"].as_str().unwrap().into(),
+                    ),
+                    g["count"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(got_groups, groups, "{name}: groups");
+
+        // Global counters: totals exactly; the rate estimates decay after the
+        // traffic, so the agent's lie between the two reads.
+        let (t0, r0) = read_proc_stats(self.vm.ok(&format!("{name}.before.proc-ip_vs_stats")));
+        let (t1, r1) = read_proc_stats(self.vm.ok(&format!("{name}.after.proc-ip_vs_stats")));
+        assert_eq!(t0, t1, "{name}: totals moved");
+        let s = &facts["stats"];
+        let fields = [
+            "connections",
+            "incoming_packets",
+            "outgoing_packets",
+            "incoming_bytes",
+            "outgoing_bytes",
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            assert_eq!(s[f], t0[i], "{name}: stats.{f}");
+            let rate = s[format!("{f}_per_second")].as_u64().unwrap();
+            assert!(
+                (r0[i].min(r1[i])..=r0[i].max(r1[i])).contains(&rate),
+                "{name}: {f}_per_second {rate} not within {} and {}",
+                r0[i],
+                r1[i]
+            );
+        }
+        assert!(
+            t0[0] > 0 && t0[3] > 0,
+            "{name}: the scenario's traffic went through IPVS"
+        );
+
+        // kube-ipvs0 and the bindings, from `ip -j addr`.
+        let on_ipvs0: BTreeSet<IpAddr> = read_ip_addrs(self.vm.ok(&format!("{name}.before.ip-kube-ipvs0")))
+            .into_iter()
+            .map(|(_, a)| a)
+            .collect();
+        assert!(!on_ipvs0.is_empty());
+        let iface = &facts["interface"];
+        assert_eq!(iface["exists"], true, "{name}");
+        let got_ipvs0: BTreeSet<IpAddr> = iface["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(got_ipvs0, on_ipvs0, "{name}: kube-ipvs0 addresses");
+        let vips: BTreeSet<IpAddr> = want
+            .iter()
+            .filter(|s| s.fwmark.is_none())
+            .map(|s| s.address.parse().unwrap())
+            .collect();
+        let local: BTreeSet<IpAddr> = self.addrs.iter().map(|(_, a)| *a).collect();
+        let as_set = |v: &Value| -> BTreeSet<IpAddr> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().parse().unwrap())
+                .collect()
+        };
+        assert_eq!(
+            as_set(&facts["unbound_service_ips"]),
+            vips.difference(&local).copied().collect(),
+            "{name}: unbound service IPs"
+        );
+        assert_eq!(
+            as_set(&facts["bound_without_service"]),
+            on_ipvs0.difference(&vips).copied().collect(),
+            "{name}: kube-ipvs0 addresses without a service"
+        );
+        let without: Vec<&Svc> = want.iter().filter(|s| s.without_backends()).collect();
+        assert_eq!(facts["without_backends"], without.len() as u64, "{name}");
+        let sample: Vec<String> = without.iter().take(5).map(|s| s.show()).collect();
+        assert_eq!(facts["without_backends_sample"], serde_json::json!(sample), "{name}");
+    }
+
+    fn sysctl(&self, name: &str) -> i64 {
+        self.sysctls[name].parse().unwrap()
+    }
+}
+
+/// The scenario table has everything the parsers must keep: IPv6, v4 and v6
+/// firewall marks, the three forwarding methods, weights, `-b` flags,
+/// persistence, counters from real traffic.
+fn assert_scenario_coverage(table: &[Svc]) {
+    assert!(table.iter().any(|s| s.address.contains(':')), "IPv6 service");
+    assert!(
+        table.iter().filter(|s| s.fwmark.is_some()).count() >= 2,
+        "fwmark services"
+    );
+    assert!(table
+        .iter()
+        .any(|s| s.flags.as_ref().is_some_and(|f| f.contains(&"sh-port".to_string()))));
+    assert!(table.iter().any(|s| s.persistent_seconds == Some(10800)));
+    let forwards: BTreeSet<&str> = table
+        .iter()
+        .flat_map(|s| s.dests.iter().map(|d| d.forward.as_str()))
+        .collect();
+    assert!(
+        ["Masq", "Route", "Tunnel"].iter().all(|f| forwards.contains(f)),
+        "{forwards:?}"
+    );
+    assert!(
+        table.iter().any(|s| s.dests.iter().any(|d| d.active == 1)),
+        "an open connection"
+    );
+    assert!(table.iter().any(|s| s.dests.iter().any(|d| d.weight == 3)), "weights");
+}
+
+/// With /proc and no kernel config, persistence is reported as present with an unknown timeout.
+fn assert_persistence_unknown_without_hz(vm: &Vm, prefix: &str, table: &[Svc]) {
+    let doc = vm.report(&format!("{prefix}.proc-nohz.json"));
+    let got = agent_table(&doc["facts"]["ipvs"]);
+    assert_eq!(got.len(), table.len());
+    for (g, w) in got.iter().zip(table) {
+        assert_eq!(g.persistent, w.persistent, "{}", w.show());
+        if w.persistent {
+            assert_eq!(g.persistent_seconds, None, "{}: no HZ, no seconds", w.show());
+        }
+    }
+    assert!(doc["facts"]["ipvs"]["kernel_hz"].is_null());
+}
+
+fn ipvs_findings(doc: &Value) -> Vec<String> {
+    ids(doc).into_iter().filter(|f| f.starts_with("ipvs_")).collect()
+}
+
+/// The `ipvs` scenario: one boot, a healthy phase then a sick one, shared by two tests.
+fn ipvs_vm() -> Option<&'static Vm> {
+    static VM: OnceLock<Option<Vm>> = OnceLock::new();
+    VM.get_or_init(|| Vm::boot("ipvs")).as_ref()
+}
+
+#[test]
+fn ipvs_healthy_node_matches_ipvsadm() {
+    let Some(vm) = ipvs_vm() else {
+        return;
+    };
+    vm.ok("setup");
+    let hz = kernel_hz();
+    for (round, from_proc) in [("healthy.ipvsadm", false), ("healthy.proc", true)] {
+        let r = Round::new(vm, round);
+        assert_scenario_coverage(&r.table);
+        r.assert_table(from_proc);
+        if from_proc {
+            assert_eq!(r.facts()["kernel_hz"], hz, "{round}: HZ from /boot/config-<release>");
+        }
+        // No IPVS finding: only the informational list of schedulers.
+        assert_eq!(ipvs_findings(&r.doc), ["ipvs_scheduler (info)"], "{round}");
+        assert_eq!(r.doc["proxy_mode"]["mode"], "ipvs");
+        for (s, want) in [
+            ("net.ipv4.vs.conntrack", 1),
+            ("net.ipv4.vs.expire_nodest_conn", 1),
+            ("net.ipv4.vs.expire_quiescent_template", 1),
+        ] {
+            assert_eq!(r.sysctl(s), want, "{s}");
+            assert_eq!(r.doc["facts"]["sysctls"]["values"][s], want, "{round}: {s}");
+        }
+        let text = vm.text_report(&format!("{round}.text"));
+        assert!(text.contains("ipvs       ok"), "{round}: {text}");
+    }
+    let table = truth_table(vm, "healthy.proc.before");
+    assert_persistence_unknown_without_hz(vm, "healthy", &table);
+    // The agent ran ipvsadm only while it was on PATH, and only these two ways.
+    let log = vm.ok("healthy.exec-log");
+    let runs: BTreeSet<&str> = log.lines().filter(|l| l.starts_with("ipvsadm")).collect();
+    assert_eq!(
+        runs,
+        BTreeSet::from(["ipvsadm -Ln", "ipvsadm -Ln --stats --exact"]),
+        "{log}"
+    );
+    assert_eq!(
+        log.lines().filter(|l| *l == "ipvsadm -Ln").count(),
+        2,
+        "json + text with ipvsadm: {log}"
+    );
+}
+
+#[test]
+fn ipvs_sick_node_gives_the_right_findings() {
+    let Some(vm) = ipvs_vm() else {
+        return;
+    };
+    vm.ok("sick");
+    for (round, from_proc) in [("sick.ipvsadm", false), ("sick.proc", true)] {
+        let r = Round::new(vm, round);
+        r.assert_table(from_proc);
+        let doc = &r.doc;
+        assert_eq!(doc["status"], "critical", "{round}: {:?}", ids(doc));
+        assert_eq!(vm.rc(&format!("{round}.json")), 2);
+
+        let f = finding(doc, "ipvs_vs_conntrack").expect("ipvs_vs_conntrack");
+        assert_eq!(f["severity"], "critical");
+        assert_eq!(r.sysctl("net.ipv4.vs.conntrack"), 0);
+        assert_eq!(f["evidence"]["net.ipv4.vs.conntrack"], 0);
+        assert_eq!(f["evidence"]["expected"], 1);
+
+        let without: Vec<&Svc> = r.table.iter().filter(|s| s.without_backends()).collect();
+        assert_eq!(without.len(), 3, "no backend (v4, v6) and weight 0 only");
+        assert!(without.iter().any(|s| !s.dests.is_empty()), "a weight-0-only service");
+        let f = finding(doc, "ipvs_virtual_servers_without_backends").expect("without backends");
+        assert_eq!(f["severity"], "warning");
+        assert_eq!(f["evidence"]["count"], 3);
+        let first: Vec<String> = without.iter().map(|s| s.show()).collect();
+        assert_eq!(
+            f["evidence"]["first"],
+            serde_json::json!(first),
+            "{round}: in ipvsadm's order"
+        );
+
+        let f = finding(doc, "ipvs_interface_out_of_sync").expect("out of sync");
+        assert_eq!(f["severity"], "warning");
+        assert_eq!(f["evidence"]["kube_ipvs0_exists"], true);
+        assert_eq!(f["evidence"]["unbound_service_ips"], 1);
+        assert_eq!(f["evidence"]["unbound_first"], serde_json::json!(["10.96.70.70"]));
+        assert_eq!(f["evidence"]["bound_without_service"], 1);
+        assert_eq!(
+            f["evidence"]["bound_without_service_first"],
+            serde_json::json!(["10.96.99.99"])
+        );
+
+        let f = finding(doc, "ipvs_expire_sysctls").expect("ipvs_expire_sysctls");
+        assert_eq!(f["severity"], "warning");
+        for s in [
+            "net.ipv4.vs.expire_nodest_conn",
+            "net.ipv4.vs.expire_quiescent_template",
+        ] {
+            assert_eq!(r.sysctl(s), 0);
+            assert_eq!(f["evidence"][s], 0, "{round}: {s}");
+        }
+        assert_eq!(f["evidence"]["expected"], 1);
+
+        let text = vm.text_report(&format!("{round}.text"));
+        for id in [
+            "ipvs_vs_conntrack",
+            "ipvs_virtual_servers_without_backends",
+            "ipvs_interface_out_of_sync",
+            "ipvs_expire_sysctls",
+        ] {
+            assert!(text.contains(id), "{round}: text report lacks {id}");
+        }
+    }
+    // Same facts whatever the source: the evidence of the two rounds is identical.
+    let a = Round::new(vm, "sick.ipvsadm");
+    let b = Round::new(vm, "sick.proc");
+    for id in ["ipvs_virtual_servers_without_backends", "ipvs_interface_out_of_sync"] {
+        assert_eq!(
+            finding(&a.doc, id).unwrap()["evidence"],
+            finding(&b.doc, id).unwrap()["evidence"],
+            "{id}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Nothing the agent does loads a kernel module.
+
+/// Module names in a `/proc/modules` text.
+fn module_names(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect()
+}
+
+/// `/proc/modules` and `/sys/module` byte-identical at each step; the kernel asked
+/// modprobe for nothing; then the control shows the same node does load `control`
+/// modules when a tool that autoloads runs, so the comparison can fail.
+fn assert_no_module_loaded(vm: &Vm, steps: &[&str], control: &[&str]) {
+    let before = vm.ok("before.proc-modules");
+    let sys_before = vm.ok("before.sys-module");
+    for step in steps {
+        let after = vm.ok(&format!("{step}.proc-modules"));
+        let new: Vec<String> = module_names(after).difference(&module_names(before)).cloned().collect();
+        assert!(
+            new.is_empty(),
+            "the agent loaded {new:?} ({step}; {})",
+            vm.log.display()
+        );
+        assert_eq!(after, before, "/proc/modules changed ({step})");
+        assert_eq!(
+            vm.ok(&format!("{step}.sys-module")),
+            sys_before,
+            "/sys/module changed ({step})"
+        );
+    }
+    assert_eq!(vm.ok("modprobe-log"), "", "module requests during the agent's runs");
+    let loaded = module_names(vm.ok("control.proc-modules"));
+    for m in control {
+        assert!(!module_names(before).contains(*m), "{m} was loaded before");
+        assert!(loaded.contains(*m), "control: {m} not loaded: the check could not fail");
+    }
+    assert!(
+        !vm.ok("control.modprobe-log").is_empty(),
+        "control: the kernel asked modprobe"
+    );
+}
+
+/// Every probe ran several times during `serve`: each probe's last-success time
+/// took at least `min` distinct values over the scrapes, and it never failed.
+fn assert_probes_cycled(vm: &Vm, min: usize) {
+    let scrapes = vm.ok("serve.scrapes");
+    let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in scrapes.lines() {
+        if let Some(rest) = line.strip_prefix("proxywatch_probe_last_success_timestamp_seconds{probe=\"") {
+            let (probe, value) = rest.split_once("\"} ").unwrap();
+            seen.entry(probe.into()).or_default().insert(value.into());
+        }
+        if let Some(rest) = line.strip_prefix("proxywatch_probe_success{probe=\"") {
+            assert!(rest.ends_with("} 1"), "a probe failed during serve: {line}");
+        }
+    }
+    let probes = [
+        "conntrack",
+        "iptables",
+        "ipvs",
+        "kube_proxy",
+        "modules",
+        "nftables",
+        "node",
+        "sysctls",
+    ];
+    for p in probes {
+        let n = seen.get(p).map_or(0, BTreeSet::len);
+        assert!(
+            n >= min,
+            "probe {p} ran {n} times during serve (want >= {min}):\n{scrapes}"
+        );
+    }
+    let out = vm.ok("serve.serve-output");
+    assert!(
+        out.ends_with("exit 0\n"),
+        "serve did not stop cleanly on SIGTERM: {out}"
+    );
+}
+
+#[test]
+fn ipvs_modules_not_loaded_stay_unloaded() {
+    let Some(vm) = Vm::boot("ipvs-unloaded") else {
+        return;
+    };
+    let setup = vm.ok("setup");
+    assert!(
+        setup.contains("ip_vs.ko") && setup.contains("ip_vs_rr.ko"),
+        "IPVS is one modprobe away"
+    );
+    let before = module_names(vm.ok("before.proc-modules"));
+    assert!(before.contains("nf_conntrack") && !before.iter().any(|m| m.starts_with("ip_vs")));
+
+    for run in ["auto.json", "ipvs-mode.json"] {
+        let doc = vm.report(run);
+        let ipvs = &doc["probes"]["ipvs"];
+        assert_eq!(ipvs["status"], "absent", "{run}: {ipvs:#}");
+        assert!(
+            ipvs["error"].as_str().unwrap().contains("ipvsadm was not run"),
+            "{ipvs:#}"
+        );
+        assert!(doc["facts"]["ipvs"].is_null());
+        for m in ["ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh"] {
+            assert_eq!(doc["facts"]["modules"]["modules"][m], "missing", "{run}: {m}");
+        }
+        assert_eq!(doc["facts"]["modules"]["modules"]["nf_conntrack"], "loaded");
+    }
+    let auto = vm.report("auto.json");
+    assert_eq!(finding(&auto, "ipvs_modules_missing").unwrap()["severity"], "info");
+    let ipvs = vm.report("ipvs-mode.json");
+    assert_eq!(vm.rc("ipvs-mode.json"), 2);
+    let f = finding(&ipvs, "ipvs_modules_missing").expect("ipvs_modules_missing");
+    assert_eq!(f["severity"], "critical");
+    assert_eq!(
+        f["evidence"]["missing"],
+        serde_json::json!(["ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh"])
+    );
+    assert_eq!(f["evidence"]["proxy_mode"], "ipvs");
+    assert!(vm.text_report("ipvs-mode.text").contains("ipvs_modules_missing"));
+
+    assert_probes_cycled(&vm, 6);
+    let log = vm.ok("exec-log");
+    assert!(!log.contains("ipvsadm"), "the agent ran ipvsadm:\n{log}");
+    assert_no_module_loaded(&vm, &["after-check", "after-check-ipvs", "after-serve"], &["ip_vs"]);
+}
+
+#[test]
+fn legacy_only_node_keeps_nf_tables_unloaded() {
+    let Some(vm) = Vm::boot("legacy-only") else {
+        return;
+    };
+    vm.ok("setup");
+    assert!(
+        vm.ok("rules").contains("-A KUBE-SERVICES"),
+        "the legacy rules are there"
+    );
+    let before = module_names(vm.ok("before.proc-modules"));
+    assert!(before.contains("ip_tables") && before.contains("iptable_nat"));
+    assert!(!before.contains("nf_tables") && !before.contains("nfnetlink"));
+
+    let doc = vm.report("check.json");
+    assert_eq!(doc["probes"]["iptables"]["status"], "ok", "{:#}", doc["probes"]);
+    let facts = &doc["facts"]["iptables"];
+    assert_eq!(facts["backend_in_use"], "legacy", "{facts:#}");
+    assert_eq!(facts["backends_with_kube_rules"], serde_json::json!(["legacy"]));
+    let saves = facts["saves"].as_array().unwrap();
+    let legacy = saves
+        .iter()
+        .find(|s| s["command"] == "iptables-legacy-save")
+        .expect("iptables-legacy-save ran");
+    let rules = vm.ok("rules");
+    let kube_rules = rules.lines().filter(|l| l.starts_with("-A KUBE-")).count() as u64;
+    assert_eq!(
+        legacy["counts"]["tables"]["nat"]["rules"],
+        rules_in(rules, "nat"),
+        "{legacy:#}"
+    );
+    assert!(legacy["counts"]["kube_rules"].as_u64().unwrap() >= kube_rules);
+    assert!(
+        saves.iter().all(|s| s["backend"] != "nft"),
+        "an nft save ran: {saves:#?}"
+    );
+    assert_ne!(
+        doc["probes"]["nftables"]["status"], "failed",
+        "{:#}",
+        doc["probes"]["nftables"]
+    );
+    assert!(vm.text_report("check.text").contains("iptables"));
+
+    assert_probes_cycled(&vm, 6);
+    let log = vm.ok("exec-log");
+    assert!(
+        log.lines().filter(|l| *l == "iptables-legacy-save ").count() >= 4,
+        "{log}"
+    );
+    for tool in ["iptables-nft-save", "ip6tables-nft-save", "nft "] {
+        assert!(
+            !log.contains(tool),
+            "the agent ran {tool} with nf_tables unloaded:\n{log}"
+        );
+    }
+    assert_no_module_loaded(&vm, &["after-check", "after-serve"], &["nf_tables", "nfnetlink"]);
+}
+
+/// `-A` lines of one table in an iptables-save text.
+fn rules_in(save: &str, table: &str) -> u64 {
+    let mut current = "";
+    let mut n = 0;
+    for l in save.lines() {
+        if let Some(t) = l.strip_prefix('*') {
+            current = t;
+        } else if l.starts_with("-A ") && current == table {
+            n += 1;
+        }
+    }
+    n
+}
