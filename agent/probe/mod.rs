@@ -15,7 +15,9 @@
 //! failure: evaluation decides whether the absence matters.
 
 pub mod conntrack;
+pub mod counted;
 pub mod iptables;
+pub mod iptables_nft;
 pub mod ipvs;
 pub mod kube_proxy;
 pub mod kube_proxy_text;
@@ -105,6 +107,9 @@ pub enum ProbeError {
     Panicked(String),
     #[error("netlink: {0} (needs the host network namespace)")]
     Netlink(String),
+    /// An nf_tables or ctnetlink read; the text names the table or subsystem and what happened.
+    #[error("{0}")]
+    NfNetlink(String),
     #[error(transparent)]
     Fetch(#[from] crate::fetch::FetchError),
     #[error("previous run still blocked after {0:?}; not started again")]
@@ -121,6 +126,10 @@ pub struct ProbeContext {
     pub max_output_bytes: u64,
     /// Where kube-proxy's endpoints are.
     pub kube_proxy: kube_proxy::Endpoints,
+    /// Rule-set counts kept by ruleset generation, and the save cross-check's schedule.
+    pub memory: std::sync::Arc<counted::Memory>,
+    /// How often iptables-nft-save cross-checks the netlink counts; None: never.
+    pub iptables_save_interval: Option<Duration>,
 }
 
 /// What one probe run read: one variant per probe, its facts of that moment.
