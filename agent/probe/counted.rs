@@ -1,5 +1,6 @@
 //! Rule-set counts kept between probe runs, keyed by the nf_tables ruleset
-//! generation, and the iptables-nft-save cross-check's schedule.
+//! generation (the cache itself; the probe context owns one per probe, see
+//! `Memory` in probe/mod.rs).
 //!
 //! Why here and not in the history stage: history sees a reading after the
 //! probe made it, so it can derive from counts but cannot spare the work of
@@ -14,7 +15,6 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -82,45 +82,6 @@ impl<T: Clone> CountCache<T> {
     }
 }
 
-/// What the agent remembers for its rule-set probes.
-#[derive(Debug, Default)]
-pub struct Memory {
-    /// iptables-nft's tables per family (the iptables probe).
-    pub iptables: CountCache<crate::probe::iptables::SaveCounts>,
-    /// kube-proxy's nftables table per family; None: no such table at that generation.
-    pub nftables: CountCache<Option<crate::probe::nftables::NftTableCounts>>,
-    /// When the iptables-nft-save cross-check last ran, and what it found.
-    cross_check: Mutex<Option<(Instant, crate::probe::iptables::CrossCheck)>>,
-}
-
-impl Memory {
-    /// Whether the cross-check is due: never with no interval, at once the
-    /// first time (so `check` runs it once), then every `interval`.
-    pub fn cross_check_due(&self, interval: Option<Duration>, now: Instant) -> bool {
-        let Some(interval) = interval else {
-            return false;
-        };
-        match self.cross_check.lock() {
-            Ok(last) => last.as_ref().is_none_or(|(at, _)| now.duration_since(*at) >= interval),
-            Err(_) => false,
-        }
-    }
-
-    /// The latest cross-check, whatever run made it (it says when).
-    pub fn last_cross_check(&self) -> Option<crate::probe::iptables::CrossCheck> {
-        self.cross_check
-            .lock()
-            .ok()
-            .and_then(|l| l.as_ref().map(|(_, c)| c.clone()))
-    }
-
-    pub fn record_cross_check(&self, at: Instant, check: crate::probe::iptables::CrossCheck) {
-        if let Ok(mut l) = self.cross_check.lock() {
-            *l = Some((at, check));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,18 +105,5 @@ mod tests {
         );
         assert_eq!(c.get(Family::Ip, 8), None, "another generation is never served");
         assert_eq!(c.get(Family::Ip6, 7), None);
-    }
-
-    #[test]
-    fn cross_check_schedule() {
-        let m = Memory::default();
-        let t0 = Instant::now();
-        assert!(!m.cross_check_due(None, t0), "0 = never");
-        let every = Some(Duration::from_secs(600));
-        assert!(m.cross_check_due(every, t0), "the first run checks");
-        m.record_cross_check(t0, Default::default());
-        assert!(!m.cross_check_due(every, t0 + Duration::from_secs(599)));
-        assert!(m.cross_check_due(every, t0 + Duration::from_secs(600)));
-        assert!(m.last_cross_check().is_some());
     }
 }

@@ -434,11 +434,13 @@ impl<'a> Iterator for Words<'a> {
 }
 
 // ---------------------------------------------------------------------------
-// The facts and the probe. On the node itself (`--host-root /`) the nft
-// backend is read from the kernel over netlink (iptables_nft.rs), the legacy
-// backend with iptables-legacy-save when it has tables, and iptables-nft-save
-// runs only as a cross-check on its own interval. On a fixture host root,
-// every save command found on PATH runs, as it always did.
+// The facts, the backend decision and the save runs. The probe's entry is in
+// iptables_nft.rs (which reads this file, never the reverse): on the node
+// itself (`--host-root /`) the nft backend is read from the kernel over
+// netlink, the legacy backend with iptables-legacy-save when it has tables,
+// and iptables-nft-save runs only as a cross-check on its own interval. On a
+// fixture host root, every save command found on PATH runs
+// ([`read_with_saves`]), as it always did.
 
 /// One backend and family's counts: a save run, or a netlink count.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -620,31 +622,6 @@ pub(crate) async fn run_save(
     })
 }
 
-/// The probe. Fails as a whole when a count fails, so a partial count is
-/// never reported as the node's rule set.
-pub async fn probe(
-    ctx: &super::ProbeContext,
-    deadline: super::Deadline,
-) -> Result<super::Probed<IptablesFacts>, super::ProbeError> {
-    let read = if ctx.host.root() == std::path::Path::new("/") {
-        super::iptables_nft::read_node(ctx, deadline).await?
-    } else {
-        read_with_saves(ctx, deadline).await?
-    };
-    let (saves, cross_check) = match read {
-        Read::Present(saves, cross_check) => (saves, cross_check),
-        Read::Absent(why) => return Ok(super::Probed::Absent(why)),
-    };
-    let (backend_in_use, backend_reason, backends_with_kube_rules) = detect_backend(&saves);
-    Ok(super::Probed::Present(IptablesFacts {
-        saves,
-        backend_in_use,
-        backend_reason,
-        backends_with_kube_rules,
-        cross_check,
-    }))
-}
-
 /// What one probe run read, before the backend is decided.
 pub(crate) enum Read {
     Present(Vec<SaveRun>, Option<CrossCheck>),
@@ -653,7 +630,10 @@ pub(crate) enum Read {
 
 /// A fixture host root: runs every save command found on PATH. Each save
 /// gets what is left of the deadline.
-async fn read_with_saves(ctx: &super::ProbeContext, deadline: super::Deadline) -> Result<Read, super::ProbeError> {
+pub(crate) async fn read_with_saves(
+    ctx: &super::ProbeContext,
+    deadline: super::Deadline,
+) -> Result<Read, super::ProbeError> {
     let mut chosen: Vec<(&str, &str, &str)> = COMMANDS.iter().copied().filter(|c| crate::exec::on_path(c.2)).collect();
     if chosen.is_empty() {
         chosen = FALLBACK.iter().copied().filter(|c| crate::exec::on_path(c.2)).collect();

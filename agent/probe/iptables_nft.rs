@@ -1,4 +1,4 @@
-//! The iptables probe on the node itself: iptables-nft's tables read from the
+//! The iptables probe's entry ([`probe`]). On the node itself: iptables-nft's tables read from the
 //! kernel over netlink, the legacy backend with iptables-legacy-save only
 //! when it has tables, and iptables-nft-save as a cross-check on its own
 //! interval (`--iptables.save-interval`).
@@ -14,10 +14,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Instant, SystemTime};
 
-use super::counted::{Memory, NetlinkCount};
+use super::counted::NetlinkCount;
 use super::iptables::{
-    classify_chain, run_save, CountMismatch, CrossCheck, Read, SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
+    classify_chain, detect_backend, read_with_saves, run_save, CountMismatch, CrossCheck, IptablesFacts, Read,
+    SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
 };
+use super::Memory;
 use super::{Deadline, ProbeContext, ProbeError, ProbeName};
 use crate::netlink::nft::{Chain, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Plan, Tally};
@@ -189,8 +191,30 @@ async fn on_pool<T: Send + 'static>(
     super::blocking(ProbeName::Iptables, move || f().map_err(|e| nl_error(family, e))).await
 }
 
+/// The iptables probe. Fails as a whole when a count fails, so a partial
+/// count is never reported as the node's rule set.
+pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Probed<IptablesFacts>, ProbeError> {
+    let read = if ctx.host.root() == std::path::Path::new("/") {
+        read_node(ctx, deadline).await?
+    } else {
+        read_with_saves(ctx, deadline).await?
+    };
+    let (saves, cross_check) = match read {
+        Read::Present(saves, cross_check) => (saves, cross_check),
+        Read::Absent(why) => return Ok(super::Probed::Absent(why)),
+    };
+    let (backend_in_use, backend_reason, backends_with_kube_rules) = detect_backend(&saves);
+    Ok(super::Probed::Present(IptablesFacts {
+        saves,
+        backend_in_use,
+        backend_reason,
+        backends_with_kube_rules,
+        cross_check,
+    }))
+}
+
 /// The node itself (`--host-root /`).
-pub(crate) async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, ProbeError> {
+async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, ProbeError> {
     let host = ctx.host.clone();
     let (gate, legacy) = super::blocking(ProbeName::Iptables, move || {
         let gate = netlink::module_gate(&host, "nf_tables");

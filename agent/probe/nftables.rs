@@ -470,7 +470,7 @@ impl crate::netlink::nft_count::Tally for NftTally {
 
 /// One family's table over netlink (blocking): reused at an unchanged generation.
 fn count_table(
-    memory: &super::counted::Memory,
+    memory: &super::Memory,
     family: crate::netlink::nft::Family,
     deadline: std::time::Instant,
 ) -> Result<(Option<NftTableCounts>, super::counted::NetlinkCount), crate::netlink::NlError> {
