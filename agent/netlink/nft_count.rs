@@ -454,6 +454,34 @@ mod tests {
     }
 
     #[test]
+    fn a_table_gone_mid_count_is_a_change_then_an_error_naming_it() {
+        // The table is listed, then its set dump answers ENOENT: it went away.
+        let k = Rc::new(RefCell::new(kernel()));
+        let mut open = move || {
+            let k = k.clone();
+            Ok(Fake::new(move |r| {
+                if r.ty & 0xff == NFT_MSG_GETSET {
+                    return vec![Ok(error(r.seq, 2))];
+                }
+                answer(&k, r)
+            }))
+        };
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let e = count(
+            &mut open,
+            Plan {
+                family: Family::Ip,
+                sets: true,
+            },
+            deadline,
+            &T::default,
+        )
+        .unwrap_err();
+        assert!(matches!(e, NlError::Changed(_)), "{e}");
+        assert!(e.to_string().contains("table ip nat is gone"), "{e}");
+    }
+
+    #[test]
     fn a_truncated_answer_is_an_error() {
         let k = Rc::new(RefCell::new(kernel()));
         let mut open = move || {
