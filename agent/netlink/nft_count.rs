@@ -25,6 +25,13 @@ use std::time::Instant;
 use super::nft::{self, Chain, Family, Rule, Set};
 use super::{Conn, NlError, Session};
 
+/// Chain-dump parts read back to back before their chains' rule dumps: the
+/// kernel resumes a chain dump by walking the family's chains from the first
+/// (quadratic in chains), and that walk is 5-10 times cheaper while the chain
+/// list is still in the CPU's cache (measured: 45 % of the kernel time of a
+/// 62,000-chain count went there without batching). Holds up to 16 × 64 KiB.
+pub const CHAIN_DUMP_BATCH: usize = 16;
+
 /// Counts started before giving up on a ruleset that keeps changing.
 pub const ATTEMPTS: u32 = 4;
 
@@ -139,7 +146,7 @@ fn one<C: Conn, T: Tally>(a: &mut Session<C>, b: &mut Session<C>, plan: Plan, ta
     })?;
 
     if !present.is_empty() {
-        a.dump(&mut nft::dump_chains(family), |p| {
+        a.dump_batched(&mut nft::dump_chains(family), CHAIN_DUMP_BATCH, |p| {
             let c = nft::decode_chain(p.ty, p.payload)?;
             same(c.gen16)?;
             if !present.iter().any(|t| t == c.table) {
