@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::nft::Family;
+use crate::netlink::{nft_count, NlError, Socket, NETLINK_NETFILTER};
 
 /// How a netlink-read count was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -80,6 +81,46 @@ impl<T: Clone> CountCache<T> {
             entries.insert(family, Entry { how, value });
         }
     }
+}
+
+/// What a fresh count returns: the value, and the generation, attempts and
+/// bytes of the count.
+pub type Fresh<T> = (T, u32, u32, u64);
+
+/// Each family's counts as of now, on the blocking pool: one `NFT_MSG_GETGEN`
+/// for all families (the generation is the namespace's), then per family the
+/// cached counts when they were made at that generation, else `count` (and
+/// the result is kept). An error names the family it happened in.
+pub fn counts_now<T: Clone>(
+    cache: &CountCache<T>,
+    families: &[Family],
+    deadline: std::time::Instant,
+    count: impl Fn(Family) -> Result<Fresh<T>, NlError>,
+) -> Result<Vec<(T, NetlinkCount)>, (Family, NlError)> {
+    let first = families.first().copied().unwrap_or(Family::Ip);
+    let gen = Socket::open(NETLINK_NETFILTER)
+        .and_then(|s| nft_count::generation(s, deadline))
+        .map_err(|e| (first, e))?;
+    let mut out = Vec::with_capacity(families.len());
+    for &family in families {
+        if let Some(hit) = cache.get(family, gen) {
+            out.push(hit);
+            continue;
+        }
+        let started = std::time::Instant::now();
+        let (value, generation, attempts, bytes) = count(family).map_err(|e| (family, e))?;
+        let how = NetlinkCount {
+            generation,
+            counted_at_seconds: crate::timefmt::unix_seconds(std::time::SystemTime::now()),
+            reused: false,
+            attempts,
+            bytes,
+            count_seconds: started.elapsed().as_secs_f64(),
+        };
+        cache.put(family, value.clone(), how.clone());
+        out.push((value, how));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -155,32 +155,23 @@ fn generation(deadline: Instant) -> Result<u32, NlError> {
     nft_count::generation(Socket::open(NETLINK_NETFILTER)?, deadline)
 }
 
-/// One family's netlink counts: reused when the generation is the one last
-/// counted, else counted anew (blocking; run on the blocking pool).
-fn count_family(memory: &Memory, family: Family, deadline: Instant) -> Result<(SaveCounts, NetlinkCount), NlError> {
-    let started = Instant::now();
-    let gen = generation(deadline)?;
-    if let Some(hit) = memory.iptables.get(family, gen) {
-        return Ok(hit);
-    }
-    let plan = Plan { family, sets: false };
-    let c = nft_count::count(
-        &mut || Socket::open(NETLINK_NETFILTER),
-        plan,
-        deadline,
-        &IptTally::default,
-    )?;
-    let how = NetlinkCount {
-        generation: c.generation,
-        counted_at_seconds: unix_now(),
-        reused: false,
-        attempts: c.attempts,
-        bytes: c.bytes,
-        count_seconds: started.elapsed().as_secs_f64(),
-    };
-    let counts = c.tally.finish();
-    memory.iptables.put(family, counts.clone(), how.clone());
-    Ok((counts, how))
+/// The families' netlink counts (blocking): reused at an unchanged generation.
+fn count_families(
+    memory: &Memory,
+    families: &[Family],
+    deadline: Instant,
+) -> Result<Vec<(SaveCounts, NetlinkCount)>, ProbeError> {
+    super::counted::counts_now(&memory.iptables, families, deadline, |family| {
+        let plan = Plan { family, sets: false };
+        let c = nft_count::count(
+            &mut || Socket::open(NETLINK_NETFILTER),
+            plan,
+            deadline,
+            &IptTally::default,
+        )?;
+        Ok((c.tally.finish(), c.generation, c.attempts, c.bytes))
+    })
+    .map_err(|(family, e)| nl_error(family, e))
 }
 
 /// Runs a netlink read on the iptables probe's blocking slot.
@@ -215,25 +206,31 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Prob
 
 /// The node itself (`--host-root /`).
 async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, ProbeError> {
-    let host = ctx.host.clone();
-    let (gate, legacy) = super::blocking(ProbeName::Iptables, move || {
-        let gate = netlink::module_gate(&host, "nf_tables");
+    // One trip to the blocking pool: the gate, the legacy tables, one
+    // generation read and, unless reused, the counts.
+    let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
+    let started = Instant::now();
+    let (nft, legacy, counted) = super::blocking(ProbeName::Iptables, move || {
+        let nft = netlink::module_gate(&host, "nf_tables").may_send();
         let mut legacy = Vec::new();
         for (_, _, _, names) in FAMILIES {
             let text = host.read_optional(names)?.unwrap_or_default();
             legacy.push(text.split_whitespace().map(str::to_string).collect::<Vec<_>>());
         }
-        Ok((gate, legacy))
+        let families: Vec<Family> = FAMILIES.iter().map(|f| f.0).collect();
+        let counted = if nft {
+            count_families(&memory, &families, at)?
+        } else {
+            Vec::new()
+        };
+        Ok((nft, legacy, counted))
     })
     .await?;
-    let nft = gate.may_send();
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut counted = counted.into_iter();
     let mut saves = Vec::new();
-    for ((family, label, legacy_save, names), legacy_tables) in FAMILIES.iter().zip(&legacy) {
-        if nft {
-            let started = Instant::now();
-            let memory = ctx.memory.clone();
-            let at = deadline.at();
-            let (mut counts, how) = on_pool(*family, move || count_family(&memory, *family, at)).await?;
+    for ((_, label, legacy_save, names), legacy_tables) in FAMILIES.iter().zip(&legacy) {
+        if let Some((mut counts, how)) = counted.next() {
             // What iptables-nft-save says on stderr when the legacy backend has tables.
             counts.legacy_warning = !legacy_tables.is_empty();
             counts.empty_with_warning = counts.tables.is_empty() && counts.legacy_warning;
@@ -241,7 +238,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, Probe
                 backend: "nft".into(),
                 family: label.to_string(),
                 command: "netlink".into(),
-                duration_seconds: started.elapsed().as_secs_f64(),
+                duration_seconds: if how.reused { elapsed } else { how.count_seconds },
                 counts,
                 netlink: Some(how),
             });
@@ -358,9 +355,11 @@ async fn netlink_counts_at(
     if let Some(r) = mine {
         return Ok(r.counts.clone());
     }
-    let memory = ctx.memory.clone();
-    let at = deadline.at();
-    let (counts, how) = on_pool(family, move || count_family(&memory, family, at)).await?;
+    let (memory, at) = (ctx.memory.clone(), deadline.at());
+    let counted = super::blocking(ProbeName::Iptables, move || count_families(&memory, &[family], at)).await?;
+    let Some((counts, how)) = counted.into_iter().next() else {
+        return Err(nl_error(family, NlError::Malformed("no count".into())));
+    };
     if how.generation != generation {
         return Err(ProbeError::NfNetlink(format!(
             "the ruleset changed after the save (generation {generation} → {}); not compared",

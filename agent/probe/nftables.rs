@@ -468,36 +468,30 @@ impl crate::netlink::nft_count::Tally for NftTally {
     }
 }
 
-/// One family's table over netlink (blocking): reused at an unchanged generation.
-fn count_table(
+/// Both families' tables over netlink (blocking): reused at an unchanged generation.
+#[allow(clippy::type_complexity)]
+fn count_tables(
     memory: &super::Memory,
-    family: crate::netlink::nft::Family,
     deadline: std::time::Instant,
-) -> Result<(Option<NftTableCounts>, super::counted::NetlinkCount), crate::netlink::NlError> {
+) -> Result<Vec<(Option<NftTableCounts>, super::counted::NetlinkCount)>, super::ProbeError> {
+    use crate::netlink::nft::Family;
     use crate::netlink::{nft_count, Socket, NETLINK_NETFILTER};
-    let started = std::time::Instant::now();
-    let gen = nft_count::generation(Socket::open(NETLINK_NETFILTER)?, deadline)?;
-    if let Some(hit) = memory.nftables.get(family, gen) {
-        return Ok(hit);
-    }
-    let plan = nft_count::Plan { family, sets: true };
-    let c = nft_count::count(
-        &mut || Socket::open(NETLINK_NETFILTER),
-        plan,
-        deadline,
-        &NftTally::default,
-    )?;
-    let how = super::counted::NetlinkCount {
-        generation: c.generation,
-        counted_at_seconds: crate::timefmt::unix_seconds(std::time::SystemTime::now()),
-        reused: false,
-        attempts: c.attempts,
-        bytes: c.bytes,
-        count_seconds: started.elapsed().as_secs_f64(),
-    };
-    let counts = c.tally.finish();
-    memory.nftables.put(family, counts.clone(), how.clone());
-    Ok((counts, how))
+    super::counted::counts_now(&memory.nftables, &[Family::Ip, Family::Ip6], deadline, |family| {
+        let plan = nft_count::Plan { family, sets: true };
+        let c = nft_count::count(
+            &mut || Socket::open(NETLINK_NETFILTER),
+            plan,
+            deadline,
+            &NftTally::default,
+        )?;
+        Ok((c.tally.finish(), c.generation, c.attempts, c.bytes))
+    })
+    .map_err(|(family, e)| {
+        super::ProbeError::NfNetlink(format!(
+            "nf_tables over netlink, table {} {TABLE}: {e}",
+            family.as_str()
+        ))
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -532,38 +526,34 @@ pub async fn probe(
     ctx: &super::ProbeContext,
     deadline: super::Deadline,
 ) -> Result<super::Probed<NftablesFacts>, super::ProbeError> {
-    use super::{ProbeError, ProbeName, Probed};
+    use super::{ProbeName, Probed};
     use crate::netlink::nft::Family;
     if ctx.host.root() != std::path::Path::new("/") {
         return probe_with_nft(ctx, deadline).await;
     }
-    let host = ctx.host.clone();
-    let gate = super::blocking(ProbeName::Nftables, move || {
-        Ok(crate::netlink::module_gate(&host, "nf_tables"))
+    // One trip to the blocking pool: the gate, one generation read and,
+    // unless reused, the counts.
+    let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
+    let started = std::time::Instant::now();
+    let counted = super::blocking(ProbeName::Nftables, move || {
+        if !crate::netlink::module_gate(&host, "nf_tables").may_send() {
+            return Ok(None);
+        }
+        count_tables(&memory, at).map(Some)
     })
     .await?;
-    if !gate.may_send() {
+    let Some(counted) = counted else {
         return Ok(Probed::Absent(
             "nf_tables is not loaded (nothing was asked, so nothing was loaded): no kube-proxy nftables table".into(),
         ));
-    }
+    };
+    let elapsed = started.elapsed().as_secs_f64();
     let mut tables = Vec::new();
-    for family in [Family::Ip, Family::Ip6] {
-        let started = std::time::Instant::now();
-        let (memory, at) = (ctx.memory.clone(), deadline.at());
-        let (counts, how) = super::blocking(ProbeName::Nftables, move || {
-            count_table(&memory, family, at).map_err(|e| {
-                ProbeError::NfNetlink(format!(
-                    "nf_tables over netlink, table {} {TABLE}: {e}",
-                    family.as_str()
-                ))
-            })
-        })
-        .await?;
+    for (family, (counts, how)) in [Family::Ip, Family::Ip6].into_iter().zip(counted) {
         if let Some(counts) = counts {
             tables.push(NftTable {
                 family: family.as_str().to_string(),
-                duration_seconds: started.elapsed().as_secs_f64(),
+                duration_seconds: if how.reused { elapsed } else { how.count_seconds },
                 bytes: how.bytes,
                 counts,
                 netlink: Some(how),
