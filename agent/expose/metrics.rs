@@ -135,7 +135,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
             out.counter(
                 &format!("proxywatch_conntrack_stat_{field}_total"),
                 &format!(
-                    "Conntrack statistic `{field}` summed over CPUs (/proc/net/stat/nf_conntrack or conntrack -S)."
+                    "Conntrack statistic `{field}` summed over CPUs (/proc/net/stat/nf_conntrack, ctnetlink or conntrack -S)."
                 ),
                 &[],
             )
