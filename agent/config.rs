@@ -298,17 +298,21 @@ pub struct Common {
     #[arg(long = "node.interval", env = "PROXYWATCH_NODE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub node_interval: Duration,
 
-    /// Deadline of one run of each file probe (node, modules, conntrack, sysctls), `conntrack -S` included.
+    /// Deadline of one run of each file probe (node, modules, conntrack, sysctls), ctnetlink or `conntrack -S` included.
     #[arg(long = "probe.timeout", env = "PROXYWATCH_PROBE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
 
-    /// How often the iptables probe runs every iptables-save it finds.
+    /// How often the iptables probe counts the rules (nft backend over netlink; iptables-legacy-save only where legacy tables exist).
     #[arg(long = "iptables.interval", env = "PROXYWATCH_IPTABLES_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub iptables_interval: Duration,
 
-    /// Deadline of one iptables probe run: every iptables-save it runs shares it.
+    /// Deadline of one iptables probe run: its netlink counts and every iptables-save it runs share it.
     #[arg(long = "iptables.timeout", env = "PROXYWATCH_IPTABLES_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub iptables_timeout: Duration,
+
+    /// How often iptables-nft-save cross-checks the netlink counts (0 = never; `check` runs it once unless 0).
+    #[arg(long = "iptables.save-interval", env = "PROXYWATCH_IPTABLES_SAVE_INTERVAL", default_value = "10m", value_parser = parse_interval_or_never)]
+    pub iptables_save_interval: Every,
 
     /// Rules in one nat table that raise a warning.
     #[arg(
@@ -334,11 +338,11 @@ pub struct Common {
     #[arg(long = "iptables.save-critical", env = "PROXYWATCH_IPTABLES_SAVE_CRITICAL", default_value = "5s", value_parser = parse_duration)]
     pub iptables_save_critical: Duration,
 
-    /// How often the nftables probe lists kube-proxy's nftables tables (nft is slow on large sets).
+    /// How often the nftables probe counts kube-proxy's nftables tables (over netlink; reused while nothing changed).
     #[arg(long = "nftables.interval", env = "PROXYWATCH_NFTABLES_INTERVAL", default_value = "120s", value_parser = parse_duration)]
     pub nftables_interval: Duration,
 
-    /// Deadline of one nftables probe run (both families' `nft list table`).
+    /// Deadline of one nftables probe run (both families).
     #[arg(long = "nftables.timeout", env = "PROXYWATCH_NFTABLES_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub nftables_timeout: Duration,
 
@@ -517,6 +521,22 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
     }
 }
 
+/// An interval that may be `0`: never.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Every(pub Option<Duration>);
+
+/// A duration, or `0` for never.
+fn parse_interval_or_never(s: &str) -> Result<Every, String> {
+    if s.trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .parse::<f64>()
+        == Ok(0.0)
+    {
+        return Ok(Every(None));
+    }
+    parse_duration(s).map(|d| Every(Some(d)))
+}
+
 /// Parses `500ms`, `5s`, `2m`, `1h` (a bare number means seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -551,6 +571,13 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+        assert_eq!(parse_interval_or_never("0").unwrap(), Every(None));
+        assert_eq!(parse_interval_or_never("0s").unwrap(), Every(None));
+        assert_eq!(
+            parse_interval_or_never("10m").unwrap(),
+            Every(Some(Duration::from_secs(600)))
+        );
+        assert!(parse_interval_or_never("x").is_err());
     }
 
     #[test]

@@ -44,6 +44,7 @@ pub mod expose;
 pub mod fetch;
 pub mod history;
 pub mod host;
+pub mod netlink;
 pub mod parse;
 pub mod persist;
 pub mod probe;

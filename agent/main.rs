@@ -110,6 +110,8 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
         runner: Runner::new(common.max_children),
         max_output_bytes: common.max_output_bytes,
         kube_proxy: common.kube_proxy_endpoints(),
+        memory: Default::default(),
+        iptables_save_interval: common.iptables_save_interval.0,
     });
     let aggregator = Aggregator::new(&node, thresholds, PROBES, common.history());
     Ok(Setup { ctx, aggregator, node })

@@ -56,6 +56,34 @@ literal healthz '{"lastUpdated": "0001-01-01 00:00:00 +0000 UTC","currentTime": 
 seed proxy_mode $F/kube-proxy/iptables.txt $F/kube-proxy/ipvs.txt
 literal proxy_mode "nftables" "kernelspace\n" "404 page not found\n"
 
+# Netlink answers, built as the kernel encodes them (see agent/netlink/nft.rs samples).
+netlink_seeds() {
+    mkdir -p corpus/netlink_nft corpus/netlink_ctnetlink
+    python3 - <<'PY'
+import struct
+def pad(b): return b + b"\0" * (-len(b) % 4)
+def attr(t, v): return pad(struct.pack("=HH", 4 + len(v), t) + v)
+def nest(t, *a): return attr(t | 0x8000, b"".join(a))
+def s(t, v): return attr(t, v.encode() + b"\0")
+def be(t, v): return attr(t, struct.pack(">I", v & 0xffffffff))
+def msg(ty, payload, seq=1): return pad(struct.pack("=IHHII", 16 + len(payload), ty, 2, seq, 0) + payload)
+def nfgen(fam, res, *a): return bytes([fam, 0]) + struct.pack(">H", res) + b"".join(a)
+imm = nest(1, s(1, "immediate"), nest(2, be(1, 0), nest(2, nest(2, be(1, -3), s(2, "KUBE-SVC-X")))))
+rule = msg(0x0a06, nfgen(2, 7, s(1, "nat"), s(2, "KUBE-SERVICES"), attr(3, b"\0" * 8), nest(4, imm)))
+chain = msg(0x0a03, nfgen(2, 7, s(1, "nat"), s(3, "PREROUTING"), nest(4, be(1, 0), be(2, -100)), be(5, 1)))
+sets = msg(0x0a09, nfgen(2, 7, s(1, "kube-proxy"), s(2, "service-ips"), be(3, 0x88)))
+elems = msg(0x0a0c, nfgen(2, 7, s(1, "kube-proxy"), s(2, "s"), nest(3, nest(1, nest(1, attr(1, b"\x0a\0\0\1"))), nest(1, be(3, 1)))))
+gen = msg(0x0a0f, nfgen(0, 7, be(1, 7)))
+done = msg(3, struct.pack("=i", 0))
+for name, data in [("chain", chain), ("rule", rule), ("set", sets), ("elems", elems), ("gen", gen), ("all", chain + rule + sets + elems + gen + done)]:
+    open("corpus/netlink_nft/seed-" + name, "wb").write(data)
+cpu = msg(0x0104, nfgen(0, 1, *[be(k, k) for k in (2, 4, 8, 9, 10, 11, 12, 13, 14, 15)]))
+glob = msg(0x0105, nfgen(0, 0, be(1, 52), be(2, 262144)))
+open("corpus/netlink_ctnetlink/seed-stats", "wb").write(cpu + cpu + glob)
+PY
+}
+netlink_seeds
+
 # Crashes found earlier stay in the corpus.
 for f in ../tests/fixtures/fuzz-regressions/*; do
     [ -f "$f" ] || continue

@@ -440,10 +440,11 @@ fn promtool_accepts_metrics() {
     server.stop_cleanly();
 }
 
-/// Without the proc file the agent asks `conntrack -S`; both sources agree on the real kernel.
+/// Without the proc file the agent asks ctnetlink (on the node) or `conntrack -S`
+/// (on a fixture host root); all three sources agree on the real kernel.
 #[test]
 fn conntrack_s_fallback_matches_the_proc_file() {
-    if !common::can_run(&["ip", "conntrack", "nft", "python3"]) {
+    if !common::can_run(&["ip", "conntrack", "nft", "python3", "unshare"]) {
         return;
     }
     let ns = Netns::new("ctstat");
@@ -506,5 +507,42 @@ fn conntrack_s_fallback_matches_the_proc_file() {
     assert_eq!(agent.keys().collect::<Vec<_>>(), tool_stats.keys().collect::<Vec<_>>());
     for col in &common_cols {
         assert_eq!(agent[*col], proc_stats[*col], "{col}: agent (conntrack -S) vs {STAT}");
+    }
+
+    // On the node itself (--host-root /) without the stat file: ctnetlink, no
+    // command. The agent runs in a mount namespace of its own whose /proc is a
+    // directory holding only the count and the limit; a stand-in `conntrack`
+    // on its PATH would leave a mark if it ran.
+    let fake = root.path().join("proc");
+    let bin_dir = root.path().join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let marker = root.path().join("conntrack-ran");
+    let stand_in = bin_dir.join("conntrack");
+    std::fs::write(&stand_in, format!("#!/bin/sh\ntouch {}\nexit 1\n", marker.display())).unwrap();
+    std::fs::set_permissions(&stand_in, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = format!(
+        "mount --bind {} /proc && exec env PATH={} {} check --format json --node-name t",
+        fake.display(),
+        bin_dir.display(),
+        common::binary().display()
+    );
+    let out = ns
+        .command("unshare", &["-m", "--propagation", "private", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr)));
+    let ct = &doc["facts"]["conntrack"];
+    assert_eq!(
+        ct["stats_source"], "ctnetlink",
+        "{ct:#} / {:#}",
+        doc["probes"]["conntrack"]
+    );
+    assert!(!marker.exists(), "conntrack -S ran although ctnetlink answered");
+    let agent = json_stats(&doc);
+    assert_eq!(agent, tool_stats, "agent (ctnetlink) vs conntrack -S");
+    for col in &common_cols {
+        assert_eq!(agent[*col], proc_stats[*col], "{col}: agent (ctnetlink) vs {STAT}");
     }
 }

@@ -261,6 +261,13 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
         command: "iptables-nft-save".into(),
         duration_seconds: 0.2,
         counts,
+        netlink: Some(netlink_count()),
+    };
+    // The iptables-nft-save cross-check of those counts (its wall time and bytes are exported).
+    let save = iptables::SaveRun {
+        command: "iptables-nft-save".into(),
+        netlink: None,
+        ..run.clone()
     };
     let (backend_in_use, backend_reason, backends_with_kube_rules) =
         iptables::detect_backend(std::slice::from_ref(&run));
@@ -270,6 +277,14 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
         backend_reason,
         backends_with_kube_rules,
         not_run: Vec::new(),
+        cross_check: Some(iptables::CrossCheck {
+            at_seconds: 1_799_999_990.0,
+            saves: vec![save],
+            generations: Default::default(),
+            mismatches: Vec::new(),
+            not_compared: Vec::new(),
+            error: None,
+        }),
     });
     let nft = nftables::parse_list_table(
         "nft",
@@ -282,6 +297,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             duration_seconds: 0.1,
             bytes: 1000,
             counts: nft,
+            netlink: Some(netlink_count()),
         }],
     });
     let services =
@@ -385,6 +401,18 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
         );
     }
     s
+}
+
+/// A netlink count made at generation 7.
+fn netlink_count() -> proxywatch::probe::counted::NetlinkCount {
+    proxywatch::probe::counted::NetlinkCount {
+        generation: 7,
+        counted_at_seconds: 1_799_999_990.0,
+        reused: false,
+        attempts: 1,
+        bytes: 4096,
+        count_seconds: 0.01,
+    }
 }
 
 fn full_node_metrics() -> String {

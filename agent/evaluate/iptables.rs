@@ -22,7 +22,8 @@ pub fn rules_large(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Fin
         .saves
         .iter()
         .map(|r| (r, r.counts.tables.get("nat").map_or(0, |n| n.rules)))
-        .max_by_key(|&(_, n)| n)?;
+        // The first of equals (IPv4 before IPv6): min of the reverse, not max_by_key's last.
+        .min_by_key(|&(_, n)| std::cmp::Reverse(n))?;
     let severity = grade(
         rules as f64,
         t.iptables_rules_warning as f64,
@@ -50,9 +51,10 @@ pub fn rules_large(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Fin
 
 pub fn save_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ipt = s.facts.iptables.as_ref()?;
+    // Save commands only (legacy saves, the cross-check's iptables-nft-save):
+    // their wall time is what kube-proxy's own save costs; a netlink count's is not.
     let run = ipt
-        .saves
-        .iter()
+        .save_runs()
         .max_by(|a, b| a.duration_seconds.total_cmp(&b.duration_seconds))?;
     let d = run.duration_seconds;
     let severity = grade(d, t.iptables_save_warning_seconds, t.iptables_save_critical_seconds);
@@ -72,6 +74,44 @@ pub fn save_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Findi
         .evidence("critical_at_seconds", t.iptables_save_critical_seconds)
         .remediation(SHRINK),
     )
+}
+
+/// The cross-check: iptables-nft-save's counts against the netlink counts of
+/// the same generation. A difference means one of the two reads is wrong
+/// (or iptables cannot show the table), so the counts cannot be trusted.
+pub fn count_mismatch(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    let check = s.facts.iptables.as_ref()?.cross_check.as_ref()?;
+    let first = check.mismatches.first();
+    let severity = if first.is_some() || check.error.is_some() {
+        Severity::Warning
+    } else {
+        Severity::Ok
+    };
+    let summary = match (first, &check.error) {
+        (Some(m), _) => format!(
+            "iptables-nft-save and netlink disagree: {} {} is {} by iptables-nft-save, {} over netlink ({} difference(s))",
+            m.family,
+            m.what,
+            m.save,
+            m.netlink,
+            check.mismatches.len()
+        ),
+        (None, Some(e)) => format!("the iptables-nft-save cross-check failed: {e}"),
+        (None, None) => "iptables-nft-save agrees with the netlink counts".to_string(),
+    };
+    let mut f = Finding::new("iptables_count_mismatch", severity, summary)
+        .evidence("mismatches", serde_json::to_value(&check.mismatches).unwrap_or_default())
+        .evidence("generations", serde_json::to_value(&check.generations).unwrap_or_default())
+        .evidence("checked_at_seconds", check.at_seconds)
+        .remediation(&[
+            "Compare by hand at a quiet moment: iptables-nft-save | grep -c '^-A' and nft list table ip nat | grep -c ... per table; a kube-proxy sync in between changes both.",
+            "A table iptables calls incompatible holds rules written with nft (not iptables): find who writes them (nft list table ip nat) and keep kube-proxy's tables to iptables tools.",
+            "If the numbers differ at a quiet moment, report it with both numbers: the agent's netlink reader or this iptables version miscounts.",
+        ]);
+    if let Some(e) = &check.error {
+        f = f.evidence("error", e.as_str());
+    }
+    Some(f)
 }
 
 pub fn backend_mismatch(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
@@ -151,6 +191,7 @@ mod tests {
             command: format!("iptables-{backend}-save"),
             duration_seconds: secs,
             counts,
+            netlink: None,
         }
     }
 
@@ -163,6 +204,7 @@ mod tests {
             backend_reason,
             backends_with_kube_rules,
             not_run: Vec::new(),
+            cross_check: None,
         });
         s
     }
@@ -223,6 +265,44 @@ mod tests {
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(f.evidence["nat_rules"], 100_000);
         assert_eq!(judge(save_slow, &s, &t).unwrap().severity, Severity::Critical);
+    }
+
+    #[test]
+    fn netlink_counts_do_not_feed_save_slow_and_mismatches_warn() {
+        use crate::probe::counted::NetlinkCount;
+        use crate::probe::iptables::{CountMismatch, CrossCheck};
+        let t = crate::config::default_thresholds();
+        let mut nl = run("nft", 500, true, true, 9.0);
+        nl.command = "netlink".into();
+        nl.netlink = Some(NetlinkCount::default());
+        let mut s = snapshot(vec![nl]);
+        assert!(judge(save_slow, &s, &t).is_none(), "no save ran");
+        assert!(judge(count_mismatch, &s, &t).is_none(), "no cross-check yet");
+        let ipt = s.facts.iptables.as_mut().unwrap();
+        ipt.cross_check = Some(CrossCheck {
+            saves: vec![run("nft", 500, true, true, 1.5)],
+            ..Default::default()
+        });
+        assert_eq!(judge(save_slow, &s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(judge(count_mismatch, &s, &t).unwrap().severity, Severity::Ok);
+        s.facts
+            .iptables
+            .as_mut()
+            .unwrap()
+            .cross_check
+            .as_mut()
+            .unwrap()
+            .mismatches = vec![CountMismatch {
+            family: "ipv4".into(),
+            what: "nat rules".into(),
+            netlink: 500,
+            save: 501,
+        }];
+        let f = judge(count_mismatch, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.evidence["mismatches"][0]["netlink"], 500);
+        assert_eq!(f.evidence["mismatches"][0]["save"], 501);
+        assert!(f.summary.contains("501") && f.summary.contains("500"), "{}", f.summary);
     }
 
     #[test]

@@ -140,6 +140,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "iptables_backend_mismatch", run: iptables::backend_mismatch },
     Check { id: "iptables_rules_large", run: iptables::rules_large },
     Check { id: "iptables_save_slow", run: iptables::save_slow },
+    Check { id: "iptables_count_mismatch", run: iptables::count_mismatch },
     Check { id: "iptables_stale_kube_rules", run: iptables::stale_kube_rules },
     Check { id: "ipvs_vs_conntrack", run: ipvs::vs_conntrack },
     Check { id: "ipvs_conn_reuse_mode", run: ipvs::conn_reuse_mode },

@@ -139,6 +139,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     sysctls(&out, s);
     iptables(&out, s);
     nftables(&out, s);
+    netlink_counts(&out, s);
     ipvs(&out, s);
     kube_proxy(&out, s);
     own_process(&out);
@@ -231,7 +232,7 @@ fn conntrack(out: &Out, s: &Snapshot) {
             out.counter(
                 &format!("proxywatch_conntrack_stat_{field}_total"),
                 &format!(
-                    "Conntrack statistic `{field}` summed over CPUs (/proc/net/stat/nf_conntrack or conntrack -S)."
+                    "Conntrack statistic `{field}` summed over CPUs (/proc/net/stat/nf_conntrack, ctnetlink or conntrack -S)."
                 ),
                 &[],
             )
@@ -293,12 +294,12 @@ fn iptables(out: &Out, s: &Snapshot) {
     if let Some(ipt) = &s.facts.iptables {
         let rules = out.gauge(
             "proxywatch_iptables_rules",
-            "Rules per table in iptables-save output.",
+            "Rules per table as iptables-save shows them (the nft backend counted over netlink).",
             &["backend", "family", "table"],
         );
         let chains = out.gauge(
             "proxywatch_iptables_chains",
-            "Chains per table in iptables-save output.",
+            "Chains per table as iptables-save shows them (the nft backend counted over netlink).",
             &["backend", "family", "table"],
         );
         let kube = out.gauge(
@@ -318,7 +319,7 @@ fn iptables(out: &Out, s: &Snapshot) {
         );
         let secs = out.gauge(
             "proxywatch_iptables_save_duration_seconds",
-            "Wall time of iptables-save.",
+            "Wall time of iptables-save (legacy saves, and the iptables-nft-save cross-check).",
             &["backend", "family"],
         );
         for r in &ipt.saves {
@@ -338,6 +339,10 @@ fn iptables(out: &Out, s: &Snapshot) {
                 kube.with_label_values(&[b, f, kind]).set(n as f64);
             }
             kube_rules.with_label_values(&[b, f]).set(r.counts.kube_rules as f64);
+        }
+        // Save commands only (legacy saves, the latest cross-check): not netlink counts.
+        for r in ipt.save_runs() {
+            let (b, f) = (r.backend.as_str(), r.family.as_str());
             bytes.with_label_values(&[b, f]).set(r.counts.bytes as f64);
             secs.with_label_values(&[b, f]).set(r.duration_seconds);
         }
@@ -381,7 +386,7 @@ fn nftables(out: &Out, s: &Snapshot) {
         );
         let secs = out.gauge(
             "proxywatch_nftables_list_duration_seconds",
-            "Wall time of nft list table.",
+            "Wall time of reading kube-proxy's nftables table (netlink count, or nft list table).",
             &["family"],
         );
         for t in &nft.tables {
@@ -607,6 +612,64 @@ fn findings(out: &Out, findings: &[Finding]) {
     )
     .with_label_values(&[] as &[&str])
     .set(if critical { 0.0 } else { 1.0 });
+}
+
+/// When and at which nf_tables generation the rule-set counts were made, and
+/// the iptables-nft-save cross-check.
+fn netlink_counts(out: &Out, s: &Snapshot) {
+    let mut counts = Vec::new();
+    if let Some(ipt) = &s.facts.iptables {
+        for r in &ipt.saves {
+            if let Some(n) = &r.netlink {
+                counts.push(("iptables", r.family.as_str(), n));
+            }
+        }
+        if let Some(c) = &ipt.cross_check {
+            let g = |name, help| out.gauge(name, help, &[]).with_label_values(&[] as &[&str]);
+            g(
+                "proxywatch_iptables_count_mismatches",
+                "Counts iptables-nft-save and netlink disagree on at the latest cross-check (same generation).",
+            )
+            .set(c.mismatches.len() as f64);
+            g(
+                "proxywatch_iptables_cross_check_timestamp_seconds",
+                "Unix time of the latest iptables-nft-save cross-check.",
+            )
+            .set(c.at_seconds);
+        }
+    }
+    if let Some(nft) = &s.facts.nftables {
+        for t in &nft.tables {
+            if let Some(n) = &t.netlink {
+                counts.push(("nftables", t.family.as_str(), n));
+            }
+        }
+    }
+    if counts.is_empty() {
+        return;
+    }
+    let generation = out.gauge(
+        "proxywatch_rules_count_generation",
+        "nf_tables ruleset generation the rule counts were made at (over netlink).",
+        &["probe", "family"],
+    );
+    let at = out.gauge(
+        "proxywatch_rules_counted_timestamp_seconds",
+        "Unix time the rule counts were made; older than the probe run when reused at an unchanged generation.",
+        &["probe", "family"],
+    );
+    let secs = out.gauge(
+        "proxywatch_rules_count_duration_seconds",
+        "Wall time of the latest netlink rule count; 0 when reused at an unchanged generation.",
+        &["probe", "family"],
+    );
+    for (probe, family, n) in counts {
+        generation
+            .with_label_values(&[probe, family])
+            .set(f64::from(n.generation));
+        at.with_label_values(&[probe, family]).set(n.counted_at_seconds);
+        secs.with_label_values(&[probe, family]).set(n.count_seconds);
+    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 //!
 //! `/proc/net/stat/nf_conntrack` is parsed by header name: its columns differ
 //! between kernels (`searched`/`delete_list` before 5.x, `clashres`/`chainlength`
-//! after). Kernels without CONFIG_NF_CONNTRACK_PROCFS lack it; then `conntrack -S`
-//! (netlink) gives the same counters.
+//! after). Kernels without CONFIG_NF_CONNTRACK_PROCFS lack it; then the same
+//! counters are asked over ctnetlink on the node itself (no fork; see
+//! crate::netlink::ctnetlink), or with `conntrack -S` on a fixture host root.
 
 use std::collections::BTreeMap;
 
@@ -32,8 +33,8 @@ pub struct ConntrackFacts {
     /// Per-CPU statistics summed over CPUs, by the kernel's column name
     /// (drop, early_drop, insert_failed, invalid, found, ...). Counters since boot.
     pub stats: BTreeMap<String, u64>,
-    /// Where `stats` came from: `/proc/net/stat/nf_conntrack` or `conntrack -S`; none when neither
-    /// exists, or when running `conntrack -S` would load `nf_conntrack_netlink`.
+    /// Where `stats` came from: `/proc/net/stat/nf_conntrack`, `ctnetlink` or `conntrack -S`; none when
+    /// none could be read (on the node, nf_conntrack_netlink not loaded: nothing is asked, to load nothing).
     pub stats_source: Option<String>,
 }
 
@@ -201,34 +202,63 @@ pub fn read_files(host: &Host) -> Result<Probed<ConntrackFacts>, ProbeError> {
     Ok(Probed::Present(facts))
 }
 
-/// The probe: the files on the blocking pool, then `conntrack -S` when the
-/// stat file is missing, within what is left of the deadline.
+/// The probe: the files on the blocking pool; when the stat file is missing,
+/// ctnetlink on the node itself (`--host-root /`), `conntrack -S` on a fixture
+/// host root; both within what is left of the deadline.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ConntrackFacts>, ProbeError> {
     let host = ctx.host.clone();
     let read = super::blocking(super::ProbeName::Conntrack, move || read_files(&host)).await?;
     let Probed::Present(mut facts) = read else {
         return Ok(read);
     };
-    // `conntrack -S` asks nf_conntrack_netlink: where that is not loaded the
-    // kernel would load it (and nfnetlink) to answer, so the stats stay unknown.
-    let host = ctx.host.clone();
-    let would_load = facts.stats_source.is_none()
-        && super::blocking(super::ProbeName::Conntrack, move || {
-            Ok(super::modules::tool_would_load(&host, "nf_conntrack_netlink"))
-        })
-        .await?;
-    if facts.stats_source.is_none() && !would_load {
-        // The stat file is missing: ask the kernel over netlink instead.
-        let spec = CommandSpec::new("conntrack", &["-S"])
-            .timeout(deadline.remaining())
-            .max_output_bytes(1 << 20)
-            .permission_hint("needs CAP_NET_ADMIN");
-        let (text, fin) = ctx.runner.run_capture(&spec).await?;
-        ExecError::check_status(&spec, &fin)?;
-        facts.stats = parse_conntrack_s("conntrack -S", &text)?;
-        facts.stats_source = Some("conntrack -S".to_string());
+    if facts.stats_source.is_some() {
+        return Ok(Probed::Present(facts));
     }
+    if ctx.host.root() == std::path::Path::new("/") {
+        let (host, at) = (ctx.host.clone(), deadline.at());
+        let stats = super::blocking(super::ProbeName::Conntrack, move || read_ctnetlink(&host, at)).await?;
+        if let Some(stats) = stats {
+            facts.stats = stats;
+            facts.stats_source = Some(CTNETLINK.to_string());
+        }
+        return Ok(Probed::Present(facts));
+    }
+    // Elsewhere (a host root that is not this node's), `conntrack -S` on PATH. It asks
+    // nf_conntrack_netlink: where that is not loaded the kernel would load it (and
+    // nfnetlink) to answer, so the stats stay unknown.
+    let host = ctx.host.clone();
+    let would_load = super::blocking(super::ProbeName::Conntrack, move || {
+        Ok(super::modules::tool_would_load(&host, "nf_conntrack_netlink"))
+    })
+    .await?;
+    if would_load {
+        return Ok(Probed::Present(facts));
+    }
+    let spec = CommandSpec::new("conntrack", &["-S"])
+        .timeout(deadline.remaining())
+        .max_output_bytes(1 << 20)
+        .permission_hint("needs CAP_NET_ADMIN");
+    let (text, fin) = ctx.runner.run_capture(&spec).await?;
+    ExecError::check_status(&spec, &fin)?;
+    facts.stats = parse_conntrack_s("conntrack -S", &text)?;
+    facts.stats_source = Some("conntrack -S".to_string());
     Ok(Probed::Present(facts))
+}
+
+/// `stats_source` of statistics read over ctnetlink.
+pub const CTNETLINK: &str = "ctnetlink";
+
+/// The per-CPU statistics over ctnetlink; None when nf_conntrack_netlink is
+/// not loaded (asking would load it).
+fn read_ctnetlink(host: &Host, deadline: std::time::Instant) -> Result<Option<BTreeMap<String, u64>>, ProbeError> {
+    use crate::netlink::{ctnetlink, module_gate, Socket, NETLINK_NETFILTER};
+    if !module_gate(host, "nf_conntrack_netlink").may_send() {
+        return Ok(None);
+    }
+    let stats = Socket::open(NETLINK_NETFILTER)
+        .and_then(|s| ctnetlink::read(s, deadline))
+        .map_err(|e| ProbeError::NfNetlink(format!("conntrack statistics over ctnetlink: {e}")))?;
+    Ok(Some(stats.sums))
 }
 
 #[cfg(test)]

@@ -36,6 +36,21 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// The comment iptables-nft-save prints when the legacy backend also has tables.
 const LEGACY_WARNING_PREFIX: &str = "# Warning: iptables-legacy tables present";
 
+/// What iptables-nft-save (1.8.9+) prints instead of a table it cannot
+/// translate: "# Table `nat' is incompatible, use 'nft' tool.".
+const INCOMPATIBLE_PREFIX: &str = "# Table `";
+const INCOMPATIBLE_SUFFIX: &str = "' is incompatible";
+
+/// The builtin chains of each iptables table. iptables-nft-save prints them
+/// for every table that exists, created in the kernel or not.
+pub const BUILTIN_CHAINS: &[(&str, &[&str])] = &[
+    ("filter", &["INPUT", "FORWARD", "OUTPUT"]),
+    ("nat", &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"]),
+    ("mangle", &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]),
+    ("raw", &["PREROUTING", "OUTPUT"]),
+    ("security", &["INPUT", "FORWARD", "OUTPUT"]),
+];
+
 /// Counts for one table (`*filter`, `*nat`, `*mangle`...).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TableCounts {
@@ -75,9 +90,9 @@ pub struct SaveCounts {
     pub proxy_canary: bool,
     /// Rules that sit in a `KUBE-*` chain or jump/goto a `KUBE-*` chain, in rules.
     pub kube_rules: u64,
-    /// Bytes of output parsed, counting one newline per line, in bytes.
+    /// Bytes of output parsed, counting one newline per line (0 when counted over netlink), in bytes.
     pub bytes: u64,
-    /// Lines of output parsed, in lines.
+    /// Lines of output parsed (0 when counted over netlink), in lines.
     pub lines: u64,
     /// A `# Warning: iptables-legacy tables present ...` comment was seen, true/false.
     pub legacy_warning: bool,
@@ -174,6 +189,17 @@ impl SaveParser {
             return Ok(());
         }
         if trimmed.starts_with('#') {
+            if let Some(table) = trimmed
+                .strip_prefix(INCOMPATIBLE_PREFIX)
+                .and_then(|r| r.split_once(INCOMPATIBLE_SUFFIX))
+                .map(|(t, _)| t)
+            {
+                return Err(self.err(format!(
+                    "table {} is incompatible with iptables (rules this iptables cannot show; use `nft list table`): {}",
+                    quote(table),
+                    quote(trimmed)
+                )));
+            }
             if trimmed.starts_with(LEGACY_WARNING_PREFIX) {
                 self.counts.legacy_warning = true;
             }
@@ -287,24 +313,7 @@ impl SaveParser {
             t.chains += 1;
         }
         self.declared.insert(name);
-        let kube = &mut self.counts.kube;
-        if name.starts_with("KUBE-SVC-") {
-            kube.svc += 1;
-        } else if name.starts_with("KUBE-SEP-") {
-            kube.sep += 1;
-        } else if name.starts_with("KUBE-EXT-") {
-            kube.ext += 1;
-        } else if name.starts_with("KUBE-FW-") {
-            kube.fw += 1;
-        } else if name.starts_with("KUBE-SVL-") {
-            kube.svl += 1;
-        } else if name == "KUBE-IPTABLES-HINT" && table == "mangle" {
-            self.counts.hint_chain = true;
-        } else if name == "KUBE-KUBELET-CANARY" {
-            self.counts.kubelet_canary = true;
-        } else if name == "KUBE-PROXY-CANARY" {
-            self.counts.proxy_canary = true;
-        }
+        classify_chain(&mut self.counts, &table, name);
         Ok(())
     }
 
@@ -350,6 +359,29 @@ impl SaveParser {
             p.feed_line(line)?;
         }
         p.finish()
+    }
+}
+
+/// Counts a declared chain into kube-proxy's chain families, the hint and the
+/// canaries: shared by the text parser and the netlink reader.
+pub fn classify_chain(counts: &mut SaveCounts, table: &str, name: &str) {
+    let kube = &mut counts.kube;
+    if name.starts_with("KUBE-SVC-") {
+        kube.svc += 1;
+    } else if name.starts_with("KUBE-SEP-") {
+        kube.sep += 1;
+    } else if name.starts_with("KUBE-EXT-") {
+        kube.ext += 1;
+    } else if name.starts_with("KUBE-FW-") {
+        kube.fw += 1;
+    } else if name.starts_with("KUBE-SVL-") {
+        kube.svl += 1;
+    } else if name == "KUBE-IPTABLES-HINT" && table == "mangle" {
+        counts.hint_chain = true;
+    } else if name == "KUBE-KUBELET-CANARY" {
+        counts.kubelet_canary = true;
+    } else if name == "KUBE-PROXY-CANARY" {
+        counts.proxy_canary = true;
     }
 }
 
@@ -402,21 +434,69 @@ impl<'a> Iterator for Words<'a> {
 }
 
 // ---------------------------------------------------------------------------
-// The probe: run each save command that exists, stream its output through
-// the parser, and decide which backend kube-proxy uses.
+// The facts, the backend decision and the save runs. The probe's entry is in
+// iptables_nft.rs (which reads this file, never the reverse): on the node
+// itself (`--host-root /`) the nft backend is read from the kernel over
+// netlink, the legacy backend with iptables-legacy-save when it has tables,
+// and iptables-nft-save runs only as a cross-check on its own interval. On a
+// fixture host root, every save command found on PATH runs
+// ([`read_with_saves`]), as it always did.
 
-/// One iptables-save run.
+/// One backend and family's counts: a save run, or a netlink count.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SaveRun {
     /// `nft`, `legacy`, or `default` when only a plain `iptables-save` exists.
     pub backend: String,
     /// `ipv4` or `ipv6`.
     pub family: String,
-    /// The command run.
+    /// The command run, or `netlink` when the counts were read from the kernel.
     pub command: String,
-    /// Wall time of the save, in seconds.
+    /// Wall time of the save, or of the netlink count (0 when reused), in seconds.
     pub duration_seconds: f64,
     pub counts: SaveCounts,
+    /// For a netlink count: at which generation and when it was made, and whether reused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netlink: Option<super::counted::NetlinkCount>,
+}
+
+impl SaveRun {
+    /// A run of an iptables-save command (whose wall time is kube-proxy's cost too).
+    pub fn is_save(&self) -> bool {
+        self.netlink.is_none()
+    }
+}
+
+/// One count that iptables-nft-save and netlink disagree on.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CountMismatch {
+    /// `ipv4` or `ipv6`.
+    pub family: String,
+    /// What was counted, e.g. `nat rules`, `filter chains`, `KUBE-SVC chains`, `KUBE-* rules`.
+    pub what: String,
+    /// The netlink count.
+    pub netlink: u64,
+    /// What iptables-nft-save showed.
+    pub save: u64,
+}
+
+/// The latest iptables-nft-save cross-check (`--iptables.save-interval`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CrossCheck {
+    /// Unix time the cross-check ran, in seconds (it runs on its own interval,
+    /// so it may be older than this reading).
+    pub at_seconds: f64,
+    /// The iptables-nft-save / ip6tables-nft-save runs: wall time and counts.
+    pub saves: Vec<SaveRun>,
+    /// Generation of each compared family (`ipv4`, `ipv6`): the save's counts
+    /// are compared with the netlink counts of that same generation.
+    pub generations: std::collections::BTreeMap<String, u32>,
+    /// Counts that differ; empty when the two agree.
+    pub mismatches: Vec<CountMismatch>,
+    /// Families not compared, and why (the ruleset changed during the save...).
+    pub not_compared: Vec<String>,
+    /// Why a save failed (its error), when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What `facts.iptables` holds.
@@ -434,16 +514,27 @@ pub struct IptablesFacts {
     /// nft ones while `nf_tables` is not loaded, since running them would load it.
     #[serde(default)]
     pub not_run: Vec<String>,
+    /// The latest iptables-nft-save cross-check of the netlink counts, if one ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_check: Option<CrossCheck>,
 }
 
 impl IptablesFacts {
     pub fn is_mismatch(&self) -> bool {
         self.backends_with_kube_rules.len() > 1
     }
+
+    /// Every save command run (legacy saves and the latest cross-check's), not netlink counts.
+    pub fn save_runs(&self) -> impl Iterator<Item = &SaveRun> {
+        self.saves
+            .iter()
+            .filter(|r| r.is_save())
+            .chain(self.cross_check.iter().flat_map(|c| c.saves.iter()))
+    }
 }
 
 /// (backend, family, command): backend-specific commands first, then the plain fallback.
-const COMMANDS: &[(&str, &str, &str)] = &[
+pub(crate) const COMMANDS: &[(&str, &str, &str)] = &[
     ("nft", "ipv4", "iptables-nft-save"),
     ("legacy", "ipv4", "iptables-legacy-save"),
     ("nft", "ipv6", "ip6tables-nft-save"),
@@ -459,7 +550,6 @@ const FALLBACK: &[(&str, &str, &str)] = &[
 /// wins, nft first; otherwise the backend with more rules; none without rules.
 pub fn detect_backend(saves: &[SaveRun]) -> (String, String, Vec<String>) {
     let mut backends: Vec<String> = saves.iter().map(|s| s.backend.clone()).collect();
-    backends.dedup();
     backends.sort();
     backends.dedup();
     let with_kube: Vec<String> = backends
@@ -503,19 +593,58 @@ pub fn detect_backend(saves: &[SaveRun]) -> (String, String, Vec<String>) {
     }
 }
 
-/// Runs every save command found on PATH. Fails as a whole when any save
-/// fails, so a partial count is never reported as the node's rule set.
-/// Each save gets what is left of the deadline.
-pub async fn probe(
+/// Runs one save command and streams its output through the parser.
+pub(crate) async fn run_save(
+    ctx: &super::ProbeContext,
+    (backend, family, command): (&str, &str, &str),
+    deadline: super::Deadline,
+) -> Result<SaveRun, super::ProbeError> {
+    // Never `-t TABLE`: a legacy save with -t creates the table it names.
+    let spec = crate::exec::CommandSpec::new(command, &[])
+        .timeout(deadline.remaining())
+        .max_output_bytes(ctx.max_output_bytes)
+        .permission_hint("needs CAP_NET_ADMIN (and CAP_NET_RAW for the legacy backend)");
+    let mut parser = SaveParser::new(command);
+    let fin = ctx
+        .runner
+        .run_lines(&spec, |line| parser.feed_line(line).map_err(|e| e.to_string()))
+        .await?;
+    crate::exec::ExecError::check_status(&spec, &fin)?;
+    let mut counts = parser.finish()?;
+    // iptables-nft-save >= 1.8.9 prints the legacy warning on stderr.
+    if fin.stderr_head.contains(LEGACY_WARNING_PREFIX) {
+        counts.legacy_warning = true;
+        counts.empty_with_warning = counts.tables.is_empty();
+    }
+    Ok(SaveRun {
+        backend: backend.to_string(),
+        family: family.to_string(),
+        command: command.to_string(),
+        duration_seconds: fin.duration.as_secs_f64(),
+        counts,
+        netlink: None,
+    })
+}
+
+/// What one probe run read, before the backend is decided.
+pub(crate) enum Read {
+    /// The saves or counts, the cross-check when one ran, and the saves not run (with why).
+    Present(Vec<SaveRun>, Option<CrossCheck>, Vec<String>),
+    Absent(String),
+}
+
+/// A fixture host root: runs every save command found on PATH. Each save
+/// gets what is left of the deadline.
+pub(crate) async fn read_with_saves(
     ctx: &super::ProbeContext,
     deadline: super::Deadline,
-) -> Result<super::Probed<IptablesFacts>, super::ProbeError> {
+) -> Result<Read, super::ProbeError> {
     let mut chosen: Vec<(&str, &str, &str)> = COMMANDS.iter().copied().filter(|c| crate::exec::on_path(c.2)).collect();
     if chosen.is_empty() {
         chosen = FALLBACK.iter().copied().filter(|c| crate::exec::on_path(c.2)).collect();
     }
     if chosen.is_empty() {
-        return Ok(super::Probed::Absent("no iptables-save command on PATH".into()));
+        return Ok(Read::Absent("no iptables-save command on PATH".into()));
     }
     // iptables-nft-save asks nf_tables over nfnetlink: with nf_tables not
     // loaded the kernel would load both to answer. No nft rule can exist then,
@@ -538,47 +667,17 @@ pub async fn probe(
             keep
         });
         if chosen.is_empty() {
-            return Ok(super::Probed::Absent(format!(
+            return Ok(Read::Absent(format!(
                 "only nft-backend saves on PATH and nf_tables is not loaded; not run: {}",
                 not_run.join("; ")
             )));
         }
     }
     let mut saves = Vec::new();
-    for (backend, family, command) in chosen {
-        // Never `-t TABLE`: a legacy save with -t creates the table it names.
-        let spec = crate::exec::CommandSpec::new(command, &[])
-            .timeout(deadline.remaining())
-            .max_output_bytes(ctx.max_output_bytes)
-            .permission_hint("needs CAP_NET_ADMIN (and CAP_NET_RAW for the legacy backend)");
-        let mut parser = SaveParser::new(command);
-        let fin = ctx
-            .runner
-            .run_lines(&spec, |line| parser.feed_line(line).map_err(|e| e.to_string()))
-            .await?;
-        crate::exec::ExecError::check_status(&spec, &fin)?;
-        let mut counts = parser.finish()?;
-        // iptables-nft-save >= 1.8.9 prints the legacy warning on stderr.
-        if fin.stderr_head.contains(LEGACY_WARNING_PREFIX) {
-            counts.legacy_warning = true;
-            counts.empty_with_warning = counts.tables.is_empty();
-        }
-        saves.push(SaveRun {
-            backend: backend.to_string(),
-            family: family.to_string(),
-            command: command.to_string(),
-            duration_seconds: fin.duration.as_secs_f64(),
-            counts,
-        });
+    for c in chosen {
+        saves.push(run_save(ctx, c, deadline).await?);
     }
-    let (backend_in_use, backend_reason, backends_with_kube_rules) = detect_backend(&saves);
-    Ok(super::Probed::Present(IptablesFacts {
-        saves,
-        backend_in_use,
-        backend_reason,
-        backends_with_kube_rules,
-        not_run,
-    }))
+    Ok(Read::Present(saves, None, not_run))
 }
 
 #[cfg(test)]
@@ -666,6 +765,17 @@ COMMIT
         let c = parse("# Warning: iptables-legacy tables present, use iptables-legacy-save to see them\n").unwrap();
         assert!(c.tables.is_empty() && c.legacy_warning && c.empty_with_warning);
         assert_eq!(c.kube, KubeChains::default());
+    }
+
+    #[test]
+    fn incompatible_table_is_an_error_naming_it() {
+        // iptables-nft-save 1.8.9+ on a table holding rules written with nft.
+        let e = err("*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n# Table `nat' is incompatible, use 'nft' tool.\n");
+        assert_eq!(e.line, 4);
+        assert!(
+            e.message.contains("\"nat\"") && e.message.contains("incompatible"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //! failure: evaluation decides whether the absence matters.
 
 pub mod conntrack;
+pub mod counted;
 pub mod iptables;
+pub mod iptables_nft;
 pub mod ipvs;
 pub mod kube_proxy;
 pub mod modules;
@@ -107,6 +109,9 @@ pub enum ProbeError {
     Panicked(String),
     #[error("netlink: {0} (needs the host network namespace)")]
     Netlink(String),
+    /// An nf_tables or ctnetlink read; the text names the table or subsystem and what happened.
+    #[error("{0}")]
+    NfNetlink(String),
     #[error(transparent)]
     Fetch(#[from] crate::fetch::FetchError),
     #[error("previous run still blocked after {0:?}; not started again")]
@@ -123,6 +128,49 @@ pub struct ProbeContext {
     pub max_output_bytes: u64,
     /// Where kube-proxy's endpoints are.
     pub kube_proxy: kube_proxy::Endpoints,
+    /// Rule-set counts kept by ruleset generation, and the save cross-check's schedule.
+    pub memory: std::sync::Arc<Memory>,
+    /// How often iptables-nft-save cross-checks the netlink counts; None: never.
+    pub iptables_save_interval: Option<Duration>,
+}
+
+/// What the agent remembers for its rule-set probes.
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// iptables-nft's tables per family (the iptables probe).
+    pub iptables: counted::CountCache<iptables::SaveCounts>,
+    /// kube-proxy's nftables table per family; None: no such table at that generation.
+    pub nftables: counted::CountCache<Option<nftables::NftTableCounts>>,
+    /// When the iptables-nft-save cross-check last ran, and what it found.
+    cross_check: std::sync::Mutex<Option<(std::time::Instant, iptables::CrossCheck)>>,
+}
+
+impl Memory {
+    /// Whether the cross-check is due: never with no interval, at once the
+    /// first time (so `check` runs it once), then every `interval`.
+    pub fn cross_check_due(&self, interval: Option<Duration>, now: std::time::Instant) -> bool {
+        let Some(interval) = interval else {
+            return false;
+        };
+        match self.cross_check.lock() {
+            Ok(last) => last.as_ref().is_none_or(|(at, _)| now.duration_since(*at) >= interval),
+            Err(_) => false,
+        }
+    }
+
+    /// The latest cross-check, whatever run made it (it says when).
+    pub fn last_cross_check(&self) -> Option<iptables::CrossCheck> {
+        self.cross_check
+            .lock()
+            .ok()
+            .and_then(|l| l.as_ref().map(|(_, c)| c.clone()))
+    }
+
+    pub fn record_cross_check(&self, at: std::time::Instant, check: iptables::CrossCheck) {
+        if let Ok(mut l) = self.cross_check.lock() {
+            *l = Some((at, check));
+        }
+    }
 }
 
 /// What one probe run read: one variant per probe, its facts of that moment.
@@ -152,7 +200,7 @@ pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Res
         ProbeName::Modules => wrap(modules::probe(ctx, deadline).await, Reading::Modules),
         ProbeName::Conntrack => wrap(conntrack::probe(ctx, deadline).await, Reading::Conntrack),
         ProbeName::Sysctls => wrap(sysctl::probe(ctx, deadline).await, Reading::Sysctls),
-        ProbeName::Iptables => wrap(iptables::probe(ctx, deadline).await, Reading::Iptables),
+        ProbeName::Iptables => wrap(iptables_nft::probe(ctx, deadline).await, Reading::Iptables),
         ProbeName::Nftables => wrap(nftables::probe(ctx, deadline).await, Reading::Nftables),
         ProbeName::Ipvs => wrap(ipvs::probe(ctx, deadline).await, Reading::Ipvs),
         ProbeName::KubeProxy => wrap(kube_proxy::probe(ctx, deadline).await, |f| {
@@ -216,6 +264,19 @@ pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cross_check_schedule() {
+        let m = Memory::default();
+        let t0 = std::time::Instant::now();
+        assert!(!m.cross_check_due(None, t0), "0 = never");
+        let every = Some(Duration::from_secs(600));
+        assert!(m.cross_check_due(every, t0), "the first run checks");
+        m.record_cross_check(t0, iptables::CrossCheck::default());
+        assert!(!m.cross_check_due(every, t0 + Duration::from_secs(599)));
+        assert!(m.cross_check_due(every, t0 + Duration::from_secs(600)));
+        assert!(m.last_cross_check().is_some());
+    }
 
     #[tokio::test]
     async fn a_panicking_read_is_a_failed_probe_and_frees_its_slot() {

@@ -397,18 +397,119 @@ fn record(counts: &mut NftTableCounts, name: &str, is_map: bool, elements: u64) 
 }
 
 // ---------------------------------------------------------------------------
-// The probe: list kube-proxy's table in each family by name (`nft list table ip kube-proxy`).
+// The same counts over netlink, on the node itself.
 
-/// One kube-proxy table, as listed.
+/// kube-proxy's table name in nftables mode (in both the ip and ip6 families).
+pub const TABLE: &str = "kube-proxy";
+
+/// Counts kube-proxy's table from nf_tables messages, as [`parse_list_table`]
+/// counts `nft list table`: chains (base ones have a hook), rules, named sets
+/// and maps (nft lists no block for an anonymous set), elements as nft lists them.
+#[derive(Debug, Default)]
+pub struct NftTally {
+    found: bool,
+    counts: NftTableCounts,
+}
+
+impl NftTally {
+    /// The counts; None when the table does not exist.
+    pub fn finish(self) -> Option<NftTableCounts> {
+        self.found.then_some(self.counts)
+    }
+}
+
+impl crate::netlink::nft_count::Tally for NftTally {
+    fn wants(&self, table: &str) -> bool {
+        table == TABLE
+    }
+
+    fn table(&mut self, _: &str) {
+        self.found = true;
+    }
+
+    fn chain(&mut self, c: &crate::netlink::nft::Chain<'_>) -> Result<(), crate::netlink::NlError> {
+        let n = &mut self.counts;
+        n.chains += 1;
+        n.base_chains += u64::from(c.base);
+        if is_hashed(c.name, "service-") {
+            n.service_chains += 1;
+        } else if is_hashed(c.name, "endpoint-") {
+            n.endpoint_chains += 1;
+        } else if is_hashed(c.name, "external-") {
+            n.external_chains += 1;
+        }
+        Ok(())
+    }
+
+    fn rule(&mut self, _: &crate::netlink::nft::Rule<'_>) -> Result<(), crate::netlink::NlError> {
+        self.counts.rules += 1;
+        Ok(())
+    }
+
+    fn set(&mut self, s: &crate::netlink::nft::Set<'_>) -> bool {
+        let n = &mut self.counts;
+        if s.is_map() {
+            n.maps += 1;
+            n.map_elements.insert(s.name.to_string(), 0);
+        } else {
+            n.sets += 1;
+            n.set_elements.insert(s.name.to_string(), 0);
+        }
+        true
+    }
+
+    fn elements(&mut self, _: &str, set: &str, k: u64) {
+        let n = &mut self.counts;
+        if let Some(e) = n.map_elements.get_mut(set) {
+            *e += k;
+        } else if let Some(e) = n.set_elements.get_mut(set) {
+            *e += k;
+        }
+    }
+}
+
+/// Both families' tables over netlink (blocking): reused at an unchanged generation.
+#[allow(clippy::type_complexity)]
+fn count_tables(
+    memory: &super::Memory,
+    deadline: std::time::Instant,
+) -> Result<Vec<(Option<NftTableCounts>, super::counted::NetlinkCount)>, super::ProbeError> {
+    use crate::netlink::nft::Family;
+    use crate::netlink::{nft_count, Socket, NETLINK_NETFILTER};
+    super::counted::counts_now(&memory.nftables, &[Family::Ip, Family::Ip6], deadline, |family| {
+        let plan = nft_count::Plan { family, sets: true };
+        let c = nft_count::count(
+            &mut || Socket::open(NETLINK_NETFILTER),
+            plan,
+            deadline,
+            &NftTally::default,
+        )?;
+        Ok((c.tally.finish(), c.generation, c.attempts, c.bytes))
+    })
+    .map_err(|(family, e)| {
+        super::ProbeError::NfNetlink(format!(
+            "nf_tables over netlink, table {} {TABLE}: {e}",
+            family.as_str()
+        ))
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The probe.
+
+/// One kube-proxy table, as counted.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NftTable {
     /// `ip` or `ip6`.
     pub family: String,
-    /// Wall time of `nft list table`, in seconds.
+    /// Wall time of reading the table (`nft list table`, or the netlink count), in seconds.
     pub duration_seconds: f64,
-    /// Bytes of the listing.
+    /// Bytes read: of the listing, or of the netlink messages.
     pub bytes: u64,
     pub counts: NftTableCounts,
+    /// For a netlink count: at which generation and when it was made, and whether reused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netlink: Option<super::counted::NetlinkCount>,
 }
 
 /// What `facts.nftables` holds: kube-proxy's nftables-mode tables.
@@ -417,8 +518,56 @@ pub struct NftablesFacts {
     pub tables: Vec<NftTable>,
 }
 
-/// Lists kube-proxy's table in each family; both lists share the deadline.
+const NO_TABLE: &str = "no kube-proxy nftables table (kube-proxy is not in nftables mode)";
+
+/// Reads kube-proxy's table in each family: over netlink on the node itself,
+/// with `nft list table` on a fixture host root. Both families share the deadline.
 pub async fn probe(
+    ctx: &super::ProbeContext,
+    deadline: super::Deadline,
+) -> Result<super::Probed<NftablesFacts>, super::ProbeError> {
+    use super::{ProbeName, Probed};
+    use crate::netlink::nft::Family;
+    if ctx.host.root() != std::path::Path::new("/") {
+        return probe_with_nft(ctx, deadline).await;
+    }
+    // One trip to the blocking pool: the gate, one generation read and,
+    // unless reused, the counts.
+    let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
+    let started = std::time::Instant::now();
+    let counted = super::blocking(ProbeName::Nftables, move || {
+        if !crate::netlink::module_gate(&host, "nf_tables").may_send() {
+            return Ok(None);
+        }
+        count_tables(&memory, at).map(Some)
+    })
+    .await?;
+    let Some(counted) = counted else {
+        return Ok(Probed::Absent(
+            "nf_tables is not loaded (nothing was asked, so nothing was loaded): no kube-proxy nftables table".into(),
+        ));
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut tables = Vec::new();
+    for (family, (counts, how)) in [Family::Ip, Family::Ip6].into_iter().zip(counted) {
+        if let Some(counts) = counts {
+            tables.push(NftTable {
+                family: family.as_str().to_string(),
+                duration_seconds: if how.reused { elapsed } else { how.count_seconds },
+                bytes: how.bytes,
+                counts,
+                netlink: Some(how),
+            });
+        }
+    }
+    if tables.is_empty() {
+        return Ok(Probed::Absent(NO_TABLE.into()));
+    }
+    Ok(Probed::Present(NftablesFacts { tables }))
+}
+
+/// A fixture host root: `nft list table` per family, as before.
+async fn probe_with_nft(
     ctx: &super::ProbeContext,
     deadline: super::Deadline,
 ) -> Result<super::Probed<NftablesFacts>, super::ProbeError> {
@@ -443,7 +592,7 @@ pub async fn probe(
     // table first, which takes minutes on a large iptables-nft node.
     let mut tables = Vec::new();
     for family in ["ip", "ip6"] {
-        let spec = crate::exec::CommandSpec::new("nft", &["list", "table", family, "kube-proxy"])
+        let spec = crate::exec::CommandSpec::new("nft", &["list", "table", family, TABLE])
             .timeout(deadline.remaining())
             .max_output_bytes(ctx.max_output_bytes)
             .permission_hint(hint);
@@ -458,12 +607,11 @@ pub async fn probe(
             duration_seconds: fin.duration.as_secs_f64(),
             bytes: fin.stdout_bytes,
             counts,
+            netlink: None,
         });
     }
     if tables.is_empty() {
-        return Ok(super::Probed::Absent(
-            "no kube-proxy nftables table (kube-proxy is not in nftables mode)".into(),
-        ));
+        return Ok(super::Probed::Absent(NO_TABLE.into()));
     }
     Ok(super::Probed::Present(NftablesFacts { tables }))
 }

@@ -23,7 +23,9 @@ base32(sha256(servicePortName + protocol [+ endpoint]))[:16], where
 servicePortName is "namespace/name:portname" and protocol is lower case.
 
 Addresses are only text in rules (no traffic is sent): ClusterIPs and LoadBalancer
-IPs come from 10.96.0.0/12, endpoints from 10.244.0.0/16 (the pod CIDR).
+IPs come from 10.96.0.0/12, endpoints from 10.244.0.0/16 (the pod CIDR). With --ipv6
+the set is for ip6tables-restore: fd00:10:96::/108 and fd00:10:244::/64, endpoints
+written [addr]:port, and no KUBE-FIREWALL localnet rule (kube-proxy adds it for IPv4 only).
 
 --expected FILE writes the exact counts iptables-save prints after loading this
 input into an empty network namespace (same for the nft and legacy backends):
@@ -40,6 +42,13 @@ import json
 import sys
 
 POD_CIDR = "10.244.0.0/16"
+V6 = {
+    "pod_cidr": "fd00:10:244::/64",
+    "cluster_ip_base": int(ipaddress.IPv6Address("fd00:10:96::a")),
+    "lb_ip_base": int(ipaddress.IPv6Address("fd00:10:110::1")),
+    "endpoint_base": int(ipaddress.IPv6Address("fd00:10:244::")),
+    "lb_source_range": "fd00:10:100::/64",
+}
 MASQ_MARK = "0x4000"
 BUILTINS = {
     "filter": ["INPUT", "FORWARD", "OUTPUT"],
@@ -62,8 +71,10 @@ def endpoint_hash(service_port_name, protocol, endpoint):
     return base64.b32encode(digest).decode()[:16]
 
 
-def endpoint_ip(k):
+def endpoint_ip(k, ipv6=False):
     """k-th endpoint address in 10.244.0.0/16, skipping .0 and .255 host parts."""
+    if ipv6:
+        return str(ipaddress.IPv6Address(V6["endpoint_base"] + k + 1))
     if k >= 256 * 254:
         raise SystemExit("too many endpoints for 10.244.0.0/16")
     return str(ipaddress.IPv4Address(ENDPOINT_BASE + (k // 254) * 256 + k % 254 + 1))
@@ -104,7 +115,15 @@ class Table:
         return n
 
 
-def generate(services, endpoints, hint=True, canary=True):
+def generate(services, endpoints, hint=True, canary=True, ipv6=False):
+    pod_cidr = V6["pod_cidr"] if ipv6 else POD_CIDR
+    lb_source_range = V6["lb_source_range"] if ipv6 else LB_SOURCE_RANGE
+
+    def address(base4, base6, i):
+        if ipv6:
+            return str(ipaddress.IPv6Address(base6 + i))
+        return str(ipaddress.IPv4Address(base4 + i))
+
     filt, nat, mangle = Table("filter"), Table("nat"), Table("mangle")
     kube = {"svc": 0, "sep": 0, "ext": 0, "fw": 0, "svl": 0}
 
@@ -131,7 +150,8 @@ def generate(services, endpoints, hint=True, canary=True):
     filt.rule("OUTPUT", lbfw)
     filt.rule("OUTPUT", '-m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES')
     filt.rule("OUTPUT", "-j KUBE-FIREWALL")
-    filt.rule("KUBE-FIREWALL", '-m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP')
+    if not ipv6:
+        filt.rule("KUBE-FIREWALL", '-m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP')
     filt.rule("KUBE-FORWARD", "-m conntrack --ctstate INVALID -j DROP")
     filt.rule("KUBE-FORWARD", '-m comment --comment "kubernetes forwarding rules" -m mark --mark %s/%s -j ACCEPT' % (MASQ_MARK, MASQ_MARK))
     filt.rule("KUBE-FORWARD", '-m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT')
@@ -158,7 +178,7 @@ def generate(services, endpoints, hint=True, canary=True):
         port = 53 if udp else 80
         port_name = "dns" if udp else "http"
         spn = "ns%d/svc-%d:%s" % (i % 50, i, port_name)
-        cluster_ip = str(ipaddress.IPv4Address(CLUSTER_IP_BASE + i))
+        cluster_ip = address(CLUSTER_IP_BASE, V6["cluster_ip_base"], i)
         local = i % 10 == 3
         lb_fw = i % 50 == 7
         nodeport = None
@@ -171,9 +191,9 @@ def generate(services, endpoints, hint=True, canary=True):
         target_port = 5353 if udp else 8080
         eps = []
         for _ in range(endpoints):
-            ip = endpoint_ip(ep_counter)
+            ip = endpoint_ip(ep_counter, ipv6)
             ep_counter += 1
-            eps.append(("%s:%d" % (ip, target_port), ip))
+            eps.append((("[%s]:%d" if ipv6 else "%s:%d") % (ip, target_port), ip))
         sep_chains = ["KUBE-SEP-" + endpoint_hash(spn, proto, ep) for ep, _ in eps]
         has_endpoints = len(eps) > 0
         # Local endpoints: the first one, for externalTrafficPolicy: Local services.
@@ -193,7 +213,7 @@ def generate(services, endpoints, hint=True, canary=True):
             kube["ext"] += 1
         lb_ip = None
         if lb_fw:
-            lb_ip = str(ipaddress.IPv4Address(LB_IP_BASE + lb_counter))
+            lb_ip = address(LB_IP_BASE, V6["lb_ip_base"], lb_counter)
             lb_counter += 1
             nat.chain(fw_chain)
             kube["fw"] += 1
@@ -219,7 +239,7 @@ def generate(services, endpoints, hint=True, canary=True):
 
         # KUBE-SVC: masquerade off-cluster traffic, then pick an endpoint at random.
         nat.rule(svc_chain, '-m comment --comment "%s cluster IP" %s -d %s --dport %d ! -s %s -j KUBE-MARK-MASQ'
-                 % (spn, match, cluster_ip, port, POD_CIDR))
+                 % (spn, match, cluster_ip, port, pod_cidr))
         for k, ((ep, _), sep) in enumerate(zip(eps, sep_chains)):
             left = len(eps) - k
             if left > 1:
@@ -231,7 +251,7 @@ def generate(services, endpoints, hint=True, canary=True):
         if external:
             if local:
                 nat.rule(ext_chain, '-m comment --comment "pod traffic for %s external destinations" -s %s -j %s'
-                         % (spn, POD_CIDR, svc_chain))
+                         % (spn, pod_cidr, svc_chain))
                 nat.rule(ext_chain, '-m comment --comment "masquerade LOCAL traffic for %s external destinations" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ' % spn)
                 nat.rule(ext_chain, '-m comment --comment "route LOCAL traffic for %s external destinations" -m addrtype --src-type LOCAL -j %s'
                          % (spn, svc_chain))
@@ -241,7 +261,7 @@ def generate(services, endpoints, hint=True, canary=True):
                 nat.rule(ext_chain, "-j %s" % svc_chain)
 
         if lb_ip:
-            nat.rule(fw_chain, '-m comment --comment "%s loadbalancer IP" -s %s -j %s' % (spn, LB_SOURCE_RANGE, ext_chain))
+            nat.rule(fw_chain, '-m comment --comment "%s loadbalancer IP" -s %s -j %s' % (spn, lb_source_range, ext_chain))
             nat.rule(fw_chain, '-m comment --comment "other traffic to %s will be dropped by KUBE-PROXY-FIREWALL"' % spn)
 
         if local_eps:
@@ -293,10 +313,12 @@ def main(argv=None):
     ap.add_argument("--no-hint", action="store_true", help="leave out KUBE-IPTABLES-HINT (mangle)")
     ap.add_argument("--no-canary", action="store_true",
                     help="leave out KUBE-KUBELET-CANARY and KUBE-PROXY-CANARY (all tables)")
+    ap.add_argument("--ipv6", action="store_true", help="IPv6 addresses, for ip6tables-restore")
     args = ap.parse_args(argv)
     if args.services < 0 or args.endpoints < 0:
         ap.error("--services and --endpoints must be >= 0")
-    text, expected = generate(args.services, args.endpoints, hint=not args.no_hint, canary=not args.no_canary)
+    text, expected = generate(args.services, args.endpoints, hint=not args.no_hint, canary=not args.no_canary,
+                              ipv6=args.ipv6)
     sys.stdout.write(text)
     if args.expected:
         with open(args.expected, "w") as f:

@@ -574,6 +574,8 @@ mod tests {
                 max_body_bytes: 0,
                 cgroup_root: None,
             },
+            memory: Default::default(),
+            iptables_save_interval: None,
         };
         let run = || probe(&ctx, Deadline::after(Duration::from_secs(5)));
         let err = run().await.unwrap_err();
