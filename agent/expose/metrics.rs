@@ -90,6 +90,18 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
         }
     }
 
+    // Stale conntrack entries: always exported, 0 when none (or not checked).
+    let stale = out.gauge(
+        "proxywatch_conntrack_stale_entries",
+        "Conntrack entries whose original destination is a service port and whose reply source (the endpoint they were NATed to) is no longer among that service's endpoints, by L4 protocol, at the latest conntrack_stale check; 0 when none or when the check did not run (see proxywatch_probe_success{probe=\"conntrack_stale\"}).",
+        &["protocol"],
+    );
+    let zero = crate::probe::service_endpoints::per_protocol([]);
+    let by_proto = s.facts.conntrack_stale.as_ref().map_or(&zero, |f| &f.stale_entries);
+    for (p, n) in by_proto {
+        stale.with_label_values(&[p.as_str()]).set(*n as f64);
+    }
+
     // Conntrack.
     if let Some(ct) = &s.facts.conntrack {
         out.gauge(

@@ -89,6 +89,8 @@ pub struct Memory {
     pub iptables: CountCache<crate::probe::iptables::SaveCounts>,
     /// kube-proxy's nftables table per family; None: no such table at that generation.
     pub nftables: CountCache<Option<crate::probe::nftables::NftTableCounts>>,
+    /// The conntrack_stale probe's service table, by generation.
+    pub stale: crate::probe::conntrack_stale::StaleMemory,
     /// When the iptables-nft-save cross-check last ran, and what it found.
     cross_check: Mutex<Option<(Instant, crate::probe::iptables::CrossCheck)>>,
 }

@@ -15,6 +15,7 @@
 //! failure: evaluation decides whether the absence matters.
 
 pub mod conntrack;
+pub mod conntrack_stale;
 pub mod counted;
 pub mod iptables;
 pub mod iptables_nft;
@@ -25,6 +26,7 @@ pub mod modules;
 pub mod nftables;
 pub mod node;
 pub mod parse;
+pub mod service_endpoints;
 pub mod sysctl;
 
 use std::time::Duration;
@@ -44,6 +46,7 @@ pub enum ProbeName {
     Node,
     Modules,
     Conntrack,
+    ConntrackStale,
     Sysctls,
     Iptables,
     Nftables,
@@ -55,6 +58,7 @@ pub const PROBES: &[ProbeName] = &[
     ProbeName::Node,
     ProbeName::Modules,
     ProbeName::Conntrack,
+    ProbeName::ConntrackStale,
     ProbeName::Sysctls,
     ProbeName::Iptables,
     ProbeName::Nftables,
@@ -68,6 +72,7 @@ impl ProbeName {
             ProbeName::Node => "node",
             ProbeName::Modules => "modules",
             ProbeName::Conntrack => "conntrack",
+            ProbeName::ConntrackStale => "conntrack_stale",
             ProbeName::Sysctls => "sysctls",
             ProbeName::Iptables => "iptables",
             ProbeName::Nftables => "nftables",
@@ -138,6 +143,7 @@ pub enum Reading {
     Node(node::NodeFacts),
     Modules(modules::ModuleFacts),
     Conntrack(conntrack::ConntrackFacts),
+    ConntrackStale(conntrack_stale::ConntrackStaleFacts),
     Sysctls(sysctl::SysctlFacts),
     Iptables(iptables::IptablesFacts),
     Nftables(nftables::NftablesFacts),
@@ -158,6 +164,7 @@ pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Res
         ProbeName::Node => wrap(node::probe(ctx, deadline).await, Reading::Node),
         ProbeName::Modules => wrap(modules::probe(ctx, deadline).await, Reading::Modules),
         ProbeName::Conntrack => wrap(conntrack::probe(ctx, deadline).await, Reading::Conntrack),
+        ProbeName::ConntrackStale => wrap(conntrack_stale::probe(ctx, deadline).await, Reading::ConntrackStale),
         ProbeName::Sysctls => wrap(sysctl::probe(ctx, deadline).await, Reading::Sysctls),
         ProbeName::Iptables => wrap(iptables::probe(ctx, deadline).await, Reading::Iptables),
         ProbeName::Nftables => wrap(nftables::probe(ctx, deadline).await, Reading::Nftables),
