@@ -286,6 +286,14 @@ pub struct Common {
     #[arg(long = "conntrack.interval", env = "PROXYWATCH_CONNTRACK_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub conntrack_interval: Duration,
 
+    /// How often the conntrack_stale probe dumps the DST_NAT conntrack entries and compares them with the services' current endpoints; 0: never.
+    #[arg(long = "conntrack.stale-interval", env = "PROXYWATCH_CONNTRACK_STALE_INTERVAL", default_value = "60s", value_parser = parse_interval_or_never)]
+    pub conntrack_stale_interval: Every,
+
+    /// Deadline of one conntrack_stale run (rules and conntrack dump).
+    #[arg(long = "conntrack.stale-timeout", env = "PROXYWATCH_CONNTRACK_STALE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub conntrack_stale_timeout: Duration,
+
     /// How often the sysctls probe runs.
     #[arg(long = "sysctls.interval", env = "PROXYWATCH_SYSCTLS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub sysctls_interval: Duration,
@@ -477,22 +485,23 @@ impl Common {
     pub fn schedules(&self) -> Vec<Schedule> {
         crate::probe::PROBES
             .iter()
-            .map(|&probe| {
+            .filter_map(|&probe| {
                 let (interval, timeout) = match probe {
                     ProbeName::Node => (self.node_interval, self.probe_timeout),
                     ProbeName::Modules => (self.modules_interval, self.probe_timeout),
                     ProbeName::Conntrack => (self.conntrack_interval, self.probe_timeout),
+                    ProbeName::ConntrackStale => (self.conntrack_stale_interval.0?, self.conntrack_stale_timeout),
                     ProbeName::Sysctls => (self.sysctls_interval, self.probe_timeout),
                     ProbeName::Iptables => (self.iptables_interval, self.iptables_timeout),
                     ProbeName::Nftables => (self.nftables_interval, self.nftables_timeout),
                     ProbeName::Ipvs => (self.ipvs_interval, self.ipvs_timeout),
                     ProbeName::KubeProxy => (self.kube_proxy_interval, self.kube_proxy_timeout),
                 };
-                Schedule {
+                Some(Schedule {
                     probe,
                     interval,
                     timeout,
-                }
+                })
             })
             .collect()
     }

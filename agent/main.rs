@@ -15,7 +15,7 @@ use proxywatch::evaluate::{Severity, Thresholds};
 use proxywatch::exec::Runner;
 use proxywatch::expose::{http, report, server};
 use proxywatch::host::Host;
-use proxywatch::probe::{ProbeContext, PROBES};
+use proxywatch::probe::ProbeContext;
 use proxywatch::scheduler::{self, Aggregator};
 
 /// Exit code when the agent itself could not run (Nagios "unknown").
@@ -113,7 +113,8 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
         memory: Default::default(),
         iptables_save_interval: common.iptables_save_interval.0,
     });
-    let aggregator = Aggregator::new(&node, thresholds, PROBES, common.history());
+    let probes: Vec<_> = common.schedules().iter().map(|s| s.probe).collect();
+    let aggregator = Aggregator::new(&node, thresholds, &probes, common.history());
     Ok(Setup { ctx, aggregator, node })
 }
 

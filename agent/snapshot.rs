@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::history::Derived;
 use crate::probe::conntrack::ConntrackFacts;
+use crate::probe::conntrack_stale::ConntrackStaleFacts;
 use crate::probe::iptables::IptablesFacts;
 use crate::probe::ipvs::IpvsFacts;
 use crate::probe::kube_proxy::KubeProxyFacts;
@@ -26,6 +27,8 @@ pub struct Facts {
     pub modules: Option<ModuleFacts>,
     #[serde(default)]
     pub conntrack: Option<ConntrackFacts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conntrack_stale: Option<ConntrackStaleFacts>,
     #[serde(default)]
     pub sysctls: Option<SysctlFacts>,
     #[serde(default)]
@@ -44,6 +47,7 @@ impl Facts {
             Reading::Node(f) => self.node = Some(f),
             Reading::Modules(f) => self.modules = Some(f),
             Reading::Conntrack(f) => self.conntrack = Some(f),
+            Reading::ConntrackStale(f) => self.conntrack_stale = Some(f),
             Reading::Sysctls(f) => self.sysctls = Some(f),
             Reading::Iptables(f) => self.iptables = Some(f),
             Reading::Nftables(f) => self.nftables = Some(f),
@@ -58,6 +62,7 @@ impl Facts {
             ProbeName::Node => self.node = None,
             ProbeName::Modules => self.modules = None,
             ProbeName::Conntrack => self.conntrack = None,
+            ProbeName::ConntrackStale => self.conntrack_stale = None,
             ProbeName::Sysctls => self.sysctls = None,
             ProbeName::Iptables => self.iptables = None,
             ProbeName::Nftables => self.nftables = None,

@@ -359,7 +359,13 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
         count: 10.0,
         seconds: 15.0,
     };
+    s.facts.conntrack_stale = Some(proxywatch::probe::conntrack_stale::ConntrackStaleFacts {
+        source: "iptables-nft".into(),
+        stale_entries: proxywatch::probe::service_endpoints::per_protocol([]),
+        ..Default::default()
+    });
     s.derived = Derived {
+        conntrack_stale: None,
         conntrack: Some(ConntrackDerived {
             window: Some(CounterDeltas {
                 seconds: 300.0,

@@ -134,6 +134,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     build_info(&out);
     probes(&out, s);
     conntrack(&out, s);
+    conntrack_stale(&out, s);
     node(&out, s);
     modules(&out, s);
     sysctls(&out, s);
@@ -183,6 +184,20 @@ fn probes(out: &Out, s: &Snapshot) {
         if let Some(t) = o.last_success_seconds {
             last_ok.with_label_values(&[p.as_str()]).set(t);
         }
+    }
+}
+
+/// Stale conntrack entries: always exported, 0 when none (or not checked).
+fn conntrack_stale(out: &Out, s: &Snapshot) {
+    let stale = out.gauge(
+        "proxywatch_conntrack_stale_entries",
+        "Conntrack entries whose original destination is a service port and whose reply source (the endpoint they were NATed to) is no longer among that service's endpoints, by L4 protocol, at the latest conntrack_stale check; 0 when none or when the check did not run (see proxywatch_probe_success{probe=\"conntrack_stale\"}).",
+        &["protocol"],
+    );
+    let zero = crate::probe::service_endpoints::per_protocol([]);
+    let by_proto = s.facts.conntrack_stale.as_ref().map_or(&zero, |f| &f.stale_entries);
+    for (p, n) in by_proto {
+        stale.with_label_values(&[p.as_str()]).set(*n as f64);
     }
 }
 

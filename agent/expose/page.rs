@@ -163,6 +163,7 @@ pub fn render(doc: &Document, collected_at: f64) -> String {
     o.push_str("</section>\n");
 
     conntrack(&mut o, doc);
+    stale(&mut o, doc);
     o.push_str("<div class=\"grid\">\n");
     rules(&mut o, doc);
     kube_proxy(&mut o, doc);
@@ -249,6 +250,41 @@ fn conntrack(o: &mut String, doc: &Document) {
         );
     }
     o.push_str("</section>\n");
+}
+
+/// Stale conntrack entries per service and dead endpoint (the conntrack_stale probe).
+fn stale(o: &mut String, doc: &Document) {
+    let (Some(f), Some(d)) = (&doc.facts.conntrack_stale, &doc.derived.conntrack_stale) else {
+        return;
+    };
+    section(o, "stale", "Stale conntrack entries");
+    let _ = writeln!(
+        o,
+        "<p>{} NATed entries checked against {} service ports and {} endpoints ({}, generation {}).</p>",
+        f.dst_nat_entries,
+        f.service_ports,
+        f.endpoints,
+        esc(&f.source),
+        f.generation
+    );
+    if d.groups.is_empty() {
+        o.push_str("<p class=\"muted\">No entry NATed to an endpoint that no longer exists.</p>\n</section>\n");
+        return;
+    }
+    o.push_str("<table>\n<thead><tr><th scope=\"col\">service</th><th scope=\"col\">dead endpoint</th><th scope=\"col\" class=\"num\">entries</th><th scope=\"col\">first seen</th><th scope=\"col\" class=\"num\">checks</th></tr></thead>\n<tbody>\n");
+    for g in &d.groups {
+        let class = if g.checks >= 2 { " class=\"bad\"" } else { "" };
+        let _ = writeln!(
+            o,
+            "<tr{class}><th scope=\"row\">{}</th><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            esc(&g.group.service),
+            esc(&g.group.endpoint),
+            g.group.entries,
+            esc(&crate::timefmt::rfc3339(g.first_seen_seconds)),
+            g.checks
+        );
+    }
+    o.push_str("</tbody>\n</table>\n</section>\n");
 }
 
 fn rules(o: &mut String, doc: &Document) {

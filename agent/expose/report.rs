@@ -96,6 +96,21 @@ pub fn render(doc: &Document) -> String {
         let head = format!("  {name:<10} {status:<7} {:>7.1} ms ", o.duration_seconds * 1000.0);
         wrap(&mut out, &head, 30, o.error.as_deref().unwrap_or(""));
     }
+    if let (Some(f), Some(d)) = (&doc.facts.conntrack_stale, &doc.derived.conntrack_stale) {
+        let total: u64 = f.stale_entries.values().sum();
+        let _ = writeln!(
+            out,
+            "\nstale conntrack entries: {total} ({} NATed entries, {} service ports checked)",
+            f.dst_nat_entries, f.service_ports
+        );
+        for g in &d.groups {
+            let _ = writeln!(
+                out,
+                "  {} -> {} (gone): {} entries, {} checks",
+                g.group.service, g.group.endpoint, g.group.entries, g.checks
+            );
+        }
+    }
     if let Some(ct) = &doc.facts.conntrack {
         let fill = ct
             .fill_ratio()

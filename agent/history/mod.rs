@@ -8,6 +8,7 @@
 //! can tell a value read from the node from one computed over time.
 
 pub mod kube_proxy;
+pub mod stale;
 pub mod trend;
 pub mod window;
 
@@ -26,6 +27,9 @@ pub struct Derived {
     pub conntrack: Option<ConntrackDerived>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_proxy: Option<KubeProxyDerived>,
+    /// Stale conntrack entries with their first-seen times (the conntrack_stale probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conntrack_stale: Option<stale::StaleDerived>,
 }
 
 impl Derived {
@@ -71,6 +75,7 @@ pub struct History {
     conntrack_window: CounterWindow,
     conntrack_trend: TrendHistory,
     kube_proxy: KubeProxyHistory,
+    stale: stale::StaleHistory,
 }
 
 impl History {
@@ -81,6 +86,7 @@ impl History {
             conntrack_window: CounterWindow::new(c.conntrack_window_seconds, WINDOW_CAPACITY),
             conntrack_trend: TrendHistory::new(c.conntrack_trend_window_seconds, span, capacity.min(TREND_CAPACITY)),
             kube_proxy: KubeProxyHistory::default(),
+            stale: stale::StaleHistory::default(),
         }
     }
 
@@ -98,6 +104,7 @@ impl History {
                 derived.conntrack = (d != ConntrackDerived::default()).then_some(d);
             }
             Reading::KubeProxy(kp) => derived.kube_proxy = Some(self.kube_proxy.observe(kp, now)),
+            Reading::ConntrackStale(f) => derived.conntrack_stale = Some(self.stale.observe(f, now)),
             _ => {}
         }
     }
@@ -109,6 +116,7 @@ impl History {
         match probe {
             ProbeName::Conntrack => derived.conntrack = None,
             ProbeName::KubeProxy => derived.kube_proxy = None,
+            ProbeName::ConntrackStale => derived.conntrack_stale = None,
             _ => {}
         }
     }

@@ -19,9 +19,11 @@
 //! A request to a netfilter subsystem autoloads its kernel module, so callers
 //! ask [`module_gate`] first and send nothing when the module is not there.
 
+pub mod ct_dump;
 pub mod ctnetlink;
 pub mod nft;
 pub mod nft_count;
+pub mod nft_expr;
 
 use std::time::Instant;
 
@@ -307,6 +309,17 @@ impl Request {
         self.buf.extend_from_slice(&kind.to_ne_bytes());
         self.buf.extend_from_slice(s.as_bytes());
         self.buf.push(0);
+        while self.buf.len() % 4 != 0 {
+            self.buf.push(0);
+        }
+        self
+    }
+
+    /// Adds an attribute with raw `value` (`kind` may carry NLA_F_NESTED).
+    pub fn attr(mut self, kind: u16, value: &[u8]) -> Self {
+        self.buf.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+        self.buf.extend_from_slice(&kind.to_ne_bytes());
+        self.buf.extend_from_slice(value);
         while self.buf.len() % 4 != 0 {
             self.buf.push(0);
         }

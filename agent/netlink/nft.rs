@@ -227,6 +227,11 @@ pub fn decode_rule(ty: u16, payload: &[u8]) -> Result<Rule<'_>, NlError> {
 }
 
 impl<'a> Rule<'a> {
+    /// The rule's NFTA_RULE_EXPRESSIONS list, still encoded (decoded by [`super::nft_expr`]).
+    pub fn expressions(&self) -> Option<Attr<'a>> {
+        self.expressions
+    }
+
     /// Whether the rule jumps or goes to a chain whose name starts with
     /// `prefix`: an `immediate` expression whose data is a verdict, code
     /// NFT_JUMP or NFT_GOTO, with the chain's name. That is what iptables-nft

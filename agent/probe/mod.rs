@@ -15,6 +15,7 @@
 //! failure: evaluation decides whether the absence matters.
 
 pub mod conntrack;
+pub mod conntrack_stale;
 pub mod counted;
 pub mod iptables;
 pub mod iptables_nft;
@@ -23,6 +24,7 @@ pub mod kube_proxy;
 pub mod modules;
 pub mod nftables;
 pub mod node;
+pub mod service_endpoints;
 pub mod sysctl;
 
 // The parse error lives at the crate root (promtext and timefmt use it too, and must not depend
@@ -46,6 +48,7 @@ pub enum ProbeName {
     Node,
     Modules,
     Conntrack,
+    ConntrackStale,
     Sysctls,
     Iptables,
     Nftables,
@@ -57,6 +60,7 @@ pub const PROBES: &[ProbeName] = &[
     ProbeName::Node,
     ProbeName::Modules,
     ProbeName::Conntrack,
+    ProbeName::ConntrackStale,
     ProbeName::Sysctls,
     ProbeName::Iptables,
     ProbeName::Nftables,
@@ -70,6 +74,7 @@ impl ProbeName {
             ProbeName::Node => "node",
             ProbeName::Modules => "modules",
             ProbeName::Conntrack => "conntrack",
+            ProbeName::ConntrackStale => "conntrack_stale",
             ProbeName::Sysctls => "sysctls",
             ProbeName::Iptables => "iptables",
             ProbeName::Nftables => "nftables",
@@ -141,6 +146,8 @@ pub struct Memory {
     pub iptables: counted::CountCache<iptables::SaveCounts>,
     /// kube-proxy's nftables table per family; None: no such table at that generation.
     pub nftables: counted::CountCache<Option<nftables::NftTableCounts>>,
+    /// The conntrack_stale probe's service table, by generation.
+    pub stale: conntrack_stale::StaleMemory,
     /// When the iptables-nft-save cross-check last ran, and what it found.
     cross_check: std::sync::Mutex<Option<(std::time::Instant, iptables::CrossCheck)>>,
 }
@@ -179,6 +186,7 @@ pub enum Reading {
     Node(node::NodeFacts),
     Modules(modules::ModuleFacts),
     Conntrack(conntrack::ConntrackFacts),
+    ConntrackStale(conntrack_stale::ConntrackStaleFacts),
     Sysctls(sysctl::SysctlFacts),
     Iptables(iptables::IptablesFacts),
     Nftables(nftables::NftablesFacts),
@@ -199,6 +207,7 @@ pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Res
         ProbeName::Node => wrap(node::probe(ctx, deadline).await, Reading::Node),
         ProbeName::Modules => wrap(modules::probe(ctx, deadline).await, Reading::Modules),
         ProbeName::Conntrack => wrap(conntrack::probe(ctx, deadline).await, Reading::Conntrack),
+        ProbeName::ConntrackStale => wrap(conntrack_stale::probe(ctx, deadline).await, Reading::ConntrackStale),
         ProbeName::Sysctls => wrap(sysctl::probe(ctx, deadline).await, Reading::Sysctls),
         ProbeName::Iptables => wrap(iptables_nft::probe(ctx, deadline).await, Reading::Iptables),
         ProbeName::Nftables => wrap(nftables::probe(ctx, deadline).await, Reading::Nftables),

@@ -1,0 +1,293 @@
+//! Conntrack entries over ctnetlink: `IPCTNL_MSG_CT_GET` with NLM_F_DUMP,
+//! what `conntrack -L` sends, filtered in the kernel where it can be and
+//! streamed entry by entry (one receive buffer, whatever the table size).
+//!
+//! Kernel-side filters (net/netfilter/nf_conntrack_netlink.c,
+//! ctnetlink_alloc_filter): the nfgenmsg family (L3), `CTA_STATUS` +
+//! `CTA_STATUS_MASK` (since 5.19: only entries with the DST_NAT bit), and
+//! `CTA_FILTER` with `CTA_FILTER_FLAG_CTA_PROTO_NUM` and the protocol in
+//! `CTA_TUPLE_ORIG` (since 5.8). A kernel that does not know an attribute
+//! ignores it, so every entry is checked again here: filtering in the kernel
+//! only saves work, it never decides.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Instant;
+
+use super::{attrs, nfgen, Attr, Conn, NlError, Request, Session, NLM_F_DUMP, NLM_F_REQUEST};
+
+/// `NFNL_SUBSYS_CTNETLINK`.
+const SUBSYS: u16 = 1;
+const IPCTNL_MSG_CT_NEW: u16 = 0;
+const IPCTNL_MSG_CT_GET: u16 = 1;
+
+const CTA_TUPLE_ORIG: u16 = 1;
+const CTA_TUPLE_REPLY: u16 = 2;
+const CTA_STATUS: u16 = 3;
+const CTA_FILTER: u16 = 25;
+const CTA_STATUS_MASK: u16 = 26;
+const CTA_TUPLE_IP: u16 = 1;
+const CTA_TUPLE_PROTO: u16 = 2;
+const CTA_IP_V4_SRC: u16 = 1;
+const CTA_IP_V4_DST: u16 = 2;
+const CTA_IP_V6_SRC: u16 = 3;
+const CTA_IP_V6_DST: u16 = 4;
+const CTA_PROTO_NUM: u16 = 1;
+const CTA_PROTO_SRC_PORT: u16 = 2;
+const CTA_PROTO_DST_PORT: u16 = 3;
+const CTA_FILTER_ORIG_FLAGS: u16 = 1;
+const CTA_FILTER_FLAG_CTA_PROTO_NUM: u32 = 1 << 3;
+const NLA_F_NESTED: u16 = 0x8000;
+
+/// `IPS_DST_NAT`: the entry's destination was translated.
+pub const IPS_DST_NAT: u32 = 1 << 5;
+
+/// One entry, as far as service NAT goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtEntry {
+    pub l4proto: u8,
+    /// Where the client sent it: the original tuple's destination.
+    pub orig_dst: IpAddr,
+    pub orig_dport: u16,
+    /// Who answers: the reply tuple's source (the endpoint after DNAT).
+    pub reply_src: IpAddr,
+    pub reply_sport: u16,
+    pub status: u32,
+}
+
+impl CtEntry {
+    pub fn dst_nat(&self) -> bool {
+        self.status & IPS_DST_NAT != 0
+    }
+}
+
+#[derive(Default)]
+struct Tuple {
+    src: Option<IpAddr>,
+    dst: Option<IpAddr>,
+    proto: Option<u8>,
+    sport: Option<u16>,
+    dport: Option<u16>,
+}
+
+fn ip(a: &Attr<'_>) -> Option<IpAddr> {
+    match a.value.len() {
+        4 => <[u8; 4]>::try_from(a.value).ok().map(|b| IpAddr::V4(Ipv4Addr::from(b))),
+        16 => <[u8; 16]>::try_from(a.value)
+            .ok()
+            .map(|b| IpAddr::V6(Ipv6Addr::from(b))),
+        _ => None,
+    }
+}
+
+fn port(a: &Attr<'_>) -> Result<u16, NlError> {
+    match a.value {
+        [x, y] => Ok(u16::from_be_bytes([*x, *y])),
+        v => Err(NlError::Malformed(format!("conntrack port of {} bytes", v.len()))),
+    }
+}
+
+fn tuple(t: Attr<'_>) -> Result<Tuple, NlError> {
+    let mut out = Tuple::default();
+    for a in t.nested() {
+        let a = a?;
+        match a.kind {
+            CTA_TUPLE_IP => {
+                for i in a.nested() {
+                    let i = i?;
+                    match i.kind {
+                        CTA_IP_V4_SRC | CTA_IP_V6_SRC => out.src = ip(&i),
+                        CTA_IP_V4_DST | CTA_IP_V6_DST => out.dst = ip(&i),
+                        _ => {}
+                    }
+                }
+            }
+            CTA_TUPLE_PROTO => {
+                for p in a.nested() {
+                    let p = p?;
+                    match p.kind {
+                        CTA_PROTO_NUM => out.proto = p.value.first().copied(),
+                        CTA_PROTO_SRC_PORT => out.sport = Some(port(&p)?),
+                        CTA_PROTO_DST_PORT => out.dport = Some(port(&p)?),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes one `IPCTNL_MSG_CT_NEW` message of a dump. `Ok(None)`: an entry
+/// without ports (ICMP, GRE...) or addresses, which no service NAT makes.
+pub fn decode_entry(ty: u16, payload: &[u8]) -> Result<Option<CtEntry>, NlError> {
+    if ty != msg_type(IPCTNL_MSG_CT_NEW) {
+        return Err(NlError::Malformed(format!(
+            "message type {ty:#06x} where a conntrack entry belongs"
+        )));
+    }
+    let (_, _, list) = nfgen(payload)?;
+    let (mut orig, mut reply, mut status) = (None, None, 0);
+    for a in list {
+        let a = a?;
+        match a.kind {
+            CTA_TUPLE_ORIG => orig = Some(tuple(a)?),
+            CTA_TUPLE_REPLY => reply = Some(tuple(a)?),
+            CTA_STATUS => status = a.be_u32()?,
+            _ => {}
+        }
+    }
+    let (Some(o), Some(r)) = (orig, reply) else {
+        return Err(NlError::Malformed("a conntrack entry without both tuples".into()));
+    };
+    Ok(match (o.proto, o.dst, o.dport, r.src, r.sport) {
+        (Some(l4proto), Some(orig_dst), Some(orig_dport), Some(reply_src), Some(reply_sport)) => Some(CtEntry {
+            l4proto,
+            orig_dst,
+            orig_dport,
+            reply_src,
+            reply_sport,
+            status,
+        }),
+        _ => None,
+    })
+}
+
+const fn msg_type(m: u16) -> u16 {
+    (SUBSYS << 8) | m
+}
+
+fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(8 + value.len());
+    b.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+    b.extend_from_slice(&kind.to_ne_bytes());
+    b.extend_from_slice(value);
+    while b.len() % 4 != 0 {
+        b.push(0);
+    }
+    b
+}
+
+/// The dump request of one L3 family (2 or 10): DST_NAT entries only, and of
+/// `l4proto` only when given.
+pub fn dump_request(family: u8, l4proto: Option<u8>) -> Request {
+    let mut r = Request::new(msg_type(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, family)
+        .attr(CTA_STATUS, &IPS_DST_NAT.to_be_bytes())
+        .attr(CTA_STATUS_MASK, &IPS_DST_NAT.to_be_bytes());
+    if let Some(p) = l4proto {
+        let proto = nla(CTA_TUPLE_PROTO | NLA_F_NESTED, &nla(CTA_PROTO_NUM, &[p]));
+        r = r.attr(CTA_TUPLE_ORIG | NLA_F_NESTED, &proto).attr(
+            CTA_FILTER | NLA_F_NESTED,
+            &nla(CTA_FILTER_ORIG_FLAGS, &CTA_FILTER_FLAG_CTA_PROTO_NUM.to_ne_bytes()),
+        );
+    }
+    r
+}
+
+/// What one dump went through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DumpStats {
+    /// Messages the kernel sent (entries that passed its filters).
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// Dumps the DST_NAT entries of `family` (and `l4proto`), giving each decoded
+/// entry to `each`; memory is one receive buffer.
+pub fn dump<C: Conn>(
+    conn: C,
+    deadline: Instant,
+    family: u8,
+    l4proto: Option<u8>,
+    mut each: impl FnMut(&CtEntry),
+) -> Result<DumpStats, NlError> {
+    let mut s = Session::new(conn, deadline);
+    let mut stats = DumpStats::default();
+    s.dump(&mut dump_request(family, l4proto), |p| {
+        stats.messages += 1;
+        if let Some(e) = decode_entry(p.ty, p.payload)? {
+            if e.dst_nat() && l4proto.is_none_or(|want| want == e.l4proto) {
+                each(&e);
+            }
+        }
+        Ok(())
+    })?;
+    stats.bytes = s.bytes;
+    Ok(stats)
+}
+
+/// The attributes of a payload after nfgenmsg, for the fuzz target.
+pub fn fuzz_decode(data: &[u8]) {
+    let _ = decode_entry(msg_type(IPCTNL_MSG_CT_NEW), data);
+    for a in attrs(data).flatten() {
+        let _ = tuple(a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::nft_expr::captured::hex;
+    use super::super::testing::*;
+    use super::*;
+
+    /// An entry captured from the test kernel with `tests/tools/nl_capture.py ct 2`:
+    /// udp 10.244.1.2:40003 → 10.96.0.10:53, DNATed to 10.244.1.2:53 (status 0x1a8).
+    pub const UDP_DNAT: &str = "020000003400018014000180080001000af40102080002000a60000a1c0002800500010011000000060002009c43000006000300003500003400028014000180080001000af40102080002000af401021c00028005000100110000000600020000350000060003009c43000008000300000001a8080008000000000008000c009f58049d08000b0000000001080007000000001b";
+    /// The same flow from port 40004 that the rules did not NAT (status 0x188).
+    pub const UDP_NO_NAT: &str = "020000003400018014000180080001000af40102080002000a60000a1c0002800500010011000000060002009c44000006000300003500003400028014000180080001000a60000a080002000af401021c00028005000100110000000600020000350000060003009c4400000800030000000188080008000000000008000c006e54d60a08000b0000000001080007000000001d";
+
+    #[test]
+    fn decodes_a_captured_entry() {
+        let e = decode_entry(msg_type(IPCTNL_MSG_CT_NEW), &hex(UDP_DNAT))
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.l4proto, 17);
+        assert_eq!((e.orig_dst, e.orig_dport), ("10.96.0.10".parse().unwrap(), 53));
+        assert_eq!((e.reply_src, e.reply_sport), ("10.244.1.2".parse().unwrap(), 53));
+        assert!(e.dst_nat());
+    }
+
+    #[test]
+    fn cut_entries_never_panic() {
+        let b = hex(UDP_DNAT);
+        for cut in 0..b.len() {
+            let _ = decode_entry(msg_type(IPCTNL_MSG_CT_NEW), &b[..cut]);
+            fuzz_decode(&b[..cut]);
+        }
+    }
+
+    #[test]
+    fn dump_streams_and_rechecks_filters() {
+        let good = hex(UDP_DNAT);
+        let plain = hex(UDP_NO_NAT);
+        assert!(!decode_entry(msg_type(IPCTNL_MSG_CT_NEW), &plain)
+            .unwrap()
+            .unwrap()
+            .dst_nat());
+        let ty = msg_type(IPCTNL_MSG_CT_NEW);
+        let conn = Fake::new(move |sent| {
+            assert_eq!(sent.family, 2);
+            assert!(sent
+                .attrs
+                .iter()
+                .any(|(k, v)| *k == CTA_STATUS_MASK && v == &IPS_DST_NAT.to_be_bytes()));
+            vec![Ok([
+                msg(ty, super::super::NLM_F_MULTI, sent.seq, &good),
+                msg(ty, super::super::NLM_F_MULTI, sent.seq, &plain),
+                done(sent.seq),
+            ]
+            .concat())]
+        });
+        let mut seen = Vec::new();
+        let st = dump(
+            conn,
+            Instant::now() + std::time::Duration::from_secs(5),
+            2,
+            Some(17),
+            |e| seen.push(*e),
+        )
+        .unwrap();
+        assert_eq!(st.messages, 2);
+        assert_eq!(seen.len(), 1, "the entry without DST_NAT is not given");
+    }
+}
