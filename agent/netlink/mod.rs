@@ -17,7 +17,7 @@
 //! Netlink answers for the network namespace of the socket, i.e. the agent's
 //! own: probes use it only when `--host-root` is `/` (not on fixture nodes).
 //! A request to a netfilter subsystem autoloads its kernel module, so callers
-//! ask [`module_gate`] first and send nothing when the module is not there.
+//! ask `probe::modules::tool_would_load` first and send nothing when the module is not there.
 
 pub mod ct_dump;
 pub mod ctnetlink;
@@ -26,8 +26,6 @@ pub mod nft_count;
 pub mod nft_expr;
 
 use std::time::Instant;
-
-use crate::host::Host;
 
 /// `NETLINK_NETFILTER`, the protocol of nfnetlink (nf_tables, ctnetlink).
 pub const NETLINK_NETFILTER: isize = 12;
@@ -582,63 +580,6 @@ fn handle(data: &[u8], seq: u32, each: &mut impl FnMut(Part<'_>) -> Result<(), N
     Ok(false)
 }
 
-// ---------------------------------------------------------------------------
-// Never load a module.
-
-/// Whether a netlink request to `module`'s subsystem may be sent without
-/// making the kernel load it. Such a request autoloads the module (so do
-/// `nft` and `iptables-nft-save`): on a node where it is not loaded, the
-/// backend is absent and nothing must be sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Gate {
-    /// Loaded or built in (`/sys/module/NAME`, `/proc/modules` or `modules.builtin` says so).
-    Present(&'static str),
-    /// The kernel has no module support (`/proc/modules` absent, CONFIG_MODULES=n):
-    /// nothing can be loaded, so asking is safe; the subsystem is built in or absent.
-    NoModules,
-    /// Modules are supported and this one is neither loaded nor built in.
-    NotLoaded,
-}
-
-impl Gate {
-    pub fn may_send(&self) -> bool {
-        *self != Gate::NotLoaded
-    }
-}
-
-/// Looks under the host root. Built-in modules without parameters (nf_tables
-/// and nf_conntrack_netlink on this project's test kernel) have no
-/// `/sys/module` entry, hence the other sources.
-pub fn module_gate(host: &Host, module: &str) -> Gate {
-    if host.exists(&format!("/sys/module/{module}")) {
-        return Gate::Present("/sys/module");
-    }
-    let Ok(Some(modules)) = host.read_optional("/proc/modules") else {
-        return Gate::NoModules;
-    };
-    if modules.lines().any(|l| l.split_whitespace().next() == Some(module)) {
-        return Gate::Present("/proc/modules");
-    }
-    let release = host
-        .read_optional("/proc/sys/kernel/osrelease")
-        .ok()
-        .flatten()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty() && !s.contains('/'));
-    if let Some(rel) = release {
-        if let Ok(Some(builtin)) = host.read_optional(&format!("/lib/modules/{rel}/modules.builtin")) {
-            let file = format!("{module}.ko");
-            if builtin
-                .lines()
-                .any(|l| l.trim().rsplit('/').next().is_some_and(|b| b.replace('-', "_") == file))
-            {
-                return Gate::Present("modules.builtin");
-            }
-        }
-    }
-    Gate::NotLoaded
-}
-
 #[cfg(test)]
 pub(crate) mod testing {
     //! A scripted kernel for the readers' tests: each request gets the
@@ -905,28 +846,5 @@ mod tests {
             .dump(&mut Request::new(0x0a04, NLM_F_DUMP, 2), |_| Ok(()))
             .unwrap_err();
         assert!(e.is_not_found(), "{e}");
-    }
-
-    #[test]
-    fn module_gate_never_guesses_loaded() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = Host::new(dir.path());
-        // No /proc/modules: a kernel without module support; nothing can be loaded.
-        assert_eq!(module_gate(&host, "nf_tables"), Gate::NoModules);
-        std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
-        std::fs::write(dir.path().join("proc/modules"), "ip_tables 36864 0 - Live 0x0\n").unwrap();
-        assert_eq!(module_gate(&host, "nf_tables"), Gate::NotLoaded);
-        assert!(!module_gate(&host, "nf_tables").may_send());
-        assert_eq!(module_gate(&host, "ip_tables"), Gate::Present("/proc/modules"));
-        std::fs::write(dir.path().join("proc/sys/kernel/osrelease"), "6.1.0\n").unwrap();
-        std::fs::create_dir_all(dir.path().join("lib/modules/6.1.0")).unwrap();
-        std::fs::write(
-            dir.path().join("lib/modules/6.1.0/modules.builtin"),
-            "kernel/net/netfilter/nf_tables.ko\n",
-        )
-        .unwrap();
-        assert_eq!(module_gate(&host, "nf_tables"), Gate::Present("modules.builtin"));
-        std::fs::create_dir_all(dir.path().join("sys/module/nf_conntrack_netlink")).unwrap();
-        assert_eq!(module_gate(&host, "nf_conntrack_netlink"), Gate::Present("/sys/module"));
     }
 }

@@ -251,8 +251,8 @@ pub const CTNETLINK: &str = "ctnetlink";
 /// The per-CPU statistics over ctnetlink; None when nf_conntrack_netlink is
 /// not loaded (asking would load it).
 fn read_ctnetlink(host: &Host, deadline: std::time::Instant) -> Result<Option<BTreeMap<String, u64>>, ProbeError> {
-    use crate::netlink::{ctnetlink, module_gate, Socket, NETLINK_NETFILTER};
-    if !module_gate(host, "nf_conntrack_netlink").may_send() {
+    use crate::netlink::{ctnetlink, Socket, NETLINK_NETFILTER};
+    if super::modules::tool_would_load(host, "nf_conntrack_netlink") {
         return Ok(None);
     }
     let stats = Socket::open(NETLINK_NETFILTER)

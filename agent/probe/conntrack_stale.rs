@@ -32,7 +32,7 @@ use super::service_endpoints::{
 };
 use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::netlink::nft::Family;
-use crate::netlink::{self, ct_dump, nft_count, NlError, Socket, NETLINK_NETFILTER};
+use crate::netlink::{ct_dump, nft_count, NlError, Socket, NETLINK_NETFILTER};
 
 /// Distinct (service, dead endpoint) pairs counted one by one.
 pub const MAX_GROUPS: usize = 10_000;
@@ -226,7 +226,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
     let at = deadline.at();
     super::blocking(ProbeName::ConntrackStale, move || {
         for module in ["nf_conntrack_netlink", "nf_tables"] {
-            if !netlink::module_gate(&host, module).may_send() {
+            if super::modules::tool_would_load(&host, module) {
                 return Ok(Probed::Absent(format!(
                     "{module} is not loaded (nothing sent, so nothing loaded)"
                 )));

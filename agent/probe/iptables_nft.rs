@@ -23,7 +23,7 @@ use super::Memory;
 use super::{Deadline, ProbeContext, ProbeError, ProbeName};
 use crate::netlink::nft::{Chain, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Plan, Tally};
-use crate::netlink::{self, NlError, Socket, NETLINK_NETFILTER};
+use crate::netlink::{NlError, Socket, NETLINK_NETFILTER};
 
 /// The tables iptables-nft-save prints (the xtables tables); other tables of
 /// the family (kube-proxy's `kube-proxy`, a firewall's own) are not read.
@@ -212,7 +212,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, Probe
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
     let started = Instant::now();
     let (nft, legacy, counted) = super::blocking(ProbeName::Iptables, move || {
-        let nft = netlink::module_gate(&host, "nf_tables").may_send();
+        let nft = !super::modules::tool_would_load(&host, "nf_tables");
         let mut legacy = Vec::new();
         for (_, _, _, names) in FAMILIES {
             let text = host.read_optional(names)?.unwrap_or_default();

@@ -536,7 +536,7 @@ pub async fn probe(
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
     let started = std::time::Instant::now();
     let counted = super::blocking(ProbeName::Nftables, move || {
-        if !crate::netlink::module_gate(&host, "nf_tables").may_send() {
+        if super::modules::tool_would_load(&host, "nf_tables") {
             return Ok(None);
         }
         count_tables(&memory, at).map(Some)
