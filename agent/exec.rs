@@ -80,10 +80,18 @@ pub fn on_path(program: &str) -> bool {
         .any(|d| std::fs::metadata(d.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
-/// Runs commands with a bound on how many run at once.
+/// A captured command's stdout is held whole in memory, so it is capped at
+/// most here whatever `--exec.max-output-bytes` says: a quarter of the
+/// DaemonSet's 64Mi memory limit. Streamed commands (the iptables saves) hold
+/// one line at a time and keep the flag's cap.
+pub const MAX_CAPTURE_BYTES: u64 = 16 << 20;
+
+/// Runs commands with a bound on how many run at once, and at most one
+/// rule-set dump at a time (each can cost the node hundreds of MiB and seconds).
 #[derive(Debug, Clone)]
 pub struct Runner {
     slots: Arc<Semaphore>,
+    dumps: Arc<Semaphore>,
 }
 
 /// One command to run.
@@ -96,6 +104,8 @@ pub struct CommandSpec {
     pub max_output_bytes: u64,
     /// What a permission error usually means for this command, e.g. "needs CAP_NET_ADMIN".
     pub permission_hint: &'static str,
+    /// A rule-set dump (iptables-save, nft list, ipvsadm): one at a time.
+    pub dump: bool,
 }
 
 impl CommandSpec {
@@ -106,7 +116,14 @@ impl CommandSpec {
             timeout: Duration::from_secs(10),
             max_output_bytes: 64 << 20,
             permission_hint: "run as root",
+            dump: false,
         }
+    }
+
+    /// Marks the command as a rule-set dump: it waits for any other dump to end.
+    pub fn dump(mut self) -> Self {
+        self.dump = true;
+        self
     }
 
     pub fn timeout(mut self, t: Duration) -> Self {
@@ -195,6 +212,7 @@ impl Runner {
     pub fn new(max_children: usize) -> Self {
         Runner {
             slots: Arc::new(Semaphore::new(max_children.max(1))),
+            dumps: Arc::new(Semaphore::new(1)),
         }
     }
 
@@ -205,6 +223,11 @@ impl Runner {
     where
         F: FnMut(&str) -> Result<(), String>,
     {
+        // A dump waits for the other dumps before it takes a child slot.
+        let _dump = match spec.dump {
+            true => Some(self.dumps.acquire().await.expect("semaphore never closed")),
+            false => None,
+        };
         let _slot = self.slots.acquire().await.expect("semaphore never closed");
         let command = spec.display();
         let mut cmd = Command::new(&spec.program);
@@ -295,10 +318,15 @@ impl Runner {
     }
 
     /// Runs `spec` and returns its whole stdout (bounded by the spec's cap).
+    /// Like [`Runner::run_lines`], keeping stdout whole; its cap is at most [`MAX_CAPTURE_BYTES`].
     pub async fn run_capture(&self, spec: &CommandSpec) -> Result<(String, Finished), ExecError> {
         let mut text = String::new();
+        let capped = CommandSpec {
+            max_output_bytes: spec.max_output_bytes.min(MAX_CAPTURE_BYTES),
+            ..spec.clone()
+        };
         let fin = self
-            .run_lines(spec, |line| {
+            .run_lines(&capped, |line| {
                 text.push_str(line);
                 text.push('\n');
                 Ok(())
@@ -488,6 +516,54 @@ mod tests {
         let spec = sh("yes proxywatch").max_output_bytes(100_000);
         let err = r.run_capture(&spec).await.unwrap_err();
         assert!(matches!(err, ExecError::OutputTooLarge { limit: 100_000, .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn captured_output_is_capped_far_below_the_pod_limit() {
+        // A cap above MAX_CAPTURE_BYTES is lowered to it for a command held whole in memory...
+        let r = Runner::default();
+        let spec = sh("yes proxywatch").max_output_bytes(1 << 30);
+        let err = r.run_capture(&spec).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ExecError::OutputTooLarge {
+                    limit: MAX_CAPTURE_BYTES,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // ...not for a streamed one, which holds one line at a time.
+        let mut bytes = 0u64;
+        let fin = r
+            .run_lines(
+                &sh("head -c 20000000 /dev/zero | tr '\\0' 'x' | fold -w 1000").max_output_bytes(1 << 30),
+                |l| {
+                    bytes += l.len() as u64 + 1;
+                    Ok(())
+                },
+            )
+            .await
+            .unwrap();
+        assert!(fin.status.success());
+        assert!(bytes > MAX_CAPTURE_BYTES, "{bytes}");
+    }
+
+    #[tokio::test]
+    async fn one_rule_set_dump_at_a_time() {
+        // Each dump records its start and end; with four child slots, dumps must still not overlap.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let r = Runner::new(4);
+        let script = format!("echo start >> {0}; sleep 0.2; echo end >> {0}", log.display());
+        let runs = (0..3).map(|_| {
+            let (r, spec) = (r.clone(), sh(&script).dump());
+            async move { r.run_capture(&spec).await.unwrap() }
+        });
+        futures_util::future::join_all(runs).await;
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(text, "start\nend\n".repeat(3), "dumps overlapped");
     }
 
     #[tokio::test]

@@ -601,6 +601,7 @@ pub(crate) async fn run_save(
 ) -> Result<SaveRun, super::ProbeError> {
     // Never `-t TABLE`: a legacy save with -t creates the table it names.
     let spec = crate::exec::CommandSpec::new(command, &[])
+        .dump()
         .timeout(deadline.remaining())
         .max_output_bytes(ctx.max_output_bytes)
         .permission_hint("needs CAP_NET_ADMIN (and CAP_NET_RAW for the legacy backend)");

@@ -593,6 +593,7 @@ async fn probe_with_nft(
     let mut tables = Vec::new();
     for family in ["ip", "ip6"] {
         let spec = crate::exec::CommandSpec::new("nft", &["list", "table", family, TABLE])
+            .dump()
             .timeout(deadline.remaining())
             .max_output_bytes(ctx.max_output_bytes)
             .permission_hint(hint);

@@ -412,6 +412,7 @@ fn read_proc(host: &Host, with_table: bool) -> Result<Probed<ProcFiles>, ProbeEr
 async fn run_ipvsadm(ctx: &ProbeContext, deadline: Deadline) -> Result<Vec<VirtualServer>, ProbeError> {
     let (runner, max_output_bytes) = (&ctx.runner, ctx.max_output_bytes);
     let list = CommandSpec::new("ipvsadm", &["-Ln"])
+        .dump()
         .timeout(deadline.remaining())
         .max_output_bytes(max_output_bytes)
         .permission_hint("needs CAP_NET_ADMIN");
@@ -419,6 +420,7 @@ async fn run_ipvsadm(ctx: &ProbeContext, deadline: Deadline) -> Result<Vec<Virtu
     ExecError::check_status(&list, &fin)?;
     let mut services = parse_ipvsadm_list("ipvsadm -Ln", &text)?;
     let st = CommandSpec::new("ipvsadm", &["-Ln", "--stats", "--exact"])
+        .dump()
         .timeout(deadline.remaining())
         .max_output_bytes(max_output_bytes)
         .permission_hint("needs CAP_NET_ADMIN");
