@@ -984,6 +984,38 @@ fn legacy_only_node_keeps_nf_tables_unloaded() {
     assert_no_module_loaded(&vm, &["after-check", "after-serve"], &["nf_tables", "nfnetlink"]);
 }
 
+#[test]
+fn ipvs_virtual_servers_left_after_a_rollback_to_iptables_are_leftovers() {
+    let Some(vm) = Vm::boot("ipvs-leftover") else {
+        return;
+    };
+    vm.ok("setup");
+    // Ground truth: the virtual servers ipvsadm lists.
+    let virtual_servers = vm
+        .ok("ipvsadm")
+        .lines()
+        .filter(|l| l.starts_with("TCP ") || l.starts_with("UDP "))
+        .count() as u64;
+    assert_eq!(virtual_servers, 2, "{}", vm.ok("ipvsadm"));
+    let doc = vm.report("check.json");
+    // No kube-ipvs0 and kube-proxy's iptables rules with its canary: the node runs iptables mode.
+    assert_eq!(doc["proxy_mode"]["mode"], "iptables", "{:#}", doc["proxy_mode"]);
+    let f = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "proxy_mode_leftovers")
+        .unwrap_or_else(|| panic!("no proxy_mode_leftovers: {:#}", doc["findings"]));
+    assert_eq!(f["severity"], "warning", "{f:#}");
+    let items = f["evidence"]["leftovers"].as_array().unwrap();
+    let ipvs = items
+        .iter()
+        .find(|i| i["what"] == "IPVS virtual servers")
+        .unwrap_or_else(|| panic!("{items:#?}"));
+    assert_eq!(ipvs["count"], virtual_servers, "{items:#?}");
+    assert!(vm.text_report("check.text").contains("proxy_mode_leftovers"));
+}
+
 /// `-A` lines of one table in an iptables-save text.
 fn rules_in(save: &str, table: &str) -> u64 {
     let mut current = "";

@@ -27,7 +27,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-SCENARIOS=(ipvs ipvs-unloaded legacy-only)
+SCENARIOS=(ipvs ipvs-unloaded legacy-only ipvs-leftover)
 
 die() {
     echo "vm.sh: $*" >&2

@@ -345,3 +345,18 @@ COMMIT
 EOF
 }
 
+# After a rollback from IPVS to iptables mode: kube-proxy's iptables rules are back
+# (the legacy backend, as in legacy-only), the IPVS mode's virtual servers stay.
+scenario_ipvs_leftover() {
+    block setup ipvs_leftover_setup
+    block ipvsadm $IPVSADM -Ln
+    check check
+}
+
+ipvs_leftover_setup() {
+    legacy_setup >/dev/null || return 1
+    load ip_vs ip_vs_rr || return 1
+    $IPVSADM -A -t 10.96.0.10:80 -s rr &&
+        $IPVSADM -a -t 10.96.0.10:80 -r 10.244.0.5:80 -m &&
+        $IPVSADM -A -u 10.96.0.10:53 -s rr
+}
