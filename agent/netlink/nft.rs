@@ -240,20 +240,8 @@ impl<'a> Rule<'a> {
         let Some(list) = self.expressions else {
             return Ok(false);
         };
-        for elem in list.nested() {
-            let elem = elem?;
-            if elem.kind != NFTA_LIST_ELEM {
-                continue;
-            }
-            let (mut name, mut data) = (None, None);
-            for a in elem.nested() {
-                let a = a?;
-                match a.kind {
-                    NFTA_EXPR_NAME => name = Some(a.str()?),
-                    NFTA_EXPR_DATA => data = Some(a),
-                    _ => {}
-                }
-            }
+        for expr in expressions(list) {
+            let (name, data) = expr?;
             if name != Some("immediate") {
                 continue;
             }
@@ -265,6 +253,36 @@ impl<'a> Rule<'a> {
         }
         Ok(false)
     }
+}
+
+/// The expressions of a rule's NFTA_RULE_EXPRESSIONS list, in order: each
+/// one's name and its data attribute (either may be missing in a malformed rule).
+pub fn expressions<'a>(
+    list: Attr<'a>,
+) -> impl Iterator<Item = Result<(Option<&'a str>, Option<Attr<'a>>), NlError>> + 'a {
+    list.nested().filter_map(|elem| {
+        let elem = match elem {
+            Ok(e) if e.kind != NFTA_LIST_ELEM => return None,
+            Ok(e) => e,
+            Err(e) => return Some(Err(e)),
+        };
+        let (mut name, mut data) = (None, None);
+        for a in elem.nested() {
+            let a = match a {
+                Ok(a) => a,
+                Err(e) => return Some(Err(e)),
+            };
+            match a.kind {
+                NFTA_EXPR_NAME => match a.str() {
+                    Ok(s) => name = Some(s),
+                    Err(e) => return Some(Err(e)),
+                },
+                NFTA_EXPR_DATA => data = Some(a),
+                _ => {}
+            }
+        }
+        Some(Ok((name, data)))
+    })
 }
 
 /// The chain of an immediate's jump or goto verdict, if that is what it holds.

@@ -25,9 +25,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::nft::{Family, Rule};
 use super::{Attr, NlError};
 
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_DATA_VERDICT: u16 = 2;
 const NFTA_VERDICT_CODE: u16 = 1;
@@ -171,21 +168,8 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
         regs.retain(|(n, _)| *n != r);
         regs.push((r, v));
     };
-    for elem in list.nested() {
-        let elem = elem?;
-        if elem.kind != NFTA_LIST_ELEM {
-            continue;
-        }
-        let (mut name, mut data) = (None, None);
-        for a in elem.nested() {
-            let a = a?;
-            match a.kind {
-                NFTA_EXPR_NAME => name = Some(a.str()?),
-                NFTA_EXPR_DATA => data = Some(a),
-                _ => {}
-            }
-        }
-        let (Some(name), Some(data)) = (name, data) else {
+    for expr in super::nft::expressions(list) {
+        let (Some(name), Some(data)) = expr? else {
             continue;
         };
         // Attributes of the expression by type (all are small).
