@@ -15,7 +15,7 @@
 //! 1. With the manifest's context, every probe reports what it reports as full root on
 //!    the same namespace (ok where its source exists, ipvs absent: no IPVS here) and the
 //!    same rule counts.
-//! 2. Without NET_ADMIN, the iptables and nftables probes fail with an error naming
+//! 2. Without NET_ADMIN, the iptables, nftables and conntrack_stale probes (netlink) fail with an error naming
 //!    CAP_NET_ADMIN, and every other probe reports as before.
 //!
 //! Needs root, `ip`, `unshare`, `setpriv`, `mount`, `conntrack`, `nft`, both
@@ -343,11 +343,13 @@ fn statuses(doc: &Value) -> BTreeMap<String, String> {
 }
 
 /// A fact without its wall times (which differ from run to run).
+/// `v` without what varies between two reads of the same table: wall times and when
+/// (and how) the netlink count was made.
 fn without_durations(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.iter()
-                .filter(|(k, _)| k.as_str() != "duration_seconds")
+                .filter(|(k, _)| !["duration_seconds", "netlink"].contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), without_durations(v)))
                 .collect(),
         ),
@@ -393,11 +395,12 @@ fn the_manifest_security_context_sees_what_root_sees() {
         ("iptables", "ok"),
         ("nftables", "ok"),
         ("kube_proxy", "ok"),
+        ("conntrack_stale", "ok"),
         ("ipvs", "absent"),
     ] {
         assert_eq!(want[probe], status, "{probe} as root: {}", root["probes"][probe]);
     }
-    assert_eq!(want.len(), 8, "{want:?}");
+    assert_eq!(want.len(), proxywatch::probe::PROBES.len(), "{want:?}");
     // Both backends hold the generated rules.
     let counts = rule_counts(&root);
     for backend in ["nft", "legacy"] {
@@ -452,7 +455,8 @@ fn without_net_admin_only_the_netlink_probes_fail_and_say_why() {
     assert_runs_with(&agent, &less);
     for (probe, status) in statuses(&doc) {
         let o = &doc["probes"][&probe];
-        if probe == "iptables" || probe == "nftables" {
+        // The probes that talk nf_tables or ctnetlink over netlink.
+        if ["iptables", "nftables", "conntrack_stale"].contains(&probe.as_str()) {
             assert_eq!(status, "failed", "{probe} without NET_ADMIN: {o}");
             let err = o["error"].as_str().unwrap();
             assert!(
@@ -469,7 +473,7 @@ fn without_net_admin_only_the_netlink_probes_fail_and_say_why() {
         .iter()
         .find(|f| f["id"] == "probe_failed")
         .unwrap_or_else(|| panic!("no probe_failed: {}", doc["findings"]));
-    for probe in ["iptables", "nftables"] {
+    for probe in ["iptables", "nftables", "conntrack_stale"] {
         assert!(failed["evidence"][probe].is_string(), "{failed:#}");
     }
     agent.stop_cleanly();
