@@ -93,14 +93,6 @@ fn poll<T>(agent: &Agent, what: &str, want: impl Fn(&Value) -> Result<T, String>
     );
 }
 
-/// The value of one series (`name{labels}` exactly as rendered) in Prometheus text.
-fn series(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.rsplit_once(' ').filter(|(n, _)| *n == name))
-        .map(|(_, v)| v.parse().unwrap())
-}
-
 fn severity_series(id: &str) -> String {
     format!("proxywatch_finding_severity{{id=\"{id}\"}}")
 }
@@ -110,7 +102,7 @@ fn wait_metric(agent: &Agent, id: &str, level: f64) -> String {
     let start = Instant::now();
     loop {
         let m = agent.get_ok("/metrics");
-        if series(&m, &severity_series(id)) == Some(level) {
+        if common::series(&m, &severity_series(id)) == Some(level) {
             return m;
         }
         assert!(
@@ -174,7 +166,7 @@ fn conntrack_insert_failed_from_a_rising_counter() {
         }
     });
     assert_eq!(
-        series(&agent.get_ok("/metrics"), &severity_series("conntrack_insert_failed")),
+        common::series(&agent.get_ok("/metrics"), &severity_series("conntrack_insert_failed")),
         Some(0.0)
     );
 
@@ -188,7 +180,10 @@ fn conntrack_insert_failed_from_a_rising_counter() {
     assert_eq!(f["severity"], "warning", "{f:#}");
     assert_eq!(f["evidence"]["insert_failed_increase"], 7, "{f:#}");
     let m = wait_metric(&agent, "conntrack_insert_failed", 2.0);
-    assert_eq!(series(&m, "proxywatch_conntrack_stat_insert_failed_total"), Some(7.0));
+    assert_eq!(
+        common::series(&m, "proxywatch_conntrack_stat_insert_failed_total"),
+        Some(7.0)
+    );
     // Only insert_failed moved: no drop finding.
     let doc = snapshot(&agent).unwrap();
     assert!(finding(&doc, "conntrack_drops").is_none(), "{}", doc["findings"]);
@@ -373,7 +368,7 @@ fn iptables_save_slow_from_a_slow_save() {
     );
     assert_eq!(f["evidence"]["warning_at_seconds"], 0.4);
     let m = wait_metric(&agent, "iptables_save_slow", 2.0);
-    let d = series(
+    let d = common::series(
         &m,
         "proxywatch_iptables_save_duration_seconds{backend=\"nft\",family=\"ipv4\"}",
     );

@@ -10,11 +10,9 @@
 //! The probes other than kube_proxy read the healthy fixture node, so nothing else fires.
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -24,108 +22,35 @@ fn nodes() -> PathBuf {
     common::fixtures().join("nodes")
 }
 
-fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let bad = || std::io::Error::other("bad response");
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        return Ok((status, body.to_string()));
-    }
-    let (mut rest, mut out) = (body, String::new());
-    loop {
-        let (size, after) = rest.split_once("\r\n").ok_or_else(bad)?;
-        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad())?;
-        if size == 0 {
-            return Ok((status, out));
-        }
-        out.push_str(after.get(..size).ok_or_else(bad)?);
-        rest = after.get(size + 2..).ok_or_else(bad)?;
-    }
+/// `proxywatch serve` on `host_root` with nothing listening on kube-proxy's ports.
+fn serve(host_root: &Path, extra: &[&str]) -> common::Agent {
+    common::Serve::new()
+        .env_clear()
+        .args(["--node-name", "fixture", "--host-root"])
+        .arg(host_root)
+        .args(common::NO_KUBE_PROXY)
+        .args(["--kube-proxy.interval", "300ms"])
+        .args(extra)
+        .no_wait()
+        .start()
 }
 
-/// `proxywatch serve` with nothing listening on kube-proxy's ports; killed on drop.
-struct Agent {
-    child: Child,
-    port: u16,
+/// `/metrics`, which must answer 200.
+fn metrics(agent: &common::Agent) -> String {
+    agent.get_ok("/metrics")
 }
 
-impl Agent {
-    fn serve(host_root: &Path, extra: &[&str]) -> Agent {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(common::binary())
-            .env_clear()
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--node-name",
-                "fixture",
-            ])
-            .arg("--host-root")
-            .arg(host_root)
-            .args(common::NO_KUBE_PROXY)
-            .args(["--kube-proxy.interval", "300ms"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start proxywatch serve");
-        Agent { child, port }
-    }
-
-    fn snapshot(&self) -> Result<Value, String> {
-        match http_get(self.port, "/snapshot").map_err(|e| e.to_string())? {
-            (200, body) => serde_json::from_str(&body).map_err(|e| e.to_string()),
-            (code, _) => Err(format!("HTTP {code}")),
-        }
-    }
-
-    fn metrics(&self) -> String {
-        match http_get(self.port, "/metrics") {
-            Ok((200, body)) => body,
-            other => panic!("/metrics: {other:?}"),
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn poll<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let start = Instant::now();
-    loop {
-        match f() {
-            Ok(t) => return t,
-            Err(last) if start.elapsed() > DEADLINE => panic!("{what}: not reached in {DEADLINE:?}; last: {last}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
+/// Calls `f` until it returns Ok, at most DEADLINE; panics with its last Err.
+fn poll<T>(what: &str, f: impl FnMut() -> Result<T, String>) -> T {
+    common::poll(what, DEADLINE, f)
 }
 
 fn finding<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
     doc["findings"].as_array()?.iter().find(|f| f["id"] == id)
 }
 
-fn series(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.rsplit_once(' ').filter(|(n, _)| *n == name))
-        .and_then(|(_, v)| v.parse().ok())
-}
-
 /// Polls until `kube_proxy_cpu_throttled` is a warning; returns the snapshot.
-fn throttled(agent: &Agent) -> Value {
+fn throttled(agent: &common::Agent) -> Value {
     poll("kube_proxy_cpu_throttled", || {
         let d = agent.snapshot()?;
         match finding(&d, "kube_proxy_cpu_throttled") {
@@ -147,7 +72,7 @@ fn throttling_over_the_window_from_a_private_namespace_fixture() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join(name);
     common::copy_tree(&nodes().join(name), &root);
-    let agent = Agent::serve(&root, &[]);
+    let agent = serve(&root, &[]);
     // The first reading: kube-proxy's cgroup found, no window yet.
     let doc = poll("the first cgroup reading", || {
         let d = agent.snapshot()?;
@@ -207,26 +132,29 @@ fn throttling_over_the_window_from_a_private_namespace_fixture() {
     assert_eq!(f["evidence"]["throttled_ratio"].as_f64(), Some(0.4));
     assert_eq!(f["evidence"]["cpu_limit_cores"].as_f64(), Some(0.2));
     let m = poll("the throttling metrics", || {
-        let m = agent.metrics();
-        (series(&m, "proxywatch_kube_proxy_cpu_throttled_ratio") == Some(0.4))
+        let m = metrics(&agent);
+        (common::series(&m, "proxywatch_kube_proxy_cpu_throttled_ratio") == Some(0.4))
             .then(|| m.clone())
             .ok_or(m)
     });
     assert_eq!(
-        series(&m, "proxywatch_finding_severity{id=\"kube_proxy_cpu_throttled\"}"),
+        common::series(&m, "proxywatch_finding_severity{id=\"kube_proxy_cpu_throttled\"}"),
         Some(2.0)
     );
-    assert_eq!(series(&m, "proxywatch_kube_proxy_cgroup_cpu_limit_cores"), Some(0.2));
     assert_eq!(
-        series(&m, "proxywatch_kube_proxy_cgroup_memory_limit_bytes"),
+        common::series(&m, "proxywatch_kube_proxy_cgroup_cpu_limit_cores"),
+        Some(0.2)
+    );
+    assert_eq!(
+        common::series(&m, "proxywatch_kube_proxy_cgroup_memory_limit_bytes"),
         Some(134_217_728.0)
     );
     assert_eq!(
-        series(&m, "proxywatch_kube_proxy_cgroup_cpu_periods_total"),
+        common::series(&m, "proxywatch_kube_proxy_cgroup_cpu_periods_total"),
         Some((field("nr_periods") + 100) as f64)
     );
     // Warnings only: the node stays ready.
-    assert_eq!(series(&m, "proxywatch_node_ready"), Some(1.0));
+    assert_eq!(common::series(&m, "proxywatch_node_ready"), Some(1.0));
 }
 
 // ---------------------------------------------------------------------------
@@ -337,7 +265,7 @@ fn a_real_cgroup_throttles_a_busy_kube_proxy() {
     common::copy_tree(&nodes().join("healthy-iptables"), node.path());
     std::fs::copy("/proc/stat", node.path().join("proc/stat")).unwrap();
     std::os::unix::fs::symlink(format!("/proc/{pid}"), node.path().join(format!("proc/{pid}"))).unwrap();
-    let agent = Agent::serve(node.path(), &["--host-cgroup-root", "/sys/fs/cgroup"]);
+    let agent = serve(node.path(), &["--host-cgroup-root", "/sys/fs/cgroup"]);
 
     let doc = throttled(&agent);
     let p = &doc["facts"]["kube_proxy"]["process"];

@@ -146,129 +146,43 @@ fn closed_url() -> String {
 // ---------------------------------------------------------------------------
 // The agent.
 
-fn http_get(port: u16, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let bad = || std::io::Error::other(format!("bad response {:?}", &text[..text.len().min(200)]));
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        return Ok((status, body.to_string()));
-    }
-    let (mut rest, mut out) = (body, String::new());
-    loop {
-        let (size, after) = rest.split_once("\r\n").ok_or_else(bad)?;
-        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad())?;
-        if size == 0 {
-            return Ok((status, out));
-        }
-        out.push_str(after.get(..size).ok_or_else(bad)?);
-        rest = after.get(size + 2..).ok_or_else(bad)?;
-    }
+/// `proxywatch serve` on `host_root`, kube-proxy at the given URLs, no command on PATH.
+fn serve(host_root: &Path, metrics_url: &str, healthz_url: &str, extra: &[&str]) -> (common::Agent, tempfile::TempDir) {
+    let empty = tempfile::tempdir().unwrap();
+    let agent = common::Serve::new()
+        .env_clear()
+        .env("PATH", empty.path())
+        .args(["--node-name", "fixture", "--host-root"])
+        .arg(host_root)
+        .args(["--kube-proxy.metrics-url", metrics_url])
+        .args(["--kube-proxy.healthz-url", healthz_url])
+        .args(extra)
+        .no_wait()
+        .start();
+    (agent, empty)
 }
 
-/// `proxywatch serve` on a free loopback port; killed and reaped on drop.
-struct Agent {
-    child: Child,
-    port: u16,
-    stderr: PathBuf,
-    _dir: tempfile::TempDir,
+/// Peak resident set size (VmHWM) of the agent, in bytes.
+fn peak_rss(agent: &common::Agent) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.pid())).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status");
+    kb * 1024
 }
 
-impl Agent {
-    fn serve(host_root: &Path, metrics_url: &str, healthz_url: &str, extra: &[&str]) -> Agent {
-        let dir = tempfile::tempdir().unwrap();
-        let stderr = dir.path().join("stderr");
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(common::binary())
-            .env_clear()
-            .env("PATH", dir.path())
-            .arg("serve")
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--node-name", "fixture"])
-            .arg("--host-root")
-            .arg(host_root)
-            .args(["--kube-proxy.metrics-url", metrics_url])
-            .args(["--kube-proxy.healthz-url", healthz_url])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("start proxywatch serve");
-        Agent {
-            child,
-            port,
-            stderr,
-            _dir: dir,
-        }
-    }
-
-    fn get(&mut self, path: &str) -> Result<(u16, String), String> {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!(
-                "proxywatch serve exited ({status}):\n{}",
-                std::fs::read_to_string(&self.stderr).unwrap_or_default()
-            );
-        }
-        http_get(self.port, path, Duration::from_secs(5)).map_err(|e| format!("GET {path}: {e}"))
-    }
-
-    fn snapshot(&mut self) -> Result<Value, String> {
-        match self.get("/snapshot")? {
-            (200, body) => serde_json::from_str(&body).map_err(|e| format!("/snapshot: {e}")),
-            (code, _) => Err(format!("/snapshot: HTTP {code}")),
-        }
-    }
-
-    /// Peak resident set size (VmHWM) of the agent, in bytes.
-    fn peak_rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/<pid>/status");
-        kb * 1024
-    }
-
-    fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-        assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
-    }
+/// Stops the agent; nothing in its log may say it panicked.
+fn stop(agent: common::Agent) {
+    let log = agent.log();
+    agent.stop();
+    assert!(!log.contains("panicked"), "panic:\n{log}");
 }
 
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn poll<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let start = Instant::now();
-    loop {
-        match f() {
-            Ok(t) => return t,
-            Err(last) if start.elapsed() > DEADLINE => {
-                panic!("{what}: not reached within {DEADLINE:?}; last seen: {last}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
-}
-
-fn series(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.rsplit_once(' ').filter(|(n, _)| *n == name))
-        .and_then(|(_, v)| v.parse().ok())
+/// Calls `f` until it returns Ok, at most DEADLINE; panics with its last Err.
+fn poll<T>(what: &str, f: impl FnMut() -> Result<T, String>) -> T {
+    common::poll(what, DEADLINE, f)
 }
 
 fn findings(doc: &Value) -> &Vec<Value> {
@@ -295,7 +209,7 @@ struct Watcher {
 }
 
 impl Watcher {
-    fn start(port: u16) -> Watcher {
+    fn start(addr: SocketAddr) -> Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let handle = {
             let stop = stop.clone();
@@ -303,10 +217,10 @@ impl Watcher {
                 let (mut slowest, mut failures, mut answers) = (Duration::ZERO, Vec::new(), 0u32);
                 while !stop.load(Ordering::SeqCst) {
                     let t = Instant::now();
-                    match http_get(port, "/metrics", Duration::from_secs(10)) {
+                    match common::http_get(addr, "/metrics") {
                         Ok((200, body)) if body.contains("proxywatch_node_ready") => answers += 1,
                         Ok((code, _)) => failures.push(format!("HTTP {code}")),
-                        Err(e) => failures.push(e.to_string()),
+                        Err(e) => failures.push(e),
                     }
                     slowest = slowest.max(t.elapsed());
                     std::thread::sleep(Duration::from_millis(100));
@@ -399,7 +313,7 @@ fn run_hostile(what: &str, body: Vec<u8>) -> Outcome {
     let fake = FakeKubeProxy::start();
     fake.set("/metrics", 200, body);
     let url = fake.url();
-    let mut agent = Agent::serve(
+    let (agent, _path) = serve(
         &healthy_node(),
         &url,
         &url,
@@ -417,7 +331,7 @@ fn run_hostile(what: &str, body: Vec<u8>) -> Outcome {
         (200, _) => Ok(()),
         (code, _) => Err(format!("HTTP {code}")),
     });
-    let watcher = Watcher::start(agent.port);
+    let watcher = Watcher::start(agent.addr());
     let mut runs: Vec<(f64, f64, String)> = Vec::new();
     let started = Instant::now();
     while runs.len() < 3 && started.elapsed() < DEADLINE {
@@ -442,7 +356,7 @@ fn run_hostile(what: &str, body: Vec<u8>) -> Outcome {
         slowest_metrics,
         metrics_failures,
         metrics_answers,
-        peak_rss: agent.peak_rss(),
+        peak_rss: peak_rss(&agent),
     };
     eprintln!(
         "{what} ({size} bytes): {} failed kube-proxy runs, longest {:?}, error {} bytes: {:?}; \
@@ -456,7 +370,7 @@ fn run_hostile(what: &str, body: Vec<u8>) -> Outcome {
         outcome.metrics_failures.len(),
         outcome.peak_rss as f64 / (1 << 20) as f64
     );
-    agent.stop();
+    stop(agent);
     outcome
 }
 
@@ -666,7 +580,7 @@ fn a_process_named_kube_proxy_that_serves_nothing_is_not_critical() {
     let impostor = Impostor::start(&binary);
     let node = node_with_processes(&[impostor.pid()]);
     let closed = closed_url();
-    let mut agent = Agent::serve(node.path(), &closed, &closed, &["--kube-proxy.interval", "300ms"]);
+    let (agent, _path) = serve(node.path(), &closed, &closed, &["--kube-proxy.interval", "300ms"]);
     let doc = poll("the impostor seen", || {
         let d = agent.snapshot()?;
         let kp = &d["facts"]["kube_proxy"];
@@ -681,14 +595,18 @@ fn a_process_named_kube_proxy_that_serves_nothing_is_not_critical() {
     assert_eq!(doc["facts"]["kube_proxy"]["process"]["identity"], "unconfirmed");
     let (code, metrics) = agent.get("/metrics").unwrap();
     assert_eq!(code, 200);
-    assert_eq!(series(&metrics, "proxywatch_node_ready"), Some(1.0), "{metrics}");
     assert_eq!(
-        series(&metrics, "proxywatch_finding_severity{id=\"kube_proxy_unhealthy\"}"),
+        common::series(&metrics, "proxywatch_node_ready"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        common::series(&metrics, "proxywatch_finding_severity{id=\"kube_proxy_unhealthy\"}"),
         Some(2.0)
     );
     let (code, _) = agent.get("/readyz").unwrap();
     assert_eq!(code, 200, "/readyz");
-    agent.stop();
+    stop(agent);
 }
 
 #[test]

@@ -196,25 +196,8 @@ impl Agent {
 }
 
 /// Calls `f` until it returns Ok, at most DEADLINE; panics with its last Err.
-fn poll<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let start = Instant::now();
-    loop {
-        match f() {
-            Ok(t) => return t,
-            Err(last) if start.elapsed() > DEADLINE => {
-                panic!("{what}: not reached within {DEADLINE:?}; last seen: {last}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
-/// The value of one series (`name{labels}` exactly as rendered) in Prometheus text.
-fn series(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.rsplit_once(' ').filter(|(n, _)| *n == name))
-        .map(|(_, v)| v.parse().unwrap_or_else(|_| panic!("{name}: {v:?}")))
+fn poll<T>(what: &str, f: impl FnMut() -> Result<T, String>) -> T {
+    common::poll(what, DEADLINE, f)
 }
 
 fn finding<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
@@ -294,8 +277,11 @@ fn serve_follows_a_fake_kube_proxy() {
         "p50",
     );
     let m = agent.metrics();
-    assert_eq!(series(&m, "proxywatch_kube_proxy_up"), Some(1.0), "{m}");
-    assert_eq!(series(&m, "proxywatch_kube_proxy_mode{mode=\"iptables\"}"), Some(1.0));
+    assert_eq!(common::series(&m, "proxywatch_kube_proxy_up"), Some(1.0), "{m}");
+    assert_eq!(
+        common::series(&m, "proxywatch_kube_proxy_mode{mode=\"iptables\"}"),
+        Some(1.0)
+    );
 
     // Later reads of the same text: an empty window, no sync finding, ready.
     poll("an empty sync window", || {
@@ -352,10 +338,10 @@ fn serve_follows_a_fake_kube_proxy() {
     assert_eq!(f["severity"], "critical", "{f:#}");
     assert_close(f64_at(&f["evidence"]["p99_seconds"], "p99_seconds"), want, "evidence");
     assert_eq!(f["evidence"]["count_window"], 20.0);
-    let q99 = series(&m, "proxywatch_kube_proxy_sync_duration_seconds{quantile=\"0.99\"}");
+    let q99 = common::series(&m, "proxywatch_kube_proxy_sync_duration_seconds{quantile=\"0.99\"}");
     assert!(q99.is_some_and(|v| v > 5.0 && (v - want).abs() < 1e-9), "{q99:?}\n{m}");
     assert_eq!(
-        series(&m, "proxywatch_finding_severity{id=\"kube_proxy_sync_slow\"}"),
+        common::series(&m, "proxywatch_finding_severity{id=\"kube_proxy_sync_slow\"}"),
         Some(3.0)
     );
     assert_eq!(ready.0, 503, "{ready:?}");
@@ -371,11 +357,11 @@ fn serve_follows_a_fake_kube_proxy() {
     assert_eq!(doc["derived"]["kube_proxy"]["sync"]["p99"], Value::Null);
     let m = poll("metrics after the burst", || {
         let m = agent.metrics();
-        let cleared = series(&m, "proxywatch_finding_severity{id=\"kube_proxy_sync_slow\"}") == Some(0.0);
+        let cleared = common::series(&m, "proxywatch_finding_severity{id=\"kube_proxy_sync_slow\"}") == Some(0.0);
         cleared.then_some(m.clone()).ok_or(m)
     });
     assert_eq!(
-        series(&m, "proxywatch_kube_proxy_sync_duration_seconds{quantile=\"0.99\"}"),
+        common::series(&m, "proxywatch_kube_proxy_sync_duration_seconds{quantile=\"0.99\"}"),
         None,
         "no sync in the window: no quantile"
     );
@@ -403,10 +389,13 @@ fn serve_follows_a_fake_kube_proxy() {
         .is_some_and(|m| m.contains(&"ip_vs".into())));
     let m = poll("ipvs mode in /metrics", || {
         let m = agent.metrics();
-        let ipvs = series(&m, "proxywatch_kube_proxy_mode{mode=\"ipvs\"}") == Some(1.0);
+        let ipvs = common::series(&m, "proxywatch_kube_proxy_mode{mode=\"ipvs\"}") == Some(1.0);
         ipvs.then_some(m.clone()).ok_or(m)
     });
-    assert_eq!(series(&m, "proxywatch_kube_proxy_mode{mode=\"iptables\"}"), None);
+    assert_eq!(
+        common::series(&m, "proxywatch_kube_proxy_mode{mode=\"iptables\"}"),
+        None
+    );
     assert_eq!(agent.readyz().0, 503);
 
     // /healthz 503 with a lastUpdated 638 s before currentTime.
@@ -501,7 +490,7 @@ fn serve_raises_kube_proxy_sync_stale() {
     assert_eq!(f["evidence"]["warning_at_seconds"], 60.0);
     poll("sync_stale in /metrics", || {
         let m = agent.metrics();
-        let level = series(&m, "proxywatch_finding_severity{id=\"kube_proxy_sync_stale\"}");
+        let level = common::series(&m, "proxywatch_finding_severity{id=\"kube_proxy_sync_stale\"}");
         (level == Some(2.0)).then_some(()).ok_or(format!("{level:?}"))
     });
 
@@ -916,11 +905,11 @@ fn real_process_facts_and_restart() {
     assert_eq!(f["evidence"]["restarts"], 1);
     let m = poll("restarts_total in /metrics", || {
         let m = agent.metrics();
-        let ok = series(&m, "proxywatch_kube_proxy_restarts_total") == Some(1.0);
+        let ok = common::series(&m, "proxywatch_kube_proxy_restarts_total") == Some(1.0);
         ok.then_some(m.clone()).ok_or(m)
     });
     assert_eq!(
-        series(&m, "proxywatch_kube_proxy_process_start_time_seconds").map(|s| s > start + 1.0),
+        common::series(&m, "proxywatch_kube_proxy_process_start_time_seconds").map(|s| s > start + 1.0),
         Some(true)
     );
     agent.stop();

@@ -412,6 +412,29 @@ fn get(netns: Option<&str>, addr: SocketAddr, path: &str, headers: &str) -> Resu
     Ok((code, body.to_string()))
 }
 
+/// Calls `f` until it returns Ok, for at most `deadline`; panics with its last Err.
+pub fn poll<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(t) => return t,
+            Err(last) if start.elapsed() > deadline => {
+                panic!("{what}: not reached within {deadline:?}; last seen: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// The value of one series (`name{labels}` exactly as rendered) in Prometheus text;
+/// a value that is not a number panics.
+pub fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.rsplit_once(' ').filter(|(n, _)| *n == name))
+        .map(|(_, v)| v.parse().unwrap_or_else(|_| panic!("{name}: {v:?}")))
+}
+
 /// `GET path` over HTTP/1.0: the status code and the body.
 pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
     get(None, addr, path, "")
@@ -677,6 +700,14 @@ impl Agent {
     /// `GET path`: the status code and the body; Err when nothing answers.
     pub fn get(&self, path: &str) -> Result<(u16, String), String> {
         get(self.netns.as_deref(), self.addr, path, &self.headers)
+    }
+
+    /// `/snapshot` as JSON; Err while it does not answer 200.
+    pub fn snapshot(&self) -> Result<serde_json::Value, String> {
+        match self.get("/snapshot")? {
+            (200, body) => serde_json::from_str(&body).map_err(|e| format!("/snapshot: {e}")),
+            (code, body) => Err(format!("/snapshot: HTTP {code}: {body}")),
+        }
     }
 
     /// `GET path`, which must answer 200: the body.
