@@ -100,16 +100,10 @@ fn restore(ns: &Netns, text: &str) {
 }
 
 fn ns_get(ns: &Netns, port: u16, path: &str) -> Option<String> {
-    let script =
-        format!("exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3");
-    let out = ns
-        .command("timeout", &["10", "bash", "-c", &script])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let resp = String::from_utf8(out.stdout).ok()?;
-    let (head, body) = resp.split_once("\r\n\r\n")?;
-    head.contains(" 200 ").then(|| body.to_string())
+    match common::http_get_in(ns, std::net::SocketAddr::from(([127, 0, 0, 1], port)), path) {
+        Ok((200, body)) => Some(body),
+        _ => None,
+    }
 }
 
 fn spawn(ns: &Netns, script: &str) -> Proc {
@@ -207,7 +201,7 @@ fn finding(doc: &Value) -> Option<&Value> {
 
 #[test]
 fn stale_entries_are_reported_persist_and_resolve() {
-    if !common::can_run(&["ip", "iptables-nft-restore", "conntrack", "python3", "bash", "timeout"]) {
+    if !common::can_run(&["ip", "iptables-nft-restore", "conntrack", "python3"]) {
         return;
     }
     let node = Netns::new("ctsn");

@@ -289,26 +289,33 @@ pub fn expressions<'a>(
 fn verdict_chain(immediate: Attrs<'_>) -> Result<Option<&str>, NlError> {
     for a in immediate {
         let a = a?;
-        if a.kind != NFTA_IMMEDIATE_DATA {
+        if a.kind == NFTA_IMMEDIATE_DATA {
+            if let Some(chain) = data_verdict_chain(a)? {
+                return Ok(Some(chain));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The chain of the jump or goto verdict an NFTA_DATA_* attribute holds, if it holds one.
+pub fn data_verdict_chain<'a>(data: Attr<'a>) -> Result<Option<&'a str>, NlError> {
+    for d in data.nested() {
+        let d = d?;
+        if d.kind != NFTA_DATA_VERDICT {
             continue;
         }
-        for d in a.nested() {
-            let d = d?;
-            if d.kind != NFTA_DATA_VERDICT {
-                continue;
+        let (mut code, mut chain) = (None, None);
+        for v in d.nested() {
+            let v = v?;
+            match v.kind {
+                NFTA_VERDICT_CODE => code = Some(v.be_u32()? as i32),
+                NFTA_VERDICT_CHAIN => chain = Some(v.str()?),
+                _ => {}
             }
-            let (mut code, mut chain) = (None, None);
-            for v in d.nested() {
-                let v = v?;
-                match v.kind {
-                    NFTA_VERDICT_CODE => code = Some(v.be_u32()? as i32),
-                    NFTA_VERDICT_CHAIN => chain = Some(v.str()?),
-                    _ => {}
-                }
-            }
-            if matches!(code, Some(NFT_JUMP | NFT_GOTO)) {
-                return Ok(chain);
-            }
+        }
+        if matches!(code, Some(NFT_JUMP | NFT_GOTO)) {
+            return Ok(chain);
         }
     }
     Ok(None)

@@ -26,11 +26,6 @@ use super::nft::{Family, Rule};
 use super::{Attr, NlError};
 
 const NFTA_DATA_VALUE: u16 = 1;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
-const NFTA_VERDICT_CHAIN: u16 = 2;
-const NFT_JUMP: i32 = -3;
-const NFT_GOTO: i32 = -4;
 
 const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
@@ -79,34 +74,6 @@ fn value_of(data: Attr<'_>) -> Result<Option<&[u8]>, NlError> {
         }
     }
     Ok(None)
-}
-
-fn verdict_of(data: Attr<'_>) -> Result<Option<String>, NlError> {
-    for d in data.nested() {
-        let d = d?;
-        if d.kind != NFTA_DATA_VERDICT {
-            continue;
-        }
-        let (mut code, mut chain) = (None, None);
-        for v in d.nested() {
-            let v = v?;
-            match v.kind {
-                NFTA_VERDICT_CODE => code = Some(v.be_u32()? as i32),
-                NFTA_VERDICT_CHAIN => chain = Some(v.str()?.to_string()),
-                _ => {}
-            }
-        }
-        if matches!(code, Some(NFT_JUMP | NFT_GOTO)) {
-            return Ok(chain);
-        }
-    }
-    Ok(None)
-}
-
-/// The chain of a verdict held in an NFTA_DATA_* attribute (a vmap element's
-/// data), when it is a jump or goto.
-pub fn verdict_chain(data: Attr<'_>) -> Result<Option<String>, NlError> {
-    verdict_of(data)
 }
 
 fn addr(family: Family, b: &[u8]) -> Option<IpAddr> {
@@ -206,7 +173,7 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
             }
             "immediate" => {
                 let Some(d) = at[2] else { continue };
-                if let Some(chain) = verdict_of(d)? {
+                if let Some(chain) = super::nft::data_verdict_chain(d)?.map(str::to_string) {
                     f.jumps.push(chain);
                 } else if let (Some(dreg), Some(v)) = (num(1)?, value_of(d)?) {
                     set(&mut regs, dreg, Reg::Value(v.to_vec()));
