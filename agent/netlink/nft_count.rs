@@ -380,6 +380,20 @@ mod tests {
         }
     }
 
+    /// Counts family ip through the fake kernel `open` makes, with 5 s to do it.
+    fn count_ip<C: Conn>(open: &mut impl FnMut() -> Result<C, NlError>, sets: bool) -> Result<Counted<T>, NlError> {
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        count(
+            open,
+            Plan {
+                family: Family::Ip,
+                sets,
+            },
+            deadline,
+            &T::default,
+        )
+    }
+
     fn run(k: Kernel, sets: bool) -> (Result<Counted<T>, NlError>, Kernel) {
         let k = Rc::new(RefCell::new(k));
         let kk = k.clone();
@@ -387,16 +401,7 @@ mod tests {
             let k = kk.clone();
             Ok(Fake::new(move |r| answer(&k, r)))
         };
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        let r = count(
-            &mut open,
-            Plan {
-                family: Family::Ip,
-                sets,
-            },
-            deadline,
-            &T::default,
-        );
+        let r = count_ip(&mut open, sets);
         let k = k.borrow().clone();
         (r, k)
     }
@@ -446,17 +451,7 @@ mod tests {
         assert_eq!(k.rule_dumps, 0);
         // EPERM on the first request: no retry, the errno is kept.
         let mut open = || Ok(Fake::new(|r| vec![Ok(error(r.seq, 1))]));
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        let e = count(
-            &mut open,
-            Plan {
-                family: Family::Ip,
-                sets: false,
-            },
-            deadline,
-            &T::default,
-        )
-        .unwrap_err();
+        let e = count_ip(&mut open, false).unwrap_err();
         assert_eq!(e, NlError::Kernel { errno: 1 });
     }
 
@@ -473,17 +468,7 @@ mod tests {
                 answer(&k, r)
             }))
         };
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        let e = count(
-            &mut open,
-            Plan {
-                family: Family::Ip,
-                sets: true,
-            },
-            deadline,
-            &T::default,
-        )
-        .unwrap_err();
+        let e = count_ip(&mut open, true).unwrap_err();
         assert!(matches!(e, NlError::Changed(_)), "{e}");
         assert!(e.to_string().contains("table ip nat is gone"), "{e}");
     }
@@ -503,17 +488,7 @@ mod tests {
                 a
             }))
         };
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        let e = count(
-            &mut open,
-            Plan {
-                family: Family::Ip,
-                sets: false,
-            },
-            deadline,
-            &T::default,
-        )
-        .unwrap_err();
+        let e = count_ip(&mut open, false).unwrap_err();
         assert!(matches!(e, NlError::Malformed(_)), "{e}");
     }
 }
