@@ -99,46 +99,6 @@ fn ns_conntrack_count(ns: &Netns) -> u64 {
     s.trim().parse().unwrap_or_else(|e| panic!("conntrack -C: {s:?}: {e}"))
 }
 
-/// Inserts `tcp` ESTABLISHED TCP entries and `udp` UDP entries with distinct
-/// source ports starting at `first_port`; returns how many were inserted.
-fn insert_entries(ns: &Netns, first_port: u16, tcp: u16, udp: u16) -> u64 {
-    for i in 0..tcp {
-        let sport = (first_port + i).to_string();
-        ns.exec_ok(
-            "conntrack",
-            &[
-                "-I",
-                "-p",
-                "tcp",
-                "-s",
-                "10.0.0.1",
-                "-d",
-                "10.0.0.2",
-                "--sport",
-                &sport,
-                "--dport",
-                "80",
-                "--state",
-                "ESTABLISHED",
-                "-t",
-                "600",
-                "-u",
-                "ASSURED",
-            ],
-        );
-    }
-    for i in 0..udp {
-        let sport = (first_port + tcp + i).to_string();
-        ns.exec_ok(
-            "conntrack",
-            &[
-                "-I", "-p", "udp", "-s", "10.0.0.1", "-d", "10.0.0.3", "--sport", &sport, "--dport", "53", "-t", "600",
-            ],
-        );
-    }
-    u64::from(tcp + udp)
-}
-
 /// Sends `n` raw TCP SYN|FIN packets (an invalid flag combination) to a closed
 /// port on 127.0.0.1, with a correct checksum so only the flags are wrong. The
 /// sender hops over the CPUs, so the per-CPU rows all get counts to sum.
@@ -287,7 +247,7 @@ fn check_counts_exactly_the_entries_of_its_namespace() {
     let _lock = common::global_lock();
     let ns = Netns::new("ct");
     assert_eq!(ns_conntrack_count(&ns), 0, "a new namespace starts with an empty table");
-    let n = insert_entries(&ns, 20000, 33, 4);
+    let n = common::insert_conntrack_entries(&ns, 20000, 33, 4);
     assert_eq!(n, 37);
     assert_eq!(ns_conntrack_count(&ns), n);
     assert_eq!(ns_number(&ns, COUNT), n);
@@ -399,7 +359,7 @@ fn serve_follows_the_table() {
             std::thread::sleep(Duration::from_millis(100));
         }
     };
-    let n = insert_entries(&ns, 30000, 20, 5);
+    let n = common::insert_conntrack_entries(&ns, 30000, 20, 5);
     assert_eq!(ns_conntrack_count(&ns), n);
     follow(&server, n);
 
@@ -420,7 +380,7 @@ fn promtool_accepts_metrics() {
         let ns = Netns::new("ctprom");
         track_and_count_invalid(&ns);
         send_invalid(&ns, 3);
-        insert_entries(&ns, 40000, 5, 2);
+        common::insert_conntrack_entries(&ns, 40000, 5, 2);
         let server = serve(Some(&ns));
         let body = server.first_answer().to_string();
         // At least the 7 inserted: the namespace's tracked loopback HTTP adds its own entries.
@@ -451,7 +411,7 @@ fn conntrack_s_fallback_matches_the_proc_file() {
     track_and_count_invalid(&ns);
     let (_, invalid) = send_invalid(&ns, 5);
     assert!(invalid >= 5, "invalid {invalid}");
-    let n = insert_entries(&ns, 50000, 6, 0);
+    let n = common::insert_conntrack_entries(&ns, 50000, 6, 0);
 
     // Nothing runs in the namespace now, so the counters hold still; re-read if they moved.
     let (proc_stats, tool_stats) = (0..5)

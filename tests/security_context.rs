@@ -292,29 +292,7 @@ fn node_netns(tag: &str) -> Netns {
     }
     let table = common::fixtures().join("nft/pwgen-50svc-input.nft");
     ns.exec_ok("nft", &["-f", table.to_str().unwrap()]);
-    for i in 0..5 {
-        let sport = (40000 + i).to_string();
-        ns.exec_ok(
-            "conntrack",
-            &[
-                "-I",
-                "-p",
-                "tcp",
-                "-s",
-                "10.0.0.1",
-                "-d",
-                "10.0.0.2",
-                "--sport",
-                &sport,
-                "--dport",
-                "80",
-                "--state",
-                "ESTABLISHED",
-                "-t",
-                "600",
-            ],
-        );
-    }
+    common::insert_conntrack_entries(&ns, 40000, 5, 0);
     ns
 }
 

@@ -123,6 +123,46 @@ impl Drop for Netns {
     }
 }
 
+/// Inserts into `ns`'s conntrack table `tcp` ESTABLISHED TCP entries and `udp` UDP entries with distinct
+/// source ports starting at `first_port`; returns how many were inserted.
+pub fn insert_conntrack_entries(ns: &Netns, first_port: u16, tcp: u16, udp: u16) -> u64 {
+    for i in 0..tcp {
+        let sport = (first_port + i).to_string();
+        ns.exec_ok(
+            "conntrack",
+            &[
+                "-I",
+                "-p",
+                "tcp",
+                "-s",
+                "10.0.0.1",
+                "-d",
+                "10.0.0.2",
+                "--sport",
+                &sport,
+                "--dport",
+                "80",
+                "--state",
+                "ESTABLISHED",
+                "-t",
+                "600",
+                "-u",
+                "ASSURED",
+            ],
+        );
+    }
+    for i in 0..udp {
+        let sport = (first_port + tcp + i).to_string();
+        ns.exec_ok(
+            "conntrack",
+            &[
+                "-I", "-p", "udp", "-s", "10.0.0.1", "-d", "10.0.0.3", "--sport", &sport, "--dport", "53", "-t", "600",
+            ],
+        );
+    }
+    u64::from(tcp + udp)
+}
+
 /// Writes `value` to a sysctl file and restores the old value on drop (also on panic).
 pub struct SysctlGuard {
     path: PathBuf,
