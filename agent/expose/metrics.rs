@@ -46,6 +46,12 @@ impl Out {
         self.register(Gauges::new(Opts::new(name, help), labels).expect("valid metric"))
     }
 
+    /// A counter without labels whose value is not whole (seconds).
+    fn seconds_counter(&self, name: &str, help: &str) -> prometheus::Counter {
+        self.register(prometheus::CounterVec::new(Opts::new(name, help), &[]).expect("valid metric"))
+            .with_label_values(&[] as &[&str])
+    }
+
     fn counter(&self, name: &str, help: &str, labels: &[&str]) -> Counters {
         self.register(Counters::new(Opts::new(name, help), labels).expect("valid metric"))
     }
@@ -105,17 +111,10 @@ fn kube_proxy_cgroup(
         ] {
             out.counter(name, help, &[]).with_label_values(&[] as &[&str]).inc_by(v);
         }
-        out.register(
-            prometheus::CounterVec::new(
-                Opts::new(
-                    "proxywatch_kube_proxy_cgroup_cpu_throttled_seconds_total",
-                    "Time kube-proxy's cgroup was throttled (cpu.stat throttled_usec or throttled_time).",
-                ),
-                &[],
-            )
-            .expect("valid metric"),
+        out.seconds_counter(
+            "proxywatch_kube_proxy_cgroup_cpu_throttled_seconds_total",
+            "Time kube-proxy's cgroup was throttled (cpu.stat throttled_usec or throttled_time).",
         )
-        .with_label_values(&[] as &[&str])
         .inc_by(cpu.throttled_seconds_total);
     }
     one(
@@ -557,17 +556,10 @@ fn kube_proxy(out: &Out, s: &Snapshot) {
                 "Resident memory of the kube-proxy process.",
                 p.resident_memory_bytes as f64,
             );
-            out.register(
-                prometheus::CounterVec::new(
-                    Opts::new(
-                        "proxywatch_kube_proxy_process_cpu_seconds_total",
-                        "User and system CPU time of the kube-proxy process.",
-                    ),
-                    &[],
-                )
-                .expect("valid metric"),
+            out.seconds_counter(
+                "proxywatch_kube_proxy_process_cpu_seconds_total",
+                "User and system CPU time of the kube-proxy process.",
             )
-            .with_label_values(&[] as &[&str])
             .inc_by(p.cpu_seconds_total);
             one(
                 "proxywatch_kube_proxy_process_start_time_seconds",
