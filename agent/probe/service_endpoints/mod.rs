@@ -1,29 +1,33 @@
-//! Each service address's current endpoints, read from the data plane.
+//! Each service port's current endpoints, read from the data plane kube-proxy
+//! programs, whichever mode it is in. One file per source:
 //!
-//! iptables-nft mode, per family, from the kernel over netlink (the same
-//! consistent, generation-checked walk as the iptables count,
-//! [`nft_count::count`]): in `nat`, a `KUBE-SERVICES` rule matching an exact
-//! destination address, protocol and port names a service port and jumps to
-//! its chain (`KUBE-SVC-*`, `KUBE-EXT-*` for external/LB IPs, `KUBE-FW-*`);
-//! following the jumps between `KUBE-*` chains (`KUBE-MARK-MASQ` aside) leads
-//! to `KUBE-SEP-*` chains whose `DNAT --to-destination` is an endpoint. In
-//! `filter`, kube-proxy's `KUBE-SERVICES` / `KUBE-EXTERNAL-SERVICES` REJECT
-//! for the same match is a service port with no endpoints at all (the
-//! scale-to-zero case, kubernetes#139629): every entry NATed for it is stale.
+//! - [`iptables`]: kube-proxy's iptables-nft chains (`KUBE-SERVICES` →
+//!   `KUBE-SVC-*` → `KUBE-SEP-*` and its `DNAT`), over netlink;
+//! - [`nftables`]: kube-proxy's `kube-proxy` tables (the `service-ips` and
+//!   `service-nodeports` verdict maps → `service-*` chains → the anonymous
+//!   `numgen` maps → `endpoint-*` chains and their `dnat`), over netlink;
+//! - [`ipvs`]: virtual servers and their real servers (`/proc/net/ip_vs`).
 //!
-//! NodePorts (`KUBE-NODEPORTS`, no address) are not listed: a NodePort
-//! entry's original destination is a node address, never a service address,
-//! so it is never counted — a missed count, never a false one.
+//! The two nf_tables sources are read in one generation-checked walk per
+//! family ([`crate::netlink::nft_count::count`]); each builds a [`Graph`] of
+//! entry points (a service port and the chain it goes to), jumps between
+//! chains, and DNATs, and [`Graph::finish`] follows every entry to the DNATs
+//! it reaches.
+//!
+//! A service port is an address, a port and an L4 protocol. A NodePort has no
+//! address of its own: it is keyed with the family's unspecified address
+//! ([`ServicePort::node_port`]) and matches traffic to any address of the node.
+//! A service port listed with no endpoints is one kube-proxy rejects or drops
+//! (the scale-to-zero case, kubernetes#139629): every entry NATed for it is stale.
+
+pub mod iptables;
+pub mod ipvs;
+pub mod nftables;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
-
-use crate::netlink::nft::{Chain, Family, Rule, Set};
-use crate::netlink::nft_count::Tally;
-use crate::netlink::nft_expr::rule_facts;
-use crate::netlink::NlError;
 
 /// A service port: the address clients send to, its port and L4 protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -31,6 +35,26 @@ pub struct ServicePort {
     pub address: IpAddr,
     pub port: u16,
     pub protocol: u8,
+}
+
+impl ServicePort {
+    /// The key of a NodePort of one family: the unspecified address.
+    pub fn node_port(v6: bool, protocol: u8, port: u16) -> ServicePort {
+        let address = if v6 {
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        };
+        ServicePort {
+            address,
+            port,
+            protocol,
+        }
+    }
+
+    pub fn is_node_port(&self) -> bool {
+        self.address.is_unspecified()
+    }
 }
 
 /// An endpoint: address, and port when the DNAT gives one.
@@ -45,6 +69,10 @@ pub struct ServiceTable {
 impl ServiceTable {
     pub fn endpoints(&self) -> usize {
         self.services.values().map(Vec::len).sum()
+    }
+
+    pub fn node_ports(&self) -> usize {
+        self.services.keys().filter(|k| k.is_node_port()).count()
     }
 
     /// Whether `(addr, port)` is one of `svc`'s current endpoints; None when
@@ -63,36 +91,51 @@ impl ServiceTable {
             .collect()
     }
 
+    /// Adds `other`'s service ports; a port both list gets both endpoint lists
+    /// (a leftover of another mode can only hide a stale entry, never invent one).
     pub fn merge(&mut self, other: ServiceTable) {
-        self.services.extend(other.services);
+        for (svc, eps) in other.services {
+            let mine = self.services.entry(svc).or_default();
+            mine.extend(eps);
+            mine.sort();
+            mine.dedup();
+        }
     }
 }
 
-/// Chains that mark packets, never lead to an endpoint.
-const NOT_A_PATH: &[&str] = &["KUBE-MARK-MASQ", "KUBE-MARK-DROP", "KUBE-POSTROUTING"];
+/// Bound on the chains one service's walk visits (a loop or a huge rule set
+/// cannot make it run away).
+const MAX_WALK: usize = 10_000;
 
-/// Reads kube-proxy's iptables-nft chains into a [`ServiceTable`] (one per attempt).
-#[derive(Debug)]
-pub struct IptEndpoints {
-    family: Family,
+/// Chains and what they lead to, as one source reads them.
+#[derive(Debug, Default)]
+pub struct Graph {
     entries: Vec<(ServicePort, String)>,
     no_endpoints: Vec<ServicePort>,
     edges: HashMap<String, Vec<String>>,
     dnat: HashMap<String, Vec<Endpoint>>,
 }
 
-impl IptEndpoints {
-    pub fn new(family: Family) -> Self {
-        IptEndpoints {
-            family,
-            entries: Vec::new(),
-            no_endpoints: Vec::new(),
-            edges: HashMap::new(),
-            dnat: HashMap::new(),
-        }
+impl Graph {
+    /// Traffic to `svc` goes to `chain`.
+    pub fn entry(&mut self, svc: ServicePort, chain: &str) {
+        self.entries.push((svc, chain.to_string()));
     }
 
-    /// Follows each service's jumps to the DNATs they reach.
+    /// kube-proxy rejects or drops `svc`: it has no endpoints.
+    pub fn no_endpoints(&mut self, svc: ServicePort) {
+        self.no_endpoints.push(svc);
+    }
+
+    pub fn edge(&mut self, from: &str, to: &str) {
+        self.edges.entry(from.to_string()).or_default().push(to.to_string());
+    }
+
+    pub fn dnat(&mut self, chain: &str, to: Endpoint) {
+        self.dnat.entry(chain.to_string()).or_default().push(to);
+    }
+
+    /// Follows each service's chains to the DNATs they reach.
     pub fn finish(self) -> ServiceTable {
         let mut services: HashMap<ServicePort, Vec<Endpoint>> = HashMap::new();
         for (svc, chain) in &self.entries {
@@ -100,7 +143,7 @@ impl IptEndpoints {
             let mut stack = vec![chain.as_str()];
             let mut eps: BTreeSet<Endpoint> = BTreeSet::new();
             while let Some(c) = stack.pop() {
-                if !seen.insert(c) || seen.len() > 10_000 {
+                if !seen.insert(c) || seen.len() > MAX_WALK {
                     continue;
                 }
                 eps.extend(self.dnat.get(c).into_iter().flatten().copied());
@@ -117,66 +160,6 @@ impl IptEndpoints {
         }
         ServiceTable { services }
     }
-}
-
-impl Tally for IptEndpoints {
-    fn wants(&self, table: &str) -> bool {
-        table == "nat" || table == "filter"
-    }
-
-    fn table(&mut self, _: &str) {}
-
-    fn chain(&mut self, _: &Chain<'_>) -> Result<(), NlError> {
-        Ok(())
-    }
-
-    fn rule(&mut self, r: &Rule<'_>) -> Result<(), NlError> {
-        if !r.chain.starts_with("KUBE-") {
-            return Ok(());
-        }
-        let f = rule_facts(self.family, r)?;
-        let svc = match (f.daddr, f.dport, f.l4proto) {
-            (Some(address), Some(port), Some(protocol)) => Some(ServicePort {
-                address,
-                port,
-                protocol,
-            }),
-            _ => None,
-        };
-        if r.table == "filter" {
-            if let (Some(svc), true, "KUBE-SERVICES" | "KUBE-EXTERNAL-SERVICES") = (svc, f.reject, r.chain) {
-                self.no_endpoints.push(svc);
-            }
-            return Ok(());
-        }
-        if r.table != "nat" {
-            return Ok(());
-        }
-        let jumps: Vec<String> = f
-            .jumps
-            .into_iter()
-            .filter(|j| j.starts_with("KUBE-") && !NOT_A_PATH.contains(&j.as_str()))
-            .collect();
-        if r.chain == "KUBE-SERVICES" {
-            if let (Some(svc), Some(j)) = (svc, jumps.first()) {
-                self.entries.push((svc, j.clone()));
-            }
-            return Ok(());
-        }
-        if !jumps.is_empty() {
-            self.edges.entry(r.chain.to_string()).or_default().extend(jumps);
-        }
-        if let Some(d) = f.dnat {
-            self.dnat.entry(r.chain.to_string()).or_default().push(d);
-        }
-        Ok(())
-    }
-
-    fn set(&mut self, _: &Set<'_>) -> bool {
-        false
-    }
-
-    fn elements(&mut self, _: &str, _: &str, _: u64) {}
 }
 
 /// An L4 protocol's name (`udp`), or its number.
@@ -214,52 +197,51 @@ pub fn per_protocol(counts: impl IntoIterator<Item = (u8, u64)>) -> BTreeMap<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink::nft::{decode_rule, msg_type, NFT_MSG_NEWRULE};
-    use crate::netlink::nft_expr::captured::*;
 
-    #[test]
-    fn captured_chains_resolve_to_their_dnat() {
-        let mut t = IptEndpoints::new(Family::Ip);
-        for capture in [SERVICES, SVC, SEP] {
-            for l in capture.lines() {
-                let b = hex(l);
-                t.rule(&decode_rule(msg_type(NFT_MSG_NEWRULE), &b).unwrap()).unwrap();
-            }
+    fn svc(p: u16) -> ServicePort {
+        ServicePort {
+            address: "10.96.0.1".parse().unwrap(),
+            port: p,
+            protocol: 6,
         }
-        let table = t.finish();
-        let svc = ServicePort {
-            address: "10.96.0.10".parse().unwrap(),
-            port: 53,
-            protocol: 17,
-        };
-        assert_eq!(table.services[&svc], vec![("10.244.1.2".parse().unwrap(), Some(53))]);
-        assert_eq!(table.is_current(&svc, "10.244.1.2".parse().unwrap(), 53), Some(true));
-        assert_eq!(table.is_current(&svc, "10.244.1.3".parse().unwrap(), 53), Some(false));
-        let other = ServicePort { port: 54, ..svc };
-        assert_eq!(table.is_current(&other, "10.244.1.2".parse().unwrap(), 53), None);
-        assert_eq!(service_label(&svc), "10.96.0.10:53/udp");
-        assert_eq!(table.protocols(false), BTreeSet::from([17]));
     }
 
     #[test]
     fn loops_and_shared_endpoints() {
-        let svc = |p| ServicePort {
-            address: "10.96.0.1".parse().unwrap(),
-            port: p,
-            protocol: 6,
-        };
-        let mut t = IptEndpoints::new(Family::Ip);
-        t.entries.push((svc(80), "KUBE-SVC-A".into()));
-        t.entries.push((svc(81), "KUBE-SVC-B".into()));
-        t.edges
-            .insert("KUBE-SVC-A".into(), vec!["KUBE-SEP-X".into(), "KUBE-SVC-A".into()]);
-        t.edges.insert("KUBE-SVC-B".into(), vec!["KUBE-SEP-X".into()]);
-        t.dnat
-            .insert("KUBE-SEP-X".into(), vec![("10.0.0.1".parse().unwrap(), Some(8080))]);
-        t.no_endpoints.push(svc(82));
-        let table = t.finish();
+        let mut g = Graph::default();
+        g.entry(svc(80), "KUBE-SVC-A");
+        g.entry(svc(81), "KUBE-SVC-B");
+        g.edge("KUBE-SVC-A", "KUBE-SEP-X");
+        g.edge("KUBE-SVC-A", "KUBE-SVC-A");
+        g.edge("KUBE-SVC-B", "KUBE-SEP-X");
+        g.dnat("KUBE-SEP-X", ("10.0.0.1".parse().unwrap(), Some(8080)));
+        g.no_endpoints(svc(82));
+        let table = g.finish();
         assert_eq!(table.services[&svc(80)], table.services[&svc(81)]);
         assert!(table.services[&svc(82)].is_empty());
         assert_eq!(table.endpoints(), 2);
+        assert_eq!(
+            table.is_current(&svc(82), "10.0.0.1".parse().unwrap(), 8080),
+            Some(false)
+        );
+        assert_eq!(table.is_current(&svc(83), "10.0.0.1".parse().unwrap(), 8080), None);
+    }
+
+    #[test]
+    fn merge_keeps_both_endpoint_lists() {
+        let ep = |s: &str| (s.parse().unwrap(), Some(80));
+        let mut a = ServiceTable::default();
+        a.services.insert(svc(80), vec![ep("10.0.0.1")]);
+        let mut b = ServiceTable::default();
+        b.services.insert(svc(80), vec![ep("10.0.0.2"), ep("10.0.0.1")]);
+        b.services.insert(ServicePort::node_port(true, 17, 30053), vec![]);
+        a.merge(b);
+        assert_eq!(a.services[&svc(80)], vec![ep("10.0.0.1"), ep("10.0.0.2")]);
+        assert_eq!(a.node_ports(), 1);
+        assert_eq!(a.protocols(true), BTreeSet::from([17]));
+        assert_eq!(
+            service_label(&ServicePort::node_port(true, 17, 30053)),
+            "[::]:30053/udp"
+        );
     }
 }
