@@ -26,8 +26,9 @@
 # TCP) and fails on a difference. Once per level (not timed) the script sends
 # the probe's own UDP dump request (status DST_NAT + mask, CTA_FILTER on the L4
 # protocol) from python and counts the messages the kernel answers with:
-# `k_udp` = N means the kernel filtered; N + N/10 + (TCP) would mean it did not
-# (the agent re-checks every entry in user space, so its facts cannot tell).
+# `k_udp` = N means the kernel applied both filters; more (up to the whole
+# table, N + 2 N/10) means it ignored one, which is only noted: the agent
+# re-checks every entry in user space, so its facts cannot tell.
 #
 # For each level, RUNS runs, agent and listing alternating; medians:
 #   stale_ms   probes.conntrack_stale.duration_seconds of `proxywatch check
