@@ -61,17 +61,117 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
         .evidence("generation", facts.generation);
     if severity != Severity::Ok {
         let first = persisting[0];
+        let ipvs = facts.source.split('+').any(|s| s == "ipvs");
         let cmd = format!(
-            "Delete the stale entries now: conntrack -D -p {} --orig-dst {} --reply-src {} (per pair listed; clients recover at their next packet).",
+            "Delete the stale entries now: conntrack -D -p {} --orig-dst {} --reply-src {} (per pair listed; {}).",
             first.group.protocol,
             first.group.address,
-            first.group.endpoint.rsplit_once(':').map_or(first.group.endpoint.as_str(), |(a, _)| a).trim_matches(|c| c == '[' || c == ']')
+            first
+                .group
+                .endpoint
+                .rsplit_once(':')
+                .map_or(first.group.endpoint.as_str(), |(a, _)| a)
+                .trim_matches(|c| c == '[' || c == ']'),
+            if ipvs {
+                "in IPVS mode IPVS keeps its own connection to the removed real server too (ipvsadm -Lnc) and drops the clients' packets until it expires"
+            } else {
+                "clients recover at their next packet"
+            }
         );
-        f.remediation = vec![
-            cmd,
+        f.remediation = vec![cmd];
+        if ipvs {
+            f.remediation.push(
+                "IPVS mode: set net.ipv4.vs.expire_nodest_conn=1 (kube-proxy's setting; see ipvs_expire_sysctls): on kernels 5.9 and later, removing a real server then expires its IPVS connections and their conntrack entries at once, and the clients move on at their next packet.".into(),
+            );
+        }
+        f.remediation.extend([
             "Check kube-proxy's version against the known stale-entry bugs: kubernetes#125467, #126468, #101607 and #139629 (scale to zero leaves flows blackholed); upgrade if affected.".into(),
             "Check kube-proxy's conntrack cleanup: its logs for conntrack deletion errors and its metrics (kubeproxy_sync_proxy_rules_* and conntrack cleanup counters such as kubeproxy_conntrack_reconciler_deleted_entries_total where present); the conntrack binary must exist in kube-proxy's image for older versions.".into(),
-        ];
+        ]);
     }
     Some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::stale::StaleHistory;
+    use crate::probe::conntrack_stale::{ConntrackStaleFacts, StaleGroup};
+
+    fn snapshot(source: &str, groups: &[(&str, &str, u16, &str)], checks: u32) -> Snapshot {
+        let facts = ConntrackStaleFacts {
+            source: source.into(),
+            service_ports: 3,
+            stale: groups
+                .iter()
+                .map(|(svc, proto, port, ep)| StaleGroup {
+                    service: format!("{svc}:{port}/{proto}"),
+                    address: svc.parse().unwrap(),
+                    port: *port,
+                    protocol: proto.to_string(),
+                    node_port: false,
+                    endpoint: ep.to_string(),
+                    entries: 4,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let mut h = StaleHistory::default();
+        let mut s = Snapshot::new("n");
+        for i in 0..checks {
+            s.derived.conntrack_stale = Some(h.observe(&facts, f64::from(i)));
+        }
+        s.facts.conntrack_stale = Some(facts);
+        s
+    }
+
+    fn check(s: &Snapshot) -> Finding {
+        let mode = super::super::mode::effective_mode(s, &crate::config::default_thresholds());
+        stale_endpoint_entries(s, &crate::config::default_thresholds(), &mode).unwrap()
+    }
+
+    #[test]
+    fn severity_follows_persistence_and_dns() {
+        let web = [("10.96.0.20", "tcp", 80, "10.244.0.9:8080")];
+        assert_eq!(
+            check(&snapshot("nftables", &web, 1)).severity,
+            Severity::Ok,
+            "one check is not yet persisting"
+        );
+        let f = check(&snapshot("nftables", &web, 2));
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(
+            f.remediation[0].contains("conntrack -D -p tcp --orig-dst 10.96.0.20 --reply-src 10.244.0.9"),
+            "{:?}",
+            f.remediation
+        );
+        let dns = [("10.96.0.10", "udp", 53, "[fd00::9]:53")];
+        let f = check(&snapshot("iptables-nft", &dns, 2));
+        assert_eq!(f.severity, Severity::Critical);
+        assert!(f.remediation[0].contains("--reply-src fd00::9 "), "{:?}", f.remediation);
+    }
+
+    #[test]
+    fn ipvs_mode_says_ipvs_keeps_its_own_connection() {
+        let dns = [("10.96.0.10", "udp", 53, "10.244.0.9:53")];
+        let f = check(&snapshot("ipvs", &dns, 2));
+        assert!(f.remediation[0].contains("ipvsadm -Lnc"), "{:?}", f.remediation);
+        assert!(!f.remediation[0].contains("recover at their next packet"));
+        assert!(f.remediation[1].contains("net.ipv4.vs.expire_nodest_conn=1"));
+        let f = check(&snapshot("iptables-nft", &dns, 2));
+        assert!(f.remediation.iter().all(|r| !r.contains("expire_nodest_conn")));
+    }
+
+    #[test]
+    fn no_rules_read_is_said() {
+        let mut s = snapshot("none", &[], 1);
+        s.facts.conntrack_stale.as_mut().unwrap().service_ports = 0;
+        let f = check(&s);
+        assert_eq!(f.severity, Severity::Ok);
+        assert!(
+            f.summary.contains("iptables-legacy rules are not read"),
+            "{}",
+            f.summary
+        );
+    }
 }
