@@ -286,7 +286,7 @@ pub struct Common {
     #[arg(long = "conntrack.interval", env = "PROXYWATCH_CONNTRACK_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub conntrack_interval: Duration,
 
-    /// How often the conntrack_stale probe dumps the DST_NAT conntrack entries and compares them with the services' current endpoints; 0: never.
+    /// How often the conntrack_stale probe dumps the NATed conntrack entries and compares them with the services' current endpoints; 0: never.
     #[arg(long = "conntrack.stale-interval", env = "PROXYWATCH_CONNTRACK_STALE_INTERVAL", default_value = "60s", value_parser = parse_interval_or_never)]
     pub conntrack_stale_interval: Every,
 

@@ -1,14 +1,17 @@
-//! Stale conntrack entries end to end on the real kernel: a "node" namespace
-//! with kube-proxy-shaped iptables-nft rules for a UDP service (port 53) and a
-//! TCP service, each with two "pod" namespaces behind veth pairs running real
-//! echo servers (python3); real traffic from the node through the service
-//! addresses from fixed source ports; then one endpoint of each service
-//! removed the way kube-proxy removes it (a new rule set restored without it)
-//! while its conntrack entries stay and the clients keep sending. The agent
-//! (serve in the node namespace) must report exactly the entries
-//! `conntrack -L` shows NATed to the removed pods, raise the finding after two
-//! checks (critical: udp/53), and resolve after `conntrack -D`. A flow DNATed
-//! to the removed pod through a non-service address is never counted.
+//! Stale conntrack entries end to end on the real kernel, once per kube-proxy
+//! mode the kernel here can run (iptables on the nft backend, and nftables):
+//! a "node" namespace with kube-proxy-shaped rules for a UDP service (port 53,
+//! also a NodePort) and a TCP service, each with two "pod" namespaces behind
+//! veth pairs running real echo servers (python3); real traffic from the node
+//! through the service addresses and the NodePort from fixed source ports;
+//! then one endpoint of each service removed the way kube-proxy removes it (a
+//! new rule set committed without it) while its conntrack entries stay and the
+//! clients keep sending. The agent (serve in the node namespace) must report
+//! exactly the entries `conntrack -L` shows NATed to the removed pods, per
+//! service (the NodePort on the node address it was sent to), raise the
+//! finding after two checks (critical: udp/53), and resolve after
+//! `conntrack -D`. A flow DNATed to the removed pod through a non-service
+//! address is never counted. IPVS mode is proven in a VM (tests/vm_kernel.rs).
 mod common;
 
 use std::process::{Child, Stdio};
@@ -29,6 +32,32 @@ impl Drop for Proc {
 
 const DNS_IP: &str = "10.96.0.10";
 const WEB_IP: &str = "10.96.0.20";
+/// The DNS service is also NodePort 30053/udp; clients reach it on this node address.
+const NODE_IP: &str = "10.250.1.1";
+const NODE_PORT: u16 = 30053;
+
+/// How kube-proxy's rules are written and committed.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    IptablesNft,
+    Nftables,
+}
+
+impl Mode {
+    fn load(self, ns: &Netns, dns: &[u8], web: &[u8]) {
+        match self {
+            Mode::IptablesNft => restore(ns, &rules(dns, web)),
+            Mode::Nftables => nft_load(ns, &nft_rules(dns, web)),
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Mode::IptablesNft => "iptables-nft",
+            Mode::Nftables => "nftables",
+        }
+    }
+}
 /// Pod i (1..=4) is 10.250.i.2 behind the node's veth 10.250.i.1.
 fn pod_ip(i: u8) -> String {
     format!("10.250.{i}.2")
@@ -38,6 +67,8 @@ fn pod_ip(i: u8) -> String {
 fn rules(dns: &[u8], web: &[u8]) -> String {
     let mut chains = vec![
         "KUBE-SERVICES".to_string(),
+        "KUBE-NODEPORTS".into(),
+        "KUBE-EXT-DNSDNSDNSDNSDNS1".into(),
         "KUBE-MARK-MASQ".into(),
         "KUBE-SVC-DNSDNSDNSDNSDNS1".into(),
         "KUBE-SVC-WEBWEBWEBWEBWEB1".into(),
@@ -46,6 +77,9 @@ fn rules(dns: &[u8], web: &[u8]) -> String {
         "-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES".to_string(),
         "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES".into(),
         "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000".into(),
+        format!("-A KUBE-NODEPORTS -p udp -m comment --comment \"ns/dns:dns\" -m udp --dport {NODE_PORT} -j KUBE-EXT-DNSDNSDNSDNSDNS1"),
+        "-A KUBE-EXT-DNSDNSDNSDNSDNS1 -j KUBE-MARK-MASQ".into(),
+        "-A KUBE-EXT-DNSDNSDNSDNSDNS1 -j KUBE-SVC-DNSDNSDNSDNSDNS1".into(),
         // Not kube-proxy's: a DNAT to the DNS pods through a non-service address.
         "-A OUTPUT -d 10.123.0.1/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.250.1.2:53".into(),
     ];
@@ -76,6 +110,7 @@ fn rules(dns: &[u8], web: &[u8]) -> String {
             ));
         }
     }
+    body.push("-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS".into());
     let mut t = String::from(
         "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
     );
@@ -85,6 +120,98 @@ fn rules(dns: &[u8], web: &[u8]) -> String {
     t.push_str(&body.join("\n"));
     t.push_str("\nCOMMIT\n");
     t
+}
+
+/// kube-proxy's `table ip kube-proxy` (nftables mode, the layout of kubernetes'
+/// pkg/proxy/nftables) for the two services and the given endpoints, replacing
+/// the table in one transaction as kube-proxy's resync does.
+fn nft_rules(dns: &[u8], web: &[u8]) -> String {
+    let dns_svc = "service-DNSDNSDN-ns/dns/udp/dns";
+    let web_svc = "service-WEBWEBWE-ns/web/tcp/http";
+    let dns_ext = "external-DNSDNSDN-ns/dns/udp/dns";
+    let mut chains: Vec<(String, &str)> = vec![
+        (
+            "nat-output".into(),
+            "type nat hook output priority -100; policy accept;",
+        ),
+        (
+            "nat-prerouting".into(),
+            "type nat hook prerouting priority -100; policy accept;",
+        ),
+        ("mark-for-masquerade".into(), ""),
+        ("services".into(), ""),
+        (dns_ext.into(), ""),
+        (dns_svc.into(), ""),
+        (web_svc.into(), ""),
+    ];
+    let mut rules: Vec<(String, String)> = vec![
+        ("nat-output".into(), "jump services".into()),
+        // Not kube-proxy's: a DNAT to the DNS pods through a non-service address.
+        (
+            "nat-output".into(),
+            "ip daddr 10.123.0.1 udp dport 53 dnat to 10.250.1.2:53".into(),
+        ),
+        ("nat-prerouting".into(), "jump services".into()),
+        ("mark-for-masquerade".into(), "meta mark set meta mark | 0x4000".into()),
+        (
+            "services".into(),
+            "ip daddr . meta l4proto . th dport vmap @service-ips".into(),
+        ),
+        (
+            "services".into(),
+            format!("ip daddr {NODE_IP} meta l4proto . th dport vmap @service-nodeports"),
+        ),
+        (dns_ext.into(), "jump mark-for-masquerade".into()),
+        (dns_ext.into(), format!("goto {dns_svc}")),
+    ];
+    for (svc, ip, proto, port, tport, eps) in [
+        (dns_svc, DNS_IP, "udp", 53, 53, dns),
+        (web_svc, WEB_IP, "tcp", 80, 8080, web),
+    ] {
+        let ep_chain = |e: u8| format!("endpoint-{}__{}/{tport}", &svc["service-".len()..], pod_ip(e));
+        rules.push((
+            svc.into(),
+            format!("ip daddr {ip} {proto} dport {port} ip saddr != 10.244.0.0/16 jump mark-for-masquerade"),
+        ));
+        let vmap: Vec<String> = eps
+            .iter()
+            .enumerate()
+            .map(|(k, e)| format!("{k} : goto {}", ep_chain(*e)))
+            .collect();
+        rules.push((
+            svc.into(),
+            format!("numgen random mod {} vmap {{ {} }}", eps.len(), vmap.join(", ")),
+        ));
+        for &e in eps {
+            chains.push((ep_chain(e), ""));
+            rules.push((ep_chain(e), format!("ip saddr {} jump mark-for-masquerade", pod_ip(e))));
+            rules.push((
+                ep_chain(e),
+                format!("meta l4proto {proto} dnat to {}:{tport}", pod_ip(e)),
+            ));
+        }
+    }
+    let mut t = String::from("table ip kube-proxy {}\ndelete table ip kube-proxy\ntable ip kube-proxy {\n");
+    for (c, hook) in &chains {
+        t.push_str(&format!("\tchain {c} {{ {hook} }}\n"));
+    }
+    t.push_str(&format!(
+        "\tmap service-ips {{ type ipv4_addr . inet_proto . inet_service : verdict; elements = {{ \
+         {DNS_IP} . udp . 53 : goto {dns_svc}, {WEB_IP} . tcp . 80 : goto {web_svc} }} }}\n\
+         \tmap service-nodeports {{ type inet_proto . inet_service : verdict; elements = {{ udp . {NODE_PORT} : goto {dns_ext} }} }}\n}}\n"
+    ));
+    for (c, r) in rules {
+        t.push_str(&format!("add rule ip kube-proxy {c} {r}\n"));
+    }
+    t
+}
+
+fn nft_load(ns: &Netns, text: &str) {
+    use std::io::Write;
+    let mut child = ns.command("nft", &["-f", "-"]).stdin(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "nft -f of:\n{text}");
 }
 
 fn restore(ns: &Netns, text: &str) {
@@ -141,16 +268,17 @@ class S(socketserver.ThreadingTCPServer):
 S(("0.0.0.0", 8080), H).serve_forever()
 "#;
 
-/// 16 UDP clients to the DNS service (fixed source ports), one to the non-service
-/// DNAT, and 8 TCP connections to the web service, all sending every 200 ms.
+/// 16 UDP clients to the DNS service and 12 to its NodePort (fixed source
+/// ports), one to the non-service DNAT, and 8 TCP connections to the web
+/// service, all sending every 200 ms.
 const CLIENT: &str = r#"
 import socket, time
 udp = []
-for p in range(40000, 40016):
+for p in range(40000, 40028):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", p))
     s.setblocking(False)
-    udp.append((s, ("10.96.0.10", 53)))
+    udp.append((s, ("10.96.0.10", 53) if p < 40016 else ("10.250.1.1", 30053)))
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(("0.0.0.0", 41000))
 s.setblocking(False)
@@ -201,11 +329,21 @@ fn finding(doc: &Value) -> Option<&Value> {
 
 #[test]
 fn stale_entries_are_reported_persist_and_resolve() {
-    if !common::can_run(&["ip", "iptables-nft-restore", "conntrack", "python3"]) {
-        return;
+    if common::can_run(&["ip", "iptables-nft-restore", "conntrack", "python3"]) {
+        scenario(Mode::IptablesNft, "ct");
     }
-    let node = Netns::new("ctsn");
-    let pods: Vec<Netns> = (1..=4).map(|i| Netns::new(&format!("ctp{i}"))).collect();
+}
+
+#[test]
+fn stale_entries_are_reported_persist_and_resolve_nftables_mode() {
+    if common::can_run(&["ip", "nft", "conntrack", "python3"]) {
+        scenario(Mode::Nftables, "cn");
+    }
+}
+
+fn scenario(mode: Mode, tag: &str) {
+    let node = Netns::new(&format!("{tag}sn"));
+    let pods: Vec<Netns> = (1..=4).map(|i| Netns::new(&format!("{tag}p{i}"))).collect();
     for (i, pod) in (1u8..=4).zip(&pods) {
         let veth = format!("pwv{i}-{}", std::process::id() % 10_000);
         node.exec_ok(
@@ -223,7 +361,7 @@ fn stale_entries_are_reported_persist_and_resolve() {
     // The service addresses need a route out of the node for OUTPUT's DNAT to see them.
     node.exec_ok("ip", &["route", "add", "10.96.0.0/16", "dev", "lo"]);
     node.exec_ok("ip", &["route", "add", "10.123.0.0/16", "dev", "lo"]);
-    restore(&node, &rules(&[1, 2], &[3, 4]));
+    mode.load(&node, &[1, 2], &[3, 4]);
 
     let mut procs = vec![
         spawn(&pods[0], UDP_ECHO),
@@ -239,10 +377,13 @@ fn stale_entries_are_reported_persist_and_resolve() {
     // split at random); retry the rare all-to-one split by asserting it plainly.
     let dead_udp = conntrack_count(&node, "udp", DNS_IP, &pod_ip(1));
     let dead_tcp = conntrack_count(&node, "tcp", WEB_IP, &pod_ip(3));
+    let dead_np = conntrack_count(&node, "udp", NODE_IP, &pod_ip(1));
+    let live_np = conntrack_count(&node, "udp", NODE_IP, &pod_ip(2));
     assert!(
         dead_udp > 0 && dead_tcp > 0,
         "flows to pod 1: {dead_udp}, to pod 3: {dead_tcp}"
     );
+    assert_eq!(dead_np + live_np, 12, "every NodePort client was NATed to a DNS pod");
     assert_eq!(conntrack_count(&node, "udp", "10.123.0.1", &pod_ip(1)), 1);
 
     let port = 9893;
@@ -284,9 +425,14 @@ fn stale_entries_are_reported_persist_and_resolve() {
     assert_eq!(doc["facts"]["conntrack_stale"]["stale_entries"]["tcp"], 0);
     assert!(finding(&doc).is_none(), "no finding while nothing is stale");
 
+    assert_eq!(doc["facts"]["conntrack_stale"]["source"], mode.source());
+    assert_eq!(doc["facts"]["conntrack_stale"]["node_ports"], 1);
+    assert_eq!(doc["facts"]["conntrack_stale"]["endpoints"], 6);
+
     // kube-proxy removes pod 1 and pod 3: a new rule set without them.
-    restore(&node, &rules(&[2], &[4]));
-    let gen_after = |d: &Value| d["facts"]["conntrack_stale"]["endpoints"] == 2;
+    mode.load(&node, &[2], &[4]);
+    // DNS, its NodePort and web: one endpoint each.
+    let gen_after = |d: &Value| d["facts"]["conntrack_stale"]["endpoints"] == 3;
     let doc = wait("the finding after two checks", &|d| {
         gen_after(d) && finding(d).is_some_and(|f| f["severity"] == "critical")
     });
@@ -294,38 +440,60 @@ fn stale_entries_are_reported_persist_and_resolve() {
     // Exactly what conntrack -L shows NATed to the removed pods, per service.
     let want_udp = conntrack_count(&node, "udp", DNS_IP, &pod_ip(1));
     let want_tcp = conntrack_count(&node, "tcp", WEB_IP, &pod_ip(3));
+    let want_np = conntrack_count(&node, "udp", NODE_IP, &pod_ip(1));
     assert_eq!(want_udp, dead_udp, "the UDP clients kept their entries");
-    assert_eq!(facts["stale_entries"]["udp"], want_udp, "{facts}");
+    assert_eq!(want_np, dead_np, "the NodePort clients kept their entries");
+    eprintln!(
+        "{}: stale udp {want_udp} via the ClusterIP, {want_np} via the NodePort; tcp {want_tcp}",
+        mode.source()
+    );
+    assert_eq!(facts["stale_entries"]["udp"], want_udp + want_np, "{facts}");
     assert_eq!(facts["stale_entries"]["tcp"], want_tcp, "{facts}");
     let groups = facts["stale"].as_array().unwrap();
-    assert_eq!(groups.len(), 2, "{facts}");
+    assert_eq!(groups.len(), if want_np > 0 { 3 } else { 2 }, "{facts}");
     let group = |svc: &str| groups.iter().find(|g| g["service"] == svc).unwrap();
     assert_eq!(group("10.96.0.10:53/udp")["endpoint"], "10.250.1.2:53");
     assert_eq!(group("10.96.0.10:53/udp")["entries"], want_udp);
     assert_eq!(group("10.96.0.20:80/tcp")["endpoint"], "10.250.3.2:8080");
     assert_eq!(group("10.96.0.20:80/tcp")["entries"], want_tcp);
+    if want_np > 0 {
+        // NodePort traffic: the group names the node address the clients sent to.
+        let np = group("10.250.1.1:30053/udp");
+        assert_eq!(
+            (np["endpoint"].as_str(), &np["node_port"]),
+            (Some("10.250.1.2:53"), &Value::Bool(true))
+        );
+        assert_eq!(np["entries"], want_np);
+    }
     // The non-service DNAT to pod 1 is never counted.
     assert_eq!(conntrack_count(&node, "udp", "10.123.0.1", &pod_ip(1)), 1);
     let f = finding(&doc).unwrap();
-    assert_eq!(f["evidence"]["stale_entries"], want_udp + want_tcp);
-    assert!(
-        f["remediation"][0]
-            .as_str()
-            .unwrap()
-            .contains("conntrack -D -p udp --orig-dst 10.96.0.10 --reply-src 10.250.1.2"),
-        "{f}"
-    );
+    assert_eq!(f["evidence"]["stale_entries"], want_udp + want_np + want_tcp);
+    // The command deletes the largest pair (which one depends on the random split).
+    let largest = &f["evidence"]["services"][0];
+    let cmd = match largest["service"].as_str().unwrap() {
+        "10.96.0.10:53/udp" => "conntrack -D -p udp --orig-dst 10.96.0.10 --reply-src 10.250.1.2",
+        "10.250.1.1:30053/udp" => "conntrack -D -p udp --orig-dst 10.250.1.1 --reply-src 10.250.1.2",
+        "10.96.0.20:80/tcp" => "conntrack -D -p tcp --orig-dst 10.96.0.20 --reply-src 10.250.3.2",
+        other => panic!("largest pair {other}: {f}"),
+    };
+    assert!(f["remediation"][0].as_str().unwrap().contains(cmd), "{f}");
     let metrics = ns_get(&node, port, "/metrics").unwrap();
     assert!(
         metrics.contains(&format!(
-            "proxywatch_conntrack_stale_entries{{protocol=\"udp\"}} {want_udp}"
+            "proxywatch_conntrack_stale_entries{{protocol=\"udp\"}} {}",
+            want_udp + want_np
         )),
         "{metrics}"
     );
 
     // The SRE deletes the stale entries: the clients' next packets are NATed to
     // the remaining pods, and the finding resolves.
-    for (p, dst, src) in [("udp", DNS_IP, pod_ip(1)), ("tcp", WEB_IP, pod_ip(3))] {
+    for (p, dst, src) in [
+        ("udp", DNS_IP, pod_ip(1)),
+        ("udp", NODE_IP, pod_ip(1)),
+        ("tcp", WEB_IP, pod_ip(3)),
+    ] {
         let _ = node
             .command("conntrack", &["-D", "-p", p, "--orig-dst", dst, "--reply-src", &src])
             .stdout(Stdio::null())

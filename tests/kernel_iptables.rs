@@ -254,6 +254,21 @@ fn exact_counts(backend: &str, services: u32, endpoints: u32) {
         assert_eq!(counts["legacy_warning"], false);
         assert_eq!(counts["empty_with_warning"], false);
     }
+    // The stale check's service table: KUBE-SERVICES and KUBE-NODEPORTS followed
+    // to the KUBE-SEP DNATs (nft backend, both families). Legacy rules are not
+    // in nf_tables and are not read: no service ports, said as source "none".
+    let stale = &c.doc["facts"]["conntrack_stale"];
+    for key in ["service_ports", "node_ports", "endpoints"] {
+        let want = match &expected6 {
+            Some(e6) => expected["service_table"][key].as_u64().unwrap() + e6["service_table"][key].as_u64().unwrap(),
+            None => 0,
+        };
+        assert_eq!(
+            stale[key], want,
+            "{backend} {services}x{endpoints}: conntrack_stale `{key}`: {stale}"
+        );
+    }
+    assert_eq!(stale["source"], if backend == "nft" { "iptables-nft" } else { "none" });
     // The run that printed text: the legacy save, or the nft cross-check's save.
     let save = if backend == "nft" {
         let run = c.save("nft", "ipv4");
@@ -836,6 +851,7 @@ fn nftables_generated_1000_services_both_families() {
     let ns = netns("nft-gen");
     let gen = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/gen_kube_nft.py");
     let mut expected = std::collections::BTreeMap::new();
+    let mut service_table = [0u64; 3];
     for (family, flag) in [("ip", None), ("ip6", Some("--ipv6"))] {
         let table = dir.path().join(format!("{family}.nft"));
         let exp = dir.path().join(format!("{family}.json"));
@@ -851,11 +867,27 @@ fn nftables_generated_1000_services_both_families() {
         args.extend(flag);
         std::fs::write(&table, common::run("python3", &args).stdout).unwrap();
         ns.exec_ok("nft", &["-f", table.to_str().unwrap()]);
-        let e: Value = serde_json::from_str(&std::fs::read_to_string(&exp).unwrap()).unwrap();
+        let mut e: Value = serde_json::from_str(&std::fs::read_to_string(&exp).unwrap()).unwrap();
+        let st = e.as_object_mut().unwrap().remove("service_table").unwrap();
+        for (sum, key) in service_table
+            .iter_mut()
+            .zip(["service_ports", "node_ports", "endpoints"])
+        {
+            *sum += st[key].as_u64().unwrap();
+        }
         expected.insert(family, e);
     }
     let c = check_in(&ns, None, &["--iptables.save-interval", "0"]);
     assert_eq!(c.probe("nftables")["status"], "ok", "{}", c.probe("nftables"));
+    // The stale check's service table: every service-ips / service-nodeports
+    // element followed through its chains and numgen maps to the endpoints' dnat.
+    let stale = &c.doc["facts"]["conntrack_stale"];
+    assert_eq!(stale["source"], "nftables", "{}", c.probe("conntrack_stale"));
+    assert_eq!(
+        [&stale["service_ports"], &stale["node_ports"], &stale["endpoints"]],
+        service_table.map(Value::from).each_ref(),
+        "conntrack_stale's service table vs the generator's"
+    );
     let tables = c.doc["facts"]["nftables"]["tables"].as_array().unwrap();
     assert_eq!(tables.len(), 2, "{tables:?}");
     for t in tables {

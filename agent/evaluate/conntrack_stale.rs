@@ -25,9 +25,10 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
         (false, false) => Severity::Warning,
     };
     let summary = match persisting.first() {
+        None if facts.service_ports == 0 => "no service ports to check: no kube-proxy rules in nf_tables (iptables-nft, nftables) or IPVS (iptables-legacy rules are not read)".to_string(),
         None => format!(
-            "no stale conntrack entries persisting ({} NATed entries of {} service ports checked)",
-            facts.dst_nat_entries, facts.service_ports
+            "no stale conntrack entries persisting ({} entries checked against {} service ports from {})",
+            facts.examined_entries, facts.service_ports, facts.source
         ),
         Some(g) => format!(
             "{entries} conntrack entries still NATed to endpoints that no longer exist, across {} service/endpoint pairs (largest: {} → {}, {} entries){}",
@@ -44,6 +45,7 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
         .map(|g| {
             json!({
                 "service": g.group.service,
+                "node_port": g.group.node_port,
                 "dead_endpoint": g.group.endpoint,
                 "entries": g.group.entries,
                 "first_seen_seconds": g.first_seen_seconds,
@@ -55,6 +57,7 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
         .evidence("stale_entries", entries)
         .evidence("pairs", persisting.len() as u64)
         .evidence("services", Value::Array(evidence))
+        .evidence("source", facts.source.as_str())
         .evidence("generation", facts.generation);
     if severity != Severity::Ok {
         let first = persisting[0];

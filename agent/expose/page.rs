@@ -260,9 +260,10 @@ fn stale(o: &mut String, doc: &Document) {
     section(o, "stale", "Stale conntrack entries");
     let _ = writeln!(
         o,
-        "<p>{} NATed entries checked against {} service ports and {} endpoints ({}, generation {}).</p>",
-        f.dst_nat_entries,
+        "<p>{} entries checked against {} service ports ({} NodePorts) and {} endpoints (from {}, generation {}).</p>",
+        f.examined_entries,
         f.service_ports,
+        f.node_ports,
         f.endpoints,
         esc(&f.source),
         f.generation
@@ -277,7 +278,7 @@ fn stale(o: &mut String, doc: &Document) {
         let _ = writeln!(
             o,
             "<tr{class}><th scope=\"row\">{}</th><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
-            esc(&g.group.service),
+            esc(&g.group.service) + if g.group.node_port { " (NodePort)" } else { "" },
             esc(&g.group.endpoint),
             g.group.entries,
             esc(&crate::timefmt::rfc3339(g.first_seen_seconds)),

@@ -100,14 +100,18 @@ pub fn render(doc: &Document) -> String {
         let total: u64 = f.stale_entries.values().sum();
         let _ = writeln!(
             out,
-            "\nstale conntrack entries: {total} ({} NATed entries, {} service ports checked)",
-            f.dst_nat_entries, f.service_ports
+            "\nstale conntrack entries: {total} ({} entries checked, {} service ports from {})",
+            f.examined_entries, f.service_ports, f.source
         );
         for g in &d.groups {
             let _ = writeln!(
                 out,
-                "  {} -> {} (gone): {} entries, {} checks",
-                g.group.service, g.group.endpoint, g.group.entries, g.checks
+                "  {}{} -> {} (gone): {} entries, {} checks",
+                g.group.service,
+                if g.group.node_port { " (NodePort)" } else { "" },
+                g.group.endpoint,
+                g.group.entries,
+                g.checks
             );
         }
     }

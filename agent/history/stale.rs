@@ -72,6 +72,7 @@ mod tests {
                     address: "10.96.0.10".parse().unwrap(),
                     port: 53,
                     protocol: "udp".into(),
+                    node_port: false,
                     endpoint: e.to_string(),
                     entries: 1,
                 })

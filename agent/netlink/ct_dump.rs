@@ -170,10 +170,13 @@ fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
 
 /// The dump request of one L3 family (2 or 10): DST_NAT entries only, and of
 /// `l4proto` only when given.
-pub fn dump_request(family: u8, l4proto: Option<u8>) -> Request {
-    let mut r = Request::new(msg_type(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, family)
-        .attr(CTA_STATUS, &IPS_DST_NAT.to_be_bytes())
-        .attr(CTA_STATUS_MASK, &IPS_DST_NAT.to_be_bytes());
+pub fn dump_request(family: u8, l4proto: Option<u8>, dst_nat_only: bool) -> Request {
+    let mut r = Request::new(msg_type(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, family);
+    if dst_nat_only {
+        r = r
+            .attr(CTA_STATUS, &IPS_DST_NAT.to_be_bytes())
+            .attr(CTA_STATUS_MASK, &IPS_DST_NAT.to_be_bytes());
+    }
     if let Some(p) = l4proto {
         let proto = nla(CTA_TUPLE_PROTO | NLA_F_NESTED, &nla(CTA_PROTO_NUM, &[p]));
         r = r.attr(CTA_TUPLE_ORIG | NLA_F_NESTED, &proto).attr(
@@ -192,21 +195,24 @@ pub struct DumpStats {
     pub bytes: u64,
 }
 
-/// Dumps the DST_NAT entries of `family` (and `l4proto`), giving each decoded
-/// entry to `each`; memory is one receive buffer.
+/// Dumps the entries of `family` (and `l4proto`) — only those with the DST_NAT
+/// status with `dst_nat_only` — giving each decoded entry to `each`; memory is
+/// one receive buffer. (IPVS rewrites an entry's reply tuple without setting
+/// DST_NAT, so IPVS mode asks for every entry.)
 pub fn dump<C: Conn>(
     conn: C,
     deadline: Instant,
     family: u8,
     l4proto: Option<u8>,
+    dst_nat_only: bool,
     mut each: impl FnMut(&CtEntry),
 ) -> Result<DumpStats, NlError> {
     let mut s = Session::new(conn, deadline);
     let mut stats = DumpStats::default();
-    s.dump(&mut dump_request(family, l4proto), |p| {
+    s.dump(&mut dump_request(family, l4proto, dst_nat_only), |p| {
         stats.messages += 1;
         if let Some(e) = decode_entry(p.ty, p.payload)? {
-            if e.dst_nat() && l4proto.is_none_or(|want| want == e.l4proto) {
+            if (e.dst_nat() || !dst_nat_only) && l4proto.is_none_or(|want| want == e.l4proto) {
                 each(&e);
             }
         }
@@ -265,29 +271,28 @@ mod tests {
             .unwrap()
             .dst_nat());
         let ty = msg_type(IPCTNL_MSG_CT_NEW);
-        let conn = Fake::new(move |sent| {
-            assert_eq!(sent.family, 2);
-            assert!(sent
-                .attrs
-                .iter()
-                .any(|(k, v)| *k == CTA_STATUS_MASK && v == &IPS_DST_NAT.to_be_bytes()));
-            vec![Ok([
-                msg(ty, super::super::NLM_F_MULTI, sent.seq, &good),
-                msg(ty, super::super::NLM_F_MULTI, sent.seq, &plain),
-                done(sent.seq),
-            ]
-            .concat())]
-        });
-        let mut seen = Vec::new();
-        let st = dump(
-            conn,
-            Instant::now() + std::time::Duration::from_secs(5),
-            2,
-            Some(17),
-            |e| seen.push(*e),
-        )
-        .unwrap();
-        assert_eq!(st.messages, 2);
-        assert_eq!(seen.len(), 1, "the entry without DST_NAT is not given");
+        for dst_nat_only in [true, false] {
+            let (good, plain) = (good.clone(), plain.clone());
+            let conn = Fake::new(move |sent| {
+                assert_eq!(sent.family, 2);
+                let masked = sent
+                    .attrs
+                    .iter()
+                    .any(|(k, v)| *k == CTA_STATUS_MASK && v == &IPS_DST_NAT.to_be_bytes());
+                assert_eq!(masked, dst_nat_only, "the kernel filters on status only when asked");
+                vec![Ok([
+                    msg(ty, super::super::NLM_F_MULTI, sent.seq, &good),
+                    msg(ty, super::super::NLM_F_MULTI, sent.seq, &plain),
+                    done(sent.seq),
+                ]
+                .concat())]
+            });
+            let mut seen = Vec::new();
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            let st = dump(conn, deadline, 2, Some(17), dst_nat_only, |e| seen.push(*e)).unwrap();
+            assert_eq!(st.messages, 2);
+            // Without the filter the entry without DST_NAT is given too (IPVS mode).
+            assert_eq!(seen.len(), if dst_nat_only { 1 } else { 2 });
+        }
     }
 }

@@ -46,7 +46,10 @@ const NFTA_SET_FLAGS: u16 = 3;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+const NFTA_SET_ELEM_KEY: u16 = 1;
+const NFTA_SET_ELEM_DATA: u16 = 2;
 const NFTA_SET_ELEM_FLAGS: u16 = 3;
+const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_GEN_ID: u16 = 1;
 
 /// Verdict codes of a jump and a goto (`NFT_JUMP`, `NFT_GOTO`).
@@ -402,6 +405,63 @@ pub fn count_elements(ty: u16, payload: &[u8], interval: bool) -> Result<(u64, u
     Ok((n, gen16))
 }
 
+/// One element of a set or map, as far as a verdict map goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Element<'a> {
+    /// The key's bytes (a concatenation pads each field to 4 bytes).
+    pub key: &'a [u8],
+    /// The chain a verdict map's element jumps or goes to.
+    pub chain: Option<&'a str>,
+}
+
+/// The elements of one message of an element dump, in order, given to `each`
+/// (interval end elements skipped, as [`count_elements`] does).
+/// Returns the generation's low 16 bits.
+pub fn each_element<'a>(
+    ty: u16,
+    payload: &'a [u8],
+    mut each: impl FnMut(Element<'a>) -> Result<(), NlError>,
+) -> Result<u16, NlError> {
+    expect(ty, NFT_MSG_NEWSETELEM, "set element")?;
+    let (_, gen16, attrs) = nfgen(payload)?;
+    for a in attrs {
+        let a = a?;
+        if a.kind != NFTA_SET_ELEM_LIST_ELEMENTS {
+            continue;
+        }
+        for e in a.nested() {
+            let e = e?;
+            if e.kind != NFTA_LIST_ELEM {
+                continue;
+            }
+            let (mut key, mut chain, mut end) = (None, None, false);
+            for f in e.nested() {
+                let f = f?;
+                match f.kind {
+                    NFTA_SET_ELEM_KEY => {
+                        for v in f.nested() {
+                            let v = v?;
+                            if v.kind == NFTA_DATA_VALUE {
+                                key = Some(v.value);
+                            }
+                        }
+                    }
+                    NFTA_SET_ELEM_DATA => chain = data_verdict_chain(f)?,
+                    NFTA_SET_ELEM_FLAGS => end = f.be_u32()? & NFT_SET_ELEM_INTERVAL_END != 0,
+                    _ => {}
+                }
+            }
+            if !end {
+                each(Element {
+                    key: key.unwrap_or_default(),
+                    chain,
+                })?;
+            }
+        }
+    }
+    Ok(gen16)
+}
+
 #[cfg(test)]
 pub(crate) mod samples {
     //! nf_tables answers built as the kernel encodes them (checked against
@@ -602,5 +662,61 @@ mod tests {
                 let _ = rule.jumps_to("KUBE-");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod element_tests {
+    use super::super::testing::*;
+    use super::*;
+
+    /// A verdict-map element as the kernel sends it: key, `goto CHAIN` data, flags.
+    fn element(key: &[u8], chain: Option<&str>, flags: u32) -> Vec<u8> {
+        let mut e = vec![nested(NFTA_SET_ELEM_KEY, &[attr(NFTA_DATA_VALUE, key)])];
+        if let Some(c) = chain {
+            let v = [be32(NFTA_VERDICT_CODE, NFT_GOTO as u32), string(NFTA_VERDICT_CHAIN, c)];
+            e.push(nested(NFTA_SET_ELEM_DATA, &[nested(NFTA_DATA_VERDICT, &v)]));
+        }
+        if flags != 0 {
+            e.push(be32(NFTA_SET_ELEM_FLAGS, flags));
+        }
+        nested(NFTA_LIST_ELEM, &e)
+    }
+
+    #[test]
+    fn elements_give_key_and_verdict_chain() {
+        let key = [10, 96, 0, 10, 17, 0, 0, 0, 0, 53, 0, 0];
+        let payload = nfgen_payload(
+            2,
+            7,
+            &[
+                string(NFTA_SET_ELEM_LIST_TABLE, "kube-proxy"),
+                string(NFTA_SET_ELEM_LIST_SET, "service-ips"),
+                nested(
+                    NFTA_SET_ELEM_LIST_ELEMENTS,
+                    &[
+                        element(&key, Some("service-X"), 0),
+                        element(&[10, 0, 0, 0], None, 0),
+                        element(&[10, 0, 0, 255], None, NFT_SET_ELEM_INTERVAL_END),
+                    ],
+                ),
+            ],
+        );
+        let mut got = Vec::new();
+        let g16 = each_element(msg_type(NFT_MSG_NEWSETELEM), &payload, |e| {
+            got.push((e.key.to_vec(), e.chain.map(str::to_string)));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(g16, 7);
+        assert_eq!(
+            got,
+            vec![(key.to_vec(), Some("service-X".into())), (vec![10, 0, 0, 0], None)],
+            "the interval end is not an element"
+        );
+        for cut in 0..payload.len() {
+            let _ = each_element(msg_type(NFT_MSG_NEWSETELEM), &payload[..cut], |_| Ok(()));
+        }
+        assert!(each_element(msg_type(NFT_MSG_NEWRULE), &payload, |_| Ok(())).is_err());
     }
 }

@@ -47,6 +47,15 @@ pub trait Tally {
     fn set(&mut self, set: &Set<'_>) -> bool;
     /// The elements of a set `set` said yes to, as nft lists them.
     fn elements(&mut self, table: &str, set: &str, n: u64);
+    /// Whether anonymous sets are offered to [`Tally::set`] too, and each
+    /// element to [`Tally::element`] (for a walk of verdict maps; counting says no).
+    fn element_detail(&self) -> bool {
+        false
+    }
+    /// One element of a set `set` said yes to (only with [`Tally::element_detail`]).
+    fn element(&mut self, _set: &str, _e: nft::Element<'_>) -> Result<(), NlError> {
+        Ok(())
+    }
 }
 
 /// What to read of one family.
@@ -168,7 +177,8 @@ fn one<C: Conn, T: Tally>(a: &mut Session<C>, b: &mut Session<C>, plan: Plan, ta
             a.dump(&mut nft::dump_sets(family, table), |p| {
                 let s = nft::decode_set(p.ty, p.payload)?;
                 same(s.gen16)?;
-                if s.anonymous() || !tally.set(&s) {
+                let detail = tally.element_detail();
+                if (s.anonymous() && !detail) || !tally.set(&s) {
                     return Ok(());
                 }
                 let interval = s.interval();
@@ -177,6 +187,9 @@ fn one<C: Conn, T: Tally>(a: &mut Session<C>, b: &mut Session<C>, plan: Plan, ta
                     let (k, g16) = nft::count_elements(e.ty, e.payload, interval)?;
                     same(g16)?;
                     n += k;
+                    if detail {
+                        nft::each_element(e.ty, e.payload, |el| tally.element(s.name, el))?;
+                    }
                     Ok(())
                 })
                 .map_err(|e| changed_if_gone(e, &format!("set {}", s.name)))?;

@@ -7,31 +7,39 @@
 //! 1. the ruleset generation (`NFT_MSG_GETGEN`);
 //! 2. the service table ([`service_endpoints`]) at that generation — reused
 //!    from [`StaleMemory`] when the generation is the one it was read at, else
-//!    read anew (iptables-nft's `nat`/`filter` tables of both families);
-//! 3. per family and per protocol of its service ports, a ctnetlink dump of the
-//!    DST_NAT entries ([`ct_dump`]), streamed: an entry whose original
-//!    destination is a service port and whose reply source is not one of its
-//!    endpoints adds one to its (service, dead endpoint) count;
-//! 4. the generation again: if the rules changed during the dump, the counts
-//!    may hold endpoints that were just added; the table is read again and
-//!    the dump redone, once, then the run fails (never a false count).
+//!    read anew: kube-proxy's iptables-nft `nat`/`filter` chains and its
+//!    nftables `kube-proxy` table, both families, one walk per family — plus
+//!    the IPVS table (`/proc/net/ip_vs`, when IPVS is loaded), read every run;
+//! 3. the node's addresses (rtnetlink), to tell NodePort traffic;
+//! 4. per family and per protocol of its service ports, a ctnetlink dump
+//!    ([`ct_dump`]), streamed — only DST_NAT entries, filtered in the kernel,
+//!    unless IPVS lists services (IPVS does not set DST_NAT): an entry whose
+//!    original destination is a service port (or a NodePort on a node
+//!    address) and whose reply source is not one of its endpoints adds one to
+//!    its (service, dead endpoint) count;
+//! 5. the generation (and the IPVS table) again: if the rules changed during
+//!    the dump, the counts may hold endpoints that were just added; the table
+//!    is read again and the dump redone, once, then the run fails (never a
+//!    false count).
 //!
 //! Memory: one receive buffer and the counts per (service, dead endpoint),
 //! at most [`MAX_GROUPS`] of them (beyond, entries still count in the
 //! per-protocol totals).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::service_endpoints::{
-    per_protocol, protocol_name, service_label, socket, IptEndpoints, ServicePort, ServiceTable,
-};
+use super::service_endpoints::iptables::IptEndpoints;
+use super::service_endpoints::nftables::{self, NftEndpoints};
+use super::service_endpoints::{per_protocol, protocol_name, service_label, socket, ServicePort, ServiceTable};
 use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
-use crate::netlink::nft::Family;
+use crate::host::Host;
+use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
+use crate::netlink::nft_count::Tally;
 use crate::netlink::{ct_dump, nft_count, NlError, Socket, NETLINK_NETFILTER};
 
 /// Distinct (service, dead endpoint) pairs counted one by one.
@@ -42,11 +50,14 @@ pub const MAX_LISTED: usize = 50;
 /// Entries NATed for one service port to one endpoint it no longer has.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StaleGroup {
-    /// `10.96.0.10:53/udp`.
+    /// `10.96.0.10:53/udp`; for a NodePort, the node address the client sent to.
     pub service: String,
     pub address: IpAddr,
     pub port: u16,
     pub protocol: String,
+    /// Traffic to a NodePort (on the node address in `address`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_port: bool,
     /// The endpoint the entries are NATed to: `10.244.1.2:53`.
     pub endpoint: String,
     pub entries: u64,
@@ -54,16 +65,24 @@ pub struct StaleGroup {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConntrackStaleFacts {
-    /// Where the service table came from (`iptables-nft`).
+    /// Where the service table came from: `iptables-nft`, `nftables`, `ipvs`
+    /// (joined with `+` when several list services), or `none`.
     pub source: String,
     /// The nf_tables ruleset generation the table and the dump agree on.
     pub generation: u32,
-    /// The table was read by an earlier run at this generation.
+    /// The nf_tables part of the table was read by an earlier run at this generation.
     pub table_reused: bool,
+    /// Service ports, NodePorts included.
     pub service_ports: u64,
+    #[serde(default)]
+    pub node_ports: u64,
     pub endpoints: u64,
     /// DST_NAT entries of the services' protocols the kernel sent.
     pub dst_nat_entries: u64,
+    /// Entries looked at: the DST_NAT ones, or all of those protocols when
+    /// IPVS lists services.
+    #[serde(default)]
+    pub examined_entries: u64,
     /// Stale entries per protocol (every protocol present, 0 when none).
     pub stale_entries: BTreeMap<String, u64>,
     /// Pairs with stale entries (all of them, even beyond the list).
@@ -74,22 +93,29 @@ pub struct ConntrackStaleFacts {
     pub dump_seconds: f64,
 }
 
+/// The nf_tables part of the service table, with the sources that listed services.
+#[derive(Debug, Default)]
+struct NfTable {
+    table: ServiceTable,
+    sources: Vec<&'static str>,
+}
+
 /// The service table kept between runs, valid for exactly one ruleset
 /// generation. Why not the history stage: history sees the reading after the
 /// probe made it; this spares the probe reading the rules, so it must be asked
 /// before, by the probe (the same reasoning as [`super::counted::Memory`]).
 #[derive(Debug, Default)]
 pub struct StaleMemory {
-    table: Mutex<Option<(u32, Arc<ServiceTable>)>>,
+    table: Mutex<Option<(u32, Arc<NfTable>)>>,
 }
 
 impl StaleMemory {
-    fn get(&self, generation: u32) -> Option<Arc<ServiceTable>> {
+    fn get(&self, generation: u32) -> Option<Arc<NfTable>> {
         let t = self.table.lock().ok()?;
         t.as_ref().filter(|(g, _)| *g == generation).map(|(_, t)| t.clone())
     }
 
-    fn put(&self, generation: u32, t: Arc<ServiceTable>) {
+    fn put(&self, generation: u32, t: Arc<NfTable>) {
         if let Ok(mut slot) = self.table.lock() {
             *slot = Some((generation, t));
         }
@@ -100,21 +126,71 @@ fn generation(deadline: Instant) -> Result<u32, NlError> {
     nft_count::generation(Socket::open(NETLINK_NETFILTER)?, deadline)
 }
 
-/// The service table at the current generation (both families, one generation).
-fn table(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<ServiceTable>, bool), NlError> {
+/// One family's walk of both kube-proxy layouts in nf_tables.
+struct Walk {
+    ipt: IptEndpoints,
+    nft: NftEndpoints,
+}
+
+impl Tally for Walk {
+    fn wants(&self, table: &str) -> bool {
+        self.ipt.wants(table) || self.nft.wants(table)
+    }
+
+    fn table(&mut self, _: &str) {}
+
+    fn chain(&mut self, _: &Chain<'_>) -> Result<(), NlError> {
+        Ok(())
+    }
+
+    fn rule(&mut self, r: &Rule<'_>) -> Result<(), NlError> {
+        if r.table == nftables::TABLE {
+            self.nft.rule(r)
+        } else {
+            self.ipt.rule(r)
+        }
+    }
+
+    fn set(&mut self, s: &Set<'_>) -> bool {
+        s.table == nftables::TABLE && self.nft.set(s)
+    }
+
+    fn elements(&mut self, _: &str, _: &str, _: u64) {}
+
+    fn element_detail(&self) -> bool {
+        true
+    }
+
+    /// Only sets of `kube-proxy` get here ([`Walk::set`]).
+    fn element(&mut self, set: &str, e: Element<'_>) -> Result<(), NlError> {
+        self.nft.element(set, e)
+    }
+}
+
+/// The nf_tables service table at the current generation (both families, one generation).
+fn nf_table(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<NfTable>, bool), NlError> {
     let gen = generation(deadline)?;
     if let Some(t) = memory.get(gen) {
         return Ok((gen, t, true));
     }
-    let mut all = ServiceTable::default();
+    let mut all = NfTable::default();
     let mut gens = Vec::new();
     for family in [Family::Ip, Family::Ip6] {
-        let plan = nft_count::Plan { family, sets: false };
-        let c = nft_count::count(&mut || Socket::open(NETLINK_NETFILTER), plan, deadline, &|| {
-            IptEndpoints::new(family)
+        let plan = nft_count::Plan { family, sets: true };
+        let c = nft_count::count(&mut || Socket::open(NETLINK_NETFILTER), plan, deadline, &|| Walk {
+            ipt: IptEndpoints::new(family),
+            nft: NftEndpoints::new(family),
         })?;
         gens.push(c.generation);
-        all.merge(c.tally.finish());
+        for (name, t) in [
+            ("iptables-nft", c.tally.ipt.finish()),
+            ("nftables", c.tally.nft.finish()),
+        ] {
+            if !t.services.is_empty() && !all.sources.contains(&name) {
+                all.sources.push(name);
+            }
+            all.table.merge(t);
+        }
     }
     if gens.iter().any(|g| *g != gens[0]) {
         return Err(NlError::Changed(format!("generations {gens:?} between the families")));
@@ -124,24 +200,55 @@ fn table(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<ServiceTab
     Ok((gens[0], t, false))
 }
 
-/// Counts what the dumps say against `table` (pure apart from the dump).
+const PROC_IP_VS: &str = "/proc/net/ip_vs";
+
+/// IPVS's virtual and real servers, when IPVS is loaded (reading the file loads nothing).
+fn ipvs_table(host: &Host) -> Result<ServiceTable, ProbeError> {
+    let Some(text) = host.read_optional(PROC_IP_VS)? else {
+        return Ok(ServiceTable::default());
+    };
+    let servers = super::ipvs::proc::parse_proc_ip_vs(PROC_IP_VS, &text)?;
+    Ok(super::service_endpoints::ipvs::table(&servers))
+}
+
+/// Counts what the dumps say against a service table (pure apart from the dump).
 #[derive(Debug, Default)]
 pub struct Counter {
+    /// The node's own addresses: traffic to one of them may be to a NodePort.
+    pub local: HashSet<IpAddr>,
     groups: HashMap<(ServicePort, IpAddr, u16), u64>,
     per_protocol: HashMap<u8, u64>,
+    /// Entries looked at.
     pub seen: u64,
+    /// Of those, with the DST_NAT status.
+    pub dst_nat: u64,
 }
 
 impl Counter {
     pub fn add(&mut self, table: &ServiceTable, e: &ct_dump::CtEntry) {
         self.seen += 1;
+        self.dst_nat += u64::from(e.dst_nat());
+        if e.reply_src == e.orig_dst && e.reply_sport == e.orig_dport {
+            return; // not translated
+        }
         let svc = ServicePort {
             address: e.orig_dst,
             port: e.orig_dport,
             protocol: e.l4proto,
         };
-        // Not a service port (kube-proxy did not make it) or a current endpoint: not stale.
-        if table.is_current(&svc, e.reply_src, e.reply_sport) != Some(false) {
+        let node_port = ServicePort::node_port(e.orig_dst.is_ipv6(), e.l4proto, e.orig_dport);
+        let current = match table.is_current(&svc, e.reply_src, e.reply_sport) {
+            Some(c) => c,
+            None if self.local.contains(&e.orig_dst) => {
+                match table.is_current(&node_port, e.reply_src, e.reply_sport) {
+                    Some(c) => c,
+                    None => return,
+                }
+            }
+            // Not a service port: kube-proxy did not make it.
+            None => return,
+        };
+        if current {
             return;
         }
         *self.per_protocol.entry(e.l4proto).or_default() += 1;
@@ -153,7 +260,7 @@ impl Counter {
         }
     }
 
-    pub fn facts(self) -> ConntrackStaleFacts {
+    pub fn facts(self, table: &ServiceTable) -> ConntrackStaleFacts {
         let mut groups: Vec<StaleGroup> = self
             .groups
             .into_iter()
@@ -162,6 +269,7 @@ impl Counter {
                 address: svc.address,
                 port: svc.port,
                 protocol: protocol_name(svc.protocol),
+                node_port: !table.services.contains_key(&svc),
                 endpoint: socket(ep, Some(port)),
                 entries,
             })
@@ -177,42 +285,98 @@ impl Counter {
             stale_entries: per_protocol(self.per_protocol),
             stale_groups,
             stale: groups,
-            dst_nat_entries: self.seen,
+            dst_nat_entries: self.dst_nat,
+            examined_entries: self.seen,
+            service_ports: table.services.len() as u64,
+            node_ports: table.node_ports() as u64,
+            endpoints: table.endpoints() as u64,
             ..Default::default()
         }
     }
 }
 
-fn read(memory: &StaleMemory, deadline: Instant) -> Result<ConntrackStaleFacts, NlError> {
+fn nl(e: NlError) -> ProbeError {
+    ProbeError::NfNetlink(format!("conntrack entries over ctnetlink: {e}"))
+}
+
+/// What one run reads, and with what.
+struct Run<'a> {
+    memory: &'a StaleMemory,
+    host: &'a Host,
+    local: &'a HashSet<IpAddr>,
+    /// nf_tables is loaded (else only IPVS can list services: asking would load it).
+    nf_tables: bool,
+    deadline: Instant,
+}
+
+impl Run<'_> {
+    fn nf_table(&self) -> Result<(u32, Arc<NfTable>, bool), NlError> {
+        if self.nf_tables {
+            nf_table(self.memory, self.deadline)
+        } else {
+            Ok((0, Arc::default(), false))
+        }
+    }
+
+    fn generation(&self) -> Result<u32, NlError> {
+        if self.nf_tables {
+            generation(self.deadline)
+        } else {
+            Ok(0)
+        }
+    }
+}
+
+fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
+    let (host, local, deadline) = (run.host, run.local, run.deadline);
     let mut last = String::new();
     for _ in 0..2 {
-        let (gen, table, reused) = table(memory, deadline)?;
+        let (gen, nf, reused) = run.nf_table().map_err(nl)?;
+        let ipvs = ipvs_table(host)?;
+        let mut sources = nf.sources.clone();
+        if !ipvs.services.is_empty() {
+            sources.push("ipvs");
+        }
+        let dst_nat_only = ipvs.services.is_empty();
+        let mut table = nf.table.clone();
+        table.merge(ipvs.clone());
         let started = Instant::now();
-        let mut counter = Counter::default();
+        let mut counter = Counter {
+            local: local.clone(),
+            ..Counter::default()
+        };
         for (family, v6) in [(2u8, false), (10u8, true)] {
             for proto in table.protocols(v6) {
-                ct_dump::dump(Socket::open(NETLINK_NETFILTER)?, deadline, family, Some(proto), |e| {
+                let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
+                ct_dump::dump(conn, deadline, family, Some(proto), dst_nat_only, |e| {
                     counter.add(&table, e)
-                })?;
+                })
+                .map_err(nl)?;
             }
         }
         let dump_seconds = started.elapsed().as_secs_f64();
-        let end = generation(deadline)?;
+        let end = run.generation().map_err(nl)?;
         if end != gen {
             last = format!("generation {gen} → {end} during the conntrack dump");
             continue;
         }
+        if ipvs_table(host)? != ipvs {
+            last = "the IPVS table changed during the conntrack dump".into();
+            continue;
+        }
         return Ok(ConntrackStaleFacts {
-            source: "iptables-nft".into(),
+            source: if sources.is_empty() {
+                "none".into()
+            } else {
+                sources.join("+")
+            },
             generation: gen,
             table_reused: reused,
-            service_ports: table.services.len() as u64,
-            endpoints: table.endpoints() as u64,
             dump_seconds,
-            ..counter.facts()
+            ..counter.facts(&table)
         });
     }
-    Err(NlError::Changed(last))
+    Err(nl(NlError::Changed(last)))
 }
 
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ConntrackStaleFacts>, ProbeError> {
@@ -224,17 +388,26 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
     let host = ctx.host.clone();
     let memory = ctx.memory.clone();
     let at = deadline.at();
+    let local: HashSet<IpAddr> = super::ipvs::interface::local_addresses()
+        .await?
+        .addresses
+        .into_iter()
+        .map(|(_, a)| a)
+        .collect();
     super::blocking(ProbeName::ConntrackStale, move || {
-        for module in ["nf_conntrack_netlink", "nf_tables"] {
-            if super::modules::tool_would_load(&host, module) {
-                return Ok(Probed::Absent(format!(
-                    "{module} is not loaded (nothing sent, so nothing loaded)"
-                )));
-            }
+        if super::modules::tool_would_load(&host, "nf_conntrack_netlink") {
+            return Ok(Probed::Absent(
+                "nf_conntrack_netlink is not loaded (nothing sent, so nothing loaded)".into(),
+            ));
         }
-        read(&memory.stale, at)
-            .map(Probed::Present)
-            .map_err(|e| ProbeError::NfNetlink(format!("conntrack entries over ctnetlink: {e}")))
+        let run = Run {
+            memory: &memory.stale,
+            host: &host,
+            local: &local,
+            nf_tables: !super::modules::tool_would_load(&host, "nf_tables"),
+            deadline: at,
+        };
+        read(&run).map(Probed::Present)
     })
     .await
 }
@@ -282,7 +455,7 @@ mod tests {
         c.add(&table, &entry("192.168.1.1", 53, "10.244.0.9", 53, 17)); // not a service address
         c.add(&table, &entry("fd00::a", 80, "fd00:244::3", 8080, 6)); // IPv6, gone
         c.add(&table, &entry("fd00::a", 80, "fd00:244::2", 8080, 6)); // IPv6, current
-        let f = c.facts();
+        let f = c.facts(&table);
         assert_eq!(f.stale_entries["udp"], 3);
         assert_eq!(f.stale_entries["tcp"], 1);
         assert_eq!(f.stale_entries["sctp"], 0);
@@ -291,5 +464,32 @@ mod tests {
         assert_eq!(f.stale[0].endpoint, "10.244.0.9:53");
         assert_eq!(f.stale[1].endpoint, "[fd00:244::3]:8080");
         assert_eq!(f.dst_nat_entries, 8);
+        assert_eq!((f.service_ports, f.node_ports, f.endpoints), (2, 0, 2));
+    }
+
+    #[test]
+    fn node_ports_on_node_addresses_and_entries_without_nat() {
+        let mut table = ServiceTable::default();
+        table.services.insert(
+            ServicePort::node_port(false, 6, 30080),
+            vec![("10.244.0.2".parse().unwrap(), Some(8080))],
+        );
+        let mut c = Counter {
+            local: HashSet::from(["192.168.0.2".parse().unwrap()]),
+            ..Counter::default()
+        };
+        c.add(&table, &entry("192.168.0.2", 30080, "10.244.0.9", 8080, 6)); // gone, via the node
+        c.add(&table, &entry("192.168.0.2", 30080, "10.244.0.2", 8080, 6)); // current
+        c.add(&table, &entry("192.168.0.3", 30080, "10.244.0.9", 8080, 6)); // not this node
+        c.add(&table, &entry("192.168.0.2", 30081, "10.244.0.9", 8080, 6)); // no such NodePort
+                                                                            // IPVS mode dumps every entry: one to the node itself, not translated, is no NAT at all.
+        let mut plain = entry("192.168.0.2", 30080, "192.168.0.2", 30080, 6);
+        plain.status = 0;
+        c.add(&table, &plain);
+        let f = c.facts(&table);
+        assert_eq!(f.stale_entries["tcp"], 1);
+        assert_eq!(f.stale[0].service, "192.168.0.2:30080/tcp");
+        assert!(f.stale[0].node_port);
+        assert_eq!((f.examined_entries, f.dst_nat_entries, f.node_ports), (5, 4, 1));
     }
 }

@@ -33,7 +33,11 @@ Chain names hash like kube-proxy's hashAndTruncate: base32(sha256(name))[:8]
 
 --expected FILE writes the exact counts ``nft list table`` shows (the crate's
 NftTableCounts): chains, base_chains, rules, service/endpoint/external chains,
-sets, maps, map_elements and set_elements by name.
+sets, maps, map_elements and set_elements by name; and service_table: what
+the table routes, as the agent's conntrack_stale probe should read it —
+service_ports (service-ips, no-endpoint-services, service-nodeports and
+no-endpoint-nodeports elements), node_ports (the last two) and endpoints
+(summed over service ports: every way in reaches the service's endpoints).
 """
 
 import argparse
@@ -235,7 +239,13 @@ def generate(services, endpoints, v):
     for chain, text in rules:
         out.append("add rule %s kube-proxy %s %s" % (fam, chain, text))
 
+    node_ports = len(maps["service-nodeports"]) + len(maps["no-endpoint-nodeports"])
     expected = {
+        "service_table": {
+            "service_ports": len(maps["service-ips"]) + len(maps["no-endpoint-services"]) + node_ports,
+            "node_ports": node_ports,
+            "endpoints": (len(maps["service-ips"]) + len(maps["service-nodeports"])) * endpoints,
+        },
         "chains": len(chains),
         "base_chains": len(BASE_CHAINS),
         "rules": len(rules),

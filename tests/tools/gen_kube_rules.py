@@ -31,7 +31,10 @@ written [addr]:port, and no KUBE-FIREWALL localnet rule (kube-proxy adds it for 
 input into an empty network namespace (same for the nft and legacy backends):
 per table {chains, rules} (builtin chains included), kube {svc, sep, ext, fw, svl},
 hint_chain, kubelet_canary, proxy_canary and kube_rules (rules in a KUBE-* chain or
-jumping to one).
+jumping to one); and service_table: what the rules route, as the agent's
+conntrack_stale probe should read it — service_ports (ClusterIP and
+load-balancer IP ports, NodePorts, and ports rejected for having no endpoints),
+node_ports, and endpoints (summed over service ports).
 """
 
 import argparse
@@ -172,6 +175,7 @@ def generate(services, endpoints, hint=True, canary=True, ipv6=False):
     filter_nodeports, filter_fw = [], []
     ep_counter = 0
     lb_counter = 0
+    table = {"service_ports": 0, "node_ports": 0, "endpoints": 0}
     for i in range(services):
         udp = i % 7 == 6
         proto = "udp" if udp else "tcp"
@@ -201,6 +205,14 @@ def generate(services, endpoints, hint=True, canary=True, ipv6=False):
         local_seps = sep_chains[:1] if local else []
         match = "-m %s -p %s" % (proto, proto)
 
+        # Every way in (ClusterIP, LB IP, NodePort) reaches every endpoint:
+        # KUBE-EXT of an externalTrafficPolicy: Local service also goes to KUBE-SVC.
+        ways = 1 + (1 if lb_fw else 0) + (1 if nodeport else 0)
+        if not has_endpoints:
+            ways = 1
+        table["service_ports"] += ways
+        table["node_ports"] += 1 if nodeport and has_endpoints else 0
+        table["endpoints"] += ways * len(eps)
         if not has_endpoints:
             filt.rule("KUBE-SERVICES", '-m comment --comment "%s has no endpoints" %s -d %s --dport %d -j REJECT'
                       % (spn, match, cluster_ip, port))
@@ -301,6 +313,7 @@ def generate(services, endpoints, hint=True, canary=True, ipv6=False):
         "kubelet_canary": canary,
         "proxy_canary": canary,
         "kube_rules": sum(t.kube_rules() for t in tables),
+        "service_table": table,
     }
     return "\n".join(out) + "\n", expected
 

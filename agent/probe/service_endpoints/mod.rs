@@ -1,0 +1,247 @@
+//! Each service port's current endpoints, read from the data plane kube-proxy
+//! programs, whichever mode it is in. One file per source:
+//!
+//! - [`iptables`]: kube-proxy's iptables-nft chains (`KUBE-SERVICES` →
+//!   `KUBE-SVC-*` → `KUBE-SEP-*` and its `DNAT`), over netlink;
+//! - [`nftables`]: kube-proxy's `kube-proxy` tables (the `service-ips` and
+//!   `service-nodeports` verdict maps → `service-*` chains → the anonymous
+//!   `numgen` maps → `endpoint-*` chains and their `dnat`), over netlink;
+//! - [`ipvs`]: virtual servers and their real servers (`/proc/net/ip_vs`).
+//!
+//! The two nf_tables sources are read in one generation-checked walk per
+//! family ([`crate::netlink::nft_count::count`]); each builds a [`Graph`] of
+//! entry points (a service port and the chain it goes to), jumps between
+//! chains, and DNATs, and [`Graph::finish`] follows every entry to the DNATs
+//! it reaches.
+//!
+//! A service port is an address, a port and an L4 protocol. A NodePort has no
+//! address of its own: it is keyed with the family's unspecified address
+//! ([`ServicePort::node_port`]) and matches traffic to any address of the node.
+//! A service port listed with no endpoints is one kube-proxy rejects or drops
+//! (the scale-to-zero case, kubernetes#139629): every entry NATed for it is stale.
+
+pub mod iptables;
+pub mod ipvs;
+pub mod nftables;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::{Deserialize, Serialize};
+
+/// A service port: the address clients send to, its port and L4 protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ServicePort {
+    pub address: IpAddr,
+    pub port: u16,
+    pub protocol: u8,
+}
+
+impl ServicePort {
+    /// The key of a NodePort of one family: the unspecified address.
+    pub fn node_port(v6: bool, protocol: u8, port: u16) -> ServicePort {
+        let address = if v6 {
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        };
+        ServicePort {
+            address,
+            port,
+            protocol,
+        }
+    }
+
+    pub fn is_node_port(&self) -> bool {
+        self.address.is_unspecified()
+    }
+}
+
+/// An endpoint: address, and port when the DNAT gives one.
+pub type Endpoint = (IpAddr, Option<u16>);
+
+/// Every service port's current endpoints (empty: none, kube-proxy rejects).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServiceTable {
+    pub services: HashMap<ServicePort, Vec<Endpoint>>,
+}
+
+impl ServiceTable {
+    pub fn endpoints(&self) -> usize {
+        self.services.values().map(Vec::len).sum()
+    }
+
+    pub fn node_ports(&self) -> usize {
+        self.services.keys().filter(|k| k.is_node_port()).count()
+    }
+
+    /// Whether `(addr, port)` is one of `svc`'s current endpoints; None when
+    /// `svc` is not a service port of the data plane.
+    pub fn is_current(&self, svc: &ServicePort, addr: IpAddr, port: u16) -> Option<bool> {
+        let eps = self.services.get(svc)?;
+        Some(eps.iter().any(|(a, p)| *a == addr && p.is_none_or(|p| p == port)))
+    }
+
+    /// The L4 protocols of the service ports of one family.
+    pub fn protocols(&self, v6: bool) -> BTreeSet<u8> {
+        self.services
+            .keys()
+            .filter(|k| k.address.is_ipv6() == v6)
+            .map(|k| k.protocol)
+            .collect()
+    }
+
+    /// Adds `other`'s service ports; a port both list gets both endpoint lists
+    /// (a leftover of another mode can only hide a stale entry, never invent one).
+    pub fn merge(&mut self, other: ServiceTable) {
+        for (svc, eps) in other.services {
+            let mine = self.services.entry(svc).or_default();
+            mine.extend(eps);
+            mine.sort();
+            mine.dedup();
+        }
+    }
+}
+
+/// Bound on the chains one service's walk visits (a loop or a huge rule set
+/// cannot make it run away).
+const MAX_WALK: usize = 10_000;
+
+/// Chains and what they lead to, as one source reads them.
+#[derive(Debug, Default)]
+pub struct Graph {
+    entries: Vec<(ServicePort, String)>,
+    no_endpoints: Vec<ServicePort>,
+    edges: HashMap<String, Vec<String>>,
+    dnat: HashMap<String, Vec<Endpoint>>,
+}
+
+impl Graph {
+    /// Traffic to `svc` goes to `chain`.
+    pub fn entry(&mut self, svc: ServicePort, chain: &str) {
+        self.entries.push((svc, chain.to_string()));
+    }
+
+    /// kube-proxy rejects or drops `svc`: it has no endpoints.
+    pub fn no_endpoints(&mut self, svc: ServicePort) {
+        self.no_endpoints.push(svc);
+    }
+
+    pub fn edge(&mut self, from: &str, to: &str) {
+        self.edges.entry(from.to_string()).or_default().push(to.to_string());
+    }
+
+    pub fn dnat(&mut self, chain: &str, to: Endpoint) {
+        self.dnat.entry(chain.to_string()).or_default().push(to);
+    }
+
+    /// Follows each service's chains to the DNATs they reach.
+    pub fn finish(self) -> ServiceTable {
+        let mut services: HashMap<ServicePort, Vec<Endpoint>> = HashMap::new();
+        for (svc, chain) in &self.entries {
+            let mut seen: BTreeSet<&str> = BTreeSet::new();
+            let mut stack = vec![chain.as_str()];
+            let mut eps: BTreeSet<Endpoint> = BTreeSet::new();
+            while let Some(c) = stack.pop() {
+                if !seen.insert(c) || seen.len() > MAX_WALK {
+                    continue;
+                }
+                eps.extend(self.dnat.get(c).into_iter().flatten().copied());
+                stack.extend(self.edges.get(c).into_iter().flatten().map(String::as_str));
+            }
+            services.entry(*svc).or_default().extend(eps);
+        }
+        for svc in self.no_endpoints {
+            services.entry(svc).or_default();
+        }
+        for eps in services.values_mut() {
+            eps.sort();
+            eps.dedup();
+        }
+        ServiceTable { services }
+    }
+}
+
+/// An L4 protocol's name (`udp`), or its number.
+pub fn protocol_name(p: u8) -> String {
+    match p {
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        132 => "sctp".into(),
+        n => n.to_string(),
+    }
+}
+
+/// `10.96.0.10:53/udp`, `[fd00::a]:53/udp`.
+pub fn service_label(s: &ServicePort) -> String {
+    format!("{}/{}", socket(s.address, Some(s.port)), protocol_name(s.protocol))
+}
+
+pub fn socket(a: IpAddr, port: Option<u16>) -> String {
+    match (a, port) {
+        (IpAddr::V6(v6), Some(p)) => format!("[{v6}]:{p}"),
+        (a, Some(p)) => format!("{a}:{p}"),
+        (a, None) => a.to_string(),
+    }
+}
+
+/// Counts per protocol name, with every known protocol present (0 when none).
+pub fn per_protocol(counts: impl IntoIterator<Item = (u8, u64)>) -> BTreeMap<String, u64> {
+    let mut m: BTreeMap<String, u64> = ["tcp", "udp", "sctp"].iter().map(|p| (p.to_string(), 0)).collect();
+    for (p, n) in counts {
+        *m.entry(protocol_name(p)).or_default() += n;
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(p: u16) -> ServicePort {
+        ServicePort {
+            address: "10.96.0.1".parse().unwrap(),
+            port: p,
+            protocol: 6,
+        }
+    }
+
+    #[test]
+    fn loops_and_shared_endpoints() {
+        let mut g = Graph::default();
+        g.entry(svc(80), "KUBE-SVC-A");
+        g.entry(svc(81), "KUBE-SVC-B");
+        g.edge("KUBE-SVC-A", "KUBE-SEP-X");
+        g.edge("KUBE-SVC-A", "KUBE-SVC-A");
+        g.edge("KUBE-SVC-B", "KUBE-SEP-X");
+        g.dnat("KUBE-SEP-X", ("10.0.0.1".parse().unwrap(), Some(8080)));
+        g.no_endpoints(svc(82));
+        let table = g.finish();
+        assert_eq!(table.services[&svc(80)], table.services[&svc(81)]);
+        assert!(table.services[&svc(82)].is_empty());
+        assert_eq!(table.endpoints(), 2);
+        assert_eq!(
+            table.is_current(&svc(82), "10.0.0.1".parse().unwrap(), 8080),
+            Some(false)
+        );
+        assert_eq!(table.is_current(&svc(83), "10.0.0.1".parse().unwrap(), 8080), None);
+    }
+
+    #[test]
+    fn merge_keeps_both_endpoint_lists() {
+        let ep = |s: &str| (s.parse().unwrap(), Some(80));
+        let mut a = ServiceTable::default();
+        a.services.insert(svc(80), vec![ep("10.0.0.1")]);
+        let mut b = ServiceTable::default();
+        b.services.insert(svc(80), vec![ep("10.0.0.2"), ep("10.0.0.1")]);
+        b.services.insert(ServicePort::node_port(true, 17, 30053), vec![]);
+        a.merge(b);
+        assert_eq!(a.services[&svc(80)], vec![ep("10.0.0.1"), ep("10.0.0.2")]);
+        assert_eq!(a.node_ports(), 1);
+        assert_eq!(a.protocols(true), BTreeSet::from([17]));
+        assert_eq!(
+            service_label(&ServicePort::node_port(true, 17, 30053)),
+            "[::]:30053/udp"
+        );
+    }
+}
