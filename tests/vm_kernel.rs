@@ -1190,6 +1190,18 @@ fn assert_stale_facts(name: &str, doc: &Value, want: &BTreeMap<(String, String),
     }
     assert_eq!(&agent_stale(facts), want, "{name}: groups");
     assert_eq!(facts["stale_groups"], want.len() as u64, "{name}");
+    // The table is IPVS's (nf_tables holds no kube-proxy rules here): two
+    // virtual servers, one real server each left. No entry on this node has
+    // DST_NAT, the IPVS ones included, so the dump must not filter on it.
+    assert_eq!(facts["source"], "ipvs", "{name}");
+    assert_eq!(facts["service_ports"], 2, "{name}");
+    assert_eq!(facts["endpoints"], 2, "{name}");
+    assert_eq!(facts["dst_nat_entries"], 0, "{name}");
+    let services: u64 = want.values().sum();
+    assert!(
+        facts["examined_entries"].as_u64().unwrap() >= services,
+        "{name}: {facts:#}"
+    );
 }
 
 /// The `ipvs-stale` scenario: one boot shared by two tests.
