@@ -6,9 +6,10 @@
 //! the agent's JSON and text reports and the ground truth read with the
 //! kernel's own tools just before and just after each agent run (`ipvsadm
 //! -Ln`, `-Ln --stats --exact`, `/proc/net/ip_vs*`, `ip -j addr`, the sysctls,
-//! `/proc/modules`), between markers on the serial console. The expected
-//! values are computed here from that ground truth with simple, independent
-//! parsing, never with the agent's parsers.
+//! `/proc/modules`; `conntrack -L` and `ipvsadm -Lnc` for stale entries),
+//! between markers on the serial console. The expected values are computed
+//! here from that ground truth with simple, independent parsing, never with
+//! the agent's parsers.
 //!
 //! Needs root, QEMU and the tools tests/run.sh installs; the first run
 //! downloads the kernel package (about 70 MB) into the cache vm.sh names.

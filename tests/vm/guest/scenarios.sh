@@ -524,7 +524,7 @@ scenario_ipvs_stale() {
     stale_flows 2
     # Two datagrams at least per UDP flow (every other send fails with the
     # ICMP error of the one before), so the status copy includes CONFIRMED.
-    sleep 2
+    sleep 3
     stale_truth status
     block status.dst-nat "$CONNTRACK" -L --dst-nat
     block status.sysctls sysctls
@@ -547,6 +547,6 @@ scenario_ipvs_stale() {
     $IPVSADM -d -u 127.0.0.1:53 -r 127.0.0.3:53
     $IPVSADM -d -t 127.0.0.1:80 -r 127.0.0.3:8080
     # Time for a datagram of each UDP client (every other send fails).
-    sleep 3
+    sleep 4
     stale_truth nodest.after
 }
