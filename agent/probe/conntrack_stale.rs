@@ -11,9 +11,9 @@
 //!    nftables `kube-proxy` table, both families, one walk per family — plus
 //!    the IPVS table (`/proc/net/ip_vs`, when IPVS is loaded), read every run;
 //! 3. the node's addresses (rtnetlink), to tell NodePort traffic;
-//! 4. per family and per protocol of its service ports, a ctnetlink dump
-//!    ([`ct_dump`]), streamed — only DST_NAT entries, filtered in the kernel,
-//!    unless IPVS lists services (IPVS does not set DST_NAT): an entry whose
+//! 4. per family with service ports, one ctnetlink dump ([`ct_dump`]),
+//!    streamed — only DST_NAT entries, filtered in the kernel, unless IPVS
+//!    lists services (IPVS does not set DST_NAT): an entry whose
 //!    original destination is a service port (or a NodePort on a node
 //!    address) and whose reply source is not one of its endpoints adds one to
 //!    its (service, dead endpoint) count;
@@ -77,10 +77,9 @@ pub struct ConntrackStaleFacts {
     #[serde(default)]
     pub node_ports: u64,
     pub endpoints: u64,
-    /// DST_NAT entries of the services' protocols the kernel sent.
+    /// DST_NAT entries the kernel sent.
     pub dst_nat_entries: u64,
-    /// Entries looked at: the DST_NAT ones, or all of those protocols when
-    /// IPVS lists services.
+    /// Entries looked at: the DST_NAT ones, or all of them when IPVS lists services.
     #[serde(default)]
     pub examined_entries: u64,
     /// Stale entries per protocol (every protocol present, 0 when none).
@@ -345,14 +344,18 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
             local: local.clone(),
             ..Counter::default()
         };
+        // One dump per family: each dump walks the whole conntrack hash table
+        // (shared by every namespace), so a dump per protocol would walk it
+        // once more per protocol. The protocol is filtered in the kernel only
+        // when the family's service ports have a single one.
         for (family, v6) in [(2u8, false), (10u8, true)] {
-            for proto in table.protocols(v6) {
-                let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
-                ct_dump::dump(conn, deadline, family, Some(proto), dst_nat_only, |e| {
-                    counter.add(&table, e)
-                })
-                .map_err(nl)?;
+            let protocols = table.protocols(v6);
+            if protocols.is_empty() {
+                continue;
             }
+            let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
+            let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
+            ct_dump::dump(conn, deadline, family, only, dst_nat_only, |e| counter.add(&table, e)).map_err(nl)?;
         }
         let dump_seconds = started.elapsed().as_secs_f64();
         let end = run.generation().map_err(nl)?;

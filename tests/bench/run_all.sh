@@ -4,6 +4,8 @@
 #   1. scrape.sh            proxywatch /metrics vs node_exporter under wrk (1, 16, 64 connections)
 #   2. idle.sh              idle RSS/CPU over 60 s, without scrapes and with one every 15 s
 #   3. conntrack_scale.sh   the conntrack probe at 0 / 50,000 / 200,000 entries vs conntrack -C / -L
+#  3b. conntrack_stale.sh   the conntrack_stale probe at 0 / 50,000 / 200,000 DST_NAT UDP entries
+#                           vs conntrack -L -p udp (issue 17)
 #   4. iptables_probe.sh    (when present) the iptables probe vs iptables-save
 #   5. binary size          target/release/proxywatch, as built and stripped
 #   6. release profiles     variants built into target/bench-profiles/<name> with
@@ -17,7 +19,7 @@
 # under systemd, `systemctl disable --now prometheus-node-exporter` after installing.)
 #
 # Environment:
-#   SKIP="..."         any of: scrape idle conntrack iptables profiles
+#   SKIP="..."         any of: scrape idle conntrack stale iptables profiles
 #   PROFILES="base thin fat-cgu1"   variants of section 6 (also known: fat cgu1 fat-cgu1-strip
 #                      thin-cgu1-strip fat-cgu1-strip-s; each non-base one is a full build)
 #   PROFILE_IDLE=30    seconds of idle per variant; PROFILE_SCRAPE=5: seconds per scrape round (3 rounds)
@@ -82,6 +84,10 @@ fi
 if ! skipped conntrack; then
 	section "3. conntrack at scale (medians of ${RUNS:-5})"
 	"$HERE/conntrack_scale.sh" || failed conntrack $?
+fi
+if ! skipped stale; then
+	section "3b. stale conntrack check vs conntrack -L -p udp (medians of ${RUNS:-5})"
+	"$HERE/conntrack_stale.sh" || failed stale $?
 fi
 if ! skipped iptables; then
 	if [[ -x $HERE/iptables_probe.sh ]]; then

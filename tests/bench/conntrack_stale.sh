@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# Issue 17: the conntrack_stale probe (agent/probe/conntrack_stale.rs) against
+# `conntrack -L -p udp > /dev/null`, at 0, 50,000 and 200,000 entries, side by
+# side in one run, in a throwaway network namespace (pwst-<pid>).
+#
+# The namespace gets a kube-proxy-shaped iptables-nft rule set
+# (tests/tools/gen_kube_rules.py --services SERVICES --endpoints ENDPOINTS,
+# loaded with iptables-nft-restore), so the probe has a real service table:
+# ClusterIPs 10.96.0.x, TCP port 80 (every 7th service UDP port 53), endpoints
+# 10.244.0.x. Then, per level N, loaded with `conntrack -R FILE` (one process,
+# one netlink request per line; `--dst-nat ADDR:PORT` makes the kernel set up
+# the NAT, so the entry's status has IPS_DST_NAT, as kube-proxy's DNAT does):
+#
+#   N        UDP entries client -> ClusterIP:53, DST_NAT to an endpoint; one in
+#            STALE_EVERY (default 100: 1 %) NATed to one of DEAD (default 2)
+#            addresses 10.244.250.x, which are no endpoint (pods gone): the
+#            stale entries the probe must count
+#   N/10     TCP entries client -> ClusterIP:80, ESTABLISHED, DST_NAT to an
+#            endpoint:8080, one in STALE_EVERY stale as well (the probe dumps
+#            TCP too, the services have TCP ports; the listing is -p udp only)
+#   N/10     UDP entries without NAT (client -> 10.200.0.1:53): in the listing,
+#            not in the probe's dumps if the kernel's status filter works
+#
+# "entries" below is N. Every run checks the probe's facts against what was
+# inserted (stale_entries.udp and .tcp exactly, dst_nat_entries = DST_NAT UDP +
+# TCP) and fails on a difference. Once per level (not timed) the script sends
+# the probe's own UDP dump request (status DST_NAT + mask, CTA_FILTER on the L4
+# protocol) from python and counts the messages the kernel answers with:
+# `k_udp` = N means the kernel applied both filters; more (up to the whole
+# table, N + 2 N/10) means it ignored one, which is only noted: the agent
+# re-checks every entry in user space, so its facts cannot tell.
+#
+# For each level, RUNS runs, agent and listing alternating; medians:
+#   stale_ms   probes.conntrack_stale.duration_seconds of `proxywatch check
+#              --format json` (generation, service table over netlink, the
+#              dumps, generation again; the other probes run at the same time)
+#   groups     its stale_groups fact: (service, dead endpoint) pairs counted
+#   dump_ms    its dump_seconds fact (the ctnetlink dumps only)
+#   check_ms   wall time of that whole `check` (process start included)
+#   list_ms    wall time of `conntrack -L -p udp > /dev/null` in the namespace
+#              (bash $EPOCHREALTIME around it: process start included)
+#   ratio      stale_ms / list_ms (issue 17: <= 0.5)
+#   agent_kib  peak RSS of the whole `check` (GNU time %M: the maximum over the
+#              process and the children it waited for); median and max
+#   list_kib   peak RSS of `conntrack -L -p udp`, measured the same way
+#
+# nf_conntrack_max is global: when N + extras of the highest level does not
+# fit, it is raised (and said so) and put back on exit if still at our value;
+# else it is only read.
+#
+# Environment: PW_BIN, LEVELS="0 50000 200000" (increasing), RUNS=5,
+# SERVICES=100 ENDPOINTS=2, STALE_EVERY=100, DEAD=2 (dead endpoints per
+# service: the probe keeps one count per (service, dead endpoint), up to
+# 10,000 of them, so DEAD=250 shows that map's memory too).
+# Needs root, iproute2, iptables-nft-restore, conntrack, python3; GNU time if
+# present (else a python wait4 wrapper reports the same ru_maxrss).
+# Only the namespace it creates is touched (deleted on exit), plus
+# nf_conntrack_max as above.
+
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+read -r -a LEVELS <<<"${LEVELS:-0 50000 200000}"
+RUNS=${RUNS:-5}
+SERVICES=${SERVICES:-100}
+ENDPOINTS=${ENDPOINTS:-2}
+STALE_EVERY=${STALE_EVERY:-100}
+DEAD=${DEAD:-2}
+
+[[ $(id -u) -eq 0 ]] || { echo "needs root" >&2; exit 1; }
+for t in ip iptables-nft-restore conntrack python3 bash; do
+	command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 1; }
+done
+if [[ -z ${PW_BIN:-} ]]; then
+	echo "building the release binary..." >&2
+	(cd "$ROOT" && cargo build --release --quiet)
+	PW_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/proxywatch"
+fi
+[[ -x $PW_BIN ]] || { echo "no binary at $PW_BIN" >&2; exit 1; }
+
+TOP=0
+for n in "${LEVELS[@]}"; do if ((n > TOP)); then TOP=$n; fi; done
+# N DST_NAT UDP + N/10 TCP + N/10 plain UDP, and some room for whatever else
+# the machine tracks (the table is per namespace, the limit is not).
+NEED=$((TOP + 2 * (TOP / 10) + 1000))
+MAXF=/proc/sys/net/netfilter/nf_conntrack_max
+MAX0=$(cat "$MAXF")
+RAISED=
+
+WORK=$(mktemp -d /tmp/pw-stale.XXXXXX)
+NS="pwst-$$"
+cleanup() {
+	ip netns del "$NS" 2>/dev/null || true
+	rm -rf "$WORK"
+	if [[ -n $RAISED ]]; then
+		# Only put it back if nobody changed it since.
+		if [[ $(cat "$MAXF") == "$RAISED" ]]; then
+			echo "$MAX0" >"$MAXF" && echo "nf_conntrack_max restored to $MAX0" >&2
+		else
+			echo "nf_conntrack_max is $(cat "$MAXF") now (set to $RAISED by this script, $MAX0 before): left as is" >&2
+		fi
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if ((MAX0 < NEED)); then
+	echo "$NEED" >"$MAXF"
+	RAISED=$NEED
+	echo "nf_conntrack_max raised from $MAX0 to $NEED for this run (restored on exit)" >&2
+else
+	echo "nf_conntrack_max is $MAX0 >= $NEED needed: not changed" >&2
+fi
+
+ip netns add "$NS"
+inns() { ip netns exec "$NS" "$@"; }
+inns ip link set lo up
+
+# The service table: ClusterIP services of the generated rules, with endpoints.
+python3 "$ROOT/tests/tools/gen_kube_rules.py" --services "$SERVICES" --endpoints "$ENDPOINTS" >"$WORK/rules.txt"
+inns iptables-nft-restore <"$WORK/rules.txt"
+
+cat >"$WORK/gen.py" <<'EOF'
+"""services RULES > services.json | fill SERVICES.json LO HI STALE_EVERY DEAD > load.txt"""
+import json, shlex, sys
+
+def services(path):
+    svc, seps, dest = {}, {}, {}
+    for line in open(path):
+        if not line.startswith("-A KUBE-"):
+            continue
+        a = shlex.split(line)
+        chain = a[1]
+        target = a[a.index("-j") + 1] if "-j" in a else ""
+        if chain.startswith("KUBE-SVC-"):
+            comment = a[a.index("--comment") + 1] if "--comment" in a else ""
+            if comment.endswith("cluster IP"):
+                svc[chain] = (a[a.index("-p") + 1], a[a.index("-d") + 1].split("/")[0], int(a[a.index("--dport") + 1]))
+            elif target.startswith("KUBE-SEP-"):
+                seps.setdefault(chain, []).append(target)
+        elif chain.startswith("KUBE-SEP-") and target == "DNAT":
+            dest[chain] = a[a.index("--to-destination") + 1]
+    out = {"udp": [], "tcp": []}
+    for chain, (proto, ip, port) in sorted(svc.items(), key=lambda kv: kv[1]):
+        eps = [dest[s] for s in seps.get(chain, [])]
+        if eps and proto in out:
+            out[proto].append({"ip": ip, "port": port, "endpoints": eps})
+    json.dump(out, sys.stdout)
+
+def fill(path, lo, hi, every, dead):
+    """Entries [lo, hi) of the UDP DST_NAT series, [lo/10, hi/10) of the TCP
+    and plain UDP ones. Prints the stale counts made (udp tcp) on stderr."""
+    s = json.load(open(path))
+    out = sys.stdout
+    stale = {"udp": 0, "tcp": 0}
+
+    def nat(proto, i, client, extra):
+        svcs = s[proto]
+        sv = svcs[i % len(svcs)]
+        if i % every == 0:
+            ep_ip, ep_port = "10.244.250.%d" % (1 + (i // every) % dead), sv["endpoints"][0].split(":")[1]
+            stale[proto] += 1
+        else:
+            ep_ip, ep_port = sv["endpoints"][(i // len(svcs)) % len(sv["endpoints"])].split(":")
+        out.write("-I -p %s -s %s -d %s --sport %d --dport %d -t 3600%s --dst-nat %s:%s\n"
+                  % (proto, client, sv["ip"], 1024 + i % 60000, sv["port"], extra, ep_ip, ep_port))
+
+    def addr(first, i):
+        return "%d.%d.%d.%d" % (first[0], first[1] + (i >> 16), (i >> 8) & 255, i & 255)
+
+    for i in range(lo, hi):
+        nat("udp", i, addr((10, 1), i), "")
+    for j in range(lo // 10, hi // 10):
+        nat("tcp", j, addr((172, 16), j), " --state ESTABLISHED")
+        out.write("-I -p udp -s %s -d 10.200.0.1 --sport %d --dport 53 -t 3600\n"
+                  % (addr((100, 64), j), 1024 + j % 60000))
+    print(stale["udp"], stale["tcp"], file=sys.stderr)
+
+if sys.argv[1] == "services":
+    services(sys.argv[2])
+else:
+    fill(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+EOF
+python3 "$WORK/gen.py" services "$WORK/rules.txt" >"$WORK/services.json"
+read -r n_udp_svc n_tcp_svc < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(len(d["udp"]), len(d["tcp"]))' "$WORK/services.json")
+((n_udp_svc > 0 && n_tcp_svc > 0)) || { echo "no UDP or TCP ClusterIP services parsed from the rules" >&2; exit 1; }
+echo "rules: gen_kube_rules.py --services $SERVICES --endpoints $ENDPOINTS ($n_udp_svc UDP, $n_tcp_svc TCP ClusterIP services)" >&2
+
+# The probe's UDP dump request, sent from python: prints the messages the
+# kernel answered with and how many of them are DST_NAT UDP.
+cat >"$WORK/kfilter.py" <<'EOF'
+import socket, struct, sys
+def attr(kind, value):
+    n = 4 + len(value)
+    return struct.pack("=HH", n, kind) + value + b"\0" * ((4 - n % 4) % 4)
+def attrs(b):
+    off = 0
+    while off + 4 <= len(b):
+        n, k = struct.unpack_from("=HH", b, off)
+        if n < 4:
+            break
+        yield k & 0x3fff, b[off + 4:off + n]
+        off += (n + 3) & ~3
+proto, NESTED, DST_NAT = int(sys.argv[1]), 0x8000, 1 << 5
+body = (attr(3, struct.pack(">I", DST_NAT)) + attr(26, struct.pack(">I", DST_NAT))  # CTA_STATUS, CTA_STATUS_MASK
+        + attr(1 | NESTED, attr(2 | NESTED, attr(1, bytes([proto]))))  # CTA_TUPLE_ORIG/PROTO/NUM
+        + attr(25 | NESTED, attr(1, struct.pack("=I", 1 << 3))))  # CTA_FILTER: ORIG_FLAGS = PROTO_NUM
+payload = struct.pack("=BBH", 2, 0, 0) + body
+sk = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)
+sk.bind((0, 0))
+sk.send(struct.pack("=IHHII", 16 + len(payload), (1 << 8) | 1, 0x301, 1, 0) + payload)
+msgs = match = 0
+while True:
+    data, off = sk.recv(1 << 20), 0
+    while off + 16 <= len(data):
+        length, ty = struct.unpack_from("=IH", data, off)
+        if ty == 3:
+            print(msgs, match)
+            sys.exit(0)
+        if ty == 2:
+            err = struct.unpack_from("=i", data, off + 16)[0]
+            if err:
+                sys.exit("error %d" % err)
+            print(msgs, match)
+            sys.exit(0)
+        msgs += 1
+        status, l4 = 0, None
+        for k, v in attrs(data[off + 20:off + length]):
+            if k == 3:
+                status = struct.unpack(">I", v)[0]
+            elif k == 1:
+                for k2, v2 in attrs(v):
+                    if k2 == 2:
+                        l4 = dict(attrs(v2)).get(1, b"\0")[0]
+        match += bool(status & DST_NAT) and l4 == proto
+        off += (length + 3) & ~3
+EOF
+
+# Peak RSS (KiB) of a command: GNU time, else the same ru_maxrss from wait4.
+if [[ -x /usr/bin/time ]]; then
+	PEAK=(/usr/bin/time -f %M -o)
+	PEAK_HOW="GNU time %M"
+else
+	cat >"$WORK/peak.py" <<'EOF'
+import os, sys
+out, cmd = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.execvp(cmd[0], cmd)
+_, status, ru = os.wait4(pid, 0)
+open(out, "w").write("%d\n" % ru.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+EOF
+	PEAK=(python3 "$WORK/peak.py")
+	PEAK_HOW="wait4 ru_maxrss (python)"
+fi
+echo "peak RSS: $PEAK_HOW" >&2
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+now() { date +%s.%N; }
+
+# Runs one timed command in the namespace: prints "seconds peak_kib".
+# $EPOCHREALTIME is read by a bash inside the namespace, around the command.
+timed() { # out-file command...
+	local out=$1
+	shift
+	inns bash -c 't0=$EPOCHREALTIME; "${@:2}" >"$1" 2>/dev/null; rc=$?; t1=$EPOCHREALTIME; echo "$t0 $t1 $rc"' \
+		_ "$out" "${PEAK[@]}" "$WORK/peak" "$@" >"$WORK/t"
+	read -r t0 t1 rc <"$WORK/t"
+	awk -v a="$t0" -v b="$t1" -v k="$(tail -1 "$WORK/peak")" 'BEGIN {printf "%.6f %d\n", b - a, k}'
+	return "$rc"
+}
+
+printf '%8s %8s %6s %8s %9s %6s %9s %8s %8s %9s %6s %10s %10s %10s\n' \
+	entries table fill_s k_udp stale_u/t groups stale_ms dump_ms check_ms list_ms ratio agent_kib agent_max list_kib
+have=0 udp_stale=0 tcp_stale=0
+AGENT_KIB=()
+for n in "${LEVELS[@]}"; do
+	fill_s="-"
+	if ((n > have)); then
+		t0=$(now)
+		python3 "$WORK/gen.py" fill "$WORK/services.json" "$have" "$n" "$STALE_EVERY" "$DEAD" \
+			>"$WORK/load.txt" 2>"$WORK/stale.txt"
+		inns conntrack -R "$WORK/load.txt" >/dev/null 2>"$WORK/load.err" || { tail -3 "$WORK/load.err" >&2; exit 1; }
+		t1=$(now)
+		fill_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
+		read -r su st <"$WORK/stale.txt"
+		udp_stale=$((udp_stale + su)) tcp_stale=$((tcp_stale + st))
+		have=$n
+	elif ((n < have)); then
+		echo "LEVELS must be increasing" >&2
+		exit 1
+	fi
+	extra=$((n / 10))
+	total=$((n + 2 * extra))
+	count=$(inns conntrack -C)
+	if [[ $count != "$total" ]]; then
+		echo "expected $total entries, conntrack -C says $count (nf_conntrack_max $(cat "$MAXF"))" >&2
+		exit 1
+	fi
+	# Not timed: what the kernel answers to the probe's UDP request, and what
+	# the compared listing prints.
+	read -r k_udp k_match < <(inns python3 "$WORK/kfilter.py" 17)
+	if ((k_match != n)); then
+		echo "the kernel sent $k_match DST_NAT UDP entries, $n were inserted" >&2
+		exit 1
+	fi
+	if ((k_udp != n)); then
+		echo "note: at $n the kernel answered the DST_NAT UDP dump with $k_udp messages (filter not applied in the kernel?)" >&2
+	fi
+	lines=$(inns bash -c 'conntrack -L -p udp 2>/dev/null | wc -l')
+	if ((lines != n + extra)); then
+		echo "conntrack -L -p udp printed $lines lines, $((n + extra)) UDP entries were inserted" >&2
+		exit 1
+	fi
+
+	stale=() dump=() check=() list=() akib=() lkib=()
+	for ((i = 0; i < RUNS; i++)); do
+		read -r s k < <(timed "$WORK/out.json" "$PW_BIN" check --format json --node-name bench --log.level error \
+			--conntrack.stale-timeout 10m || true)
+		check+=("$s") akib+=("$k")
+		vals=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+p = d["probes"]["conntrack_stale"]
+if p["status"] != "ok":
+    sys.exit("conntrack_stale probe: %s: %s" % (p["status"], p.get("error")))
+f = d["facts"]["conntrack_stale"]
+want = {"udp": int(sys.argv[2]), "tcp": int(sys.argv[3])}
+got = {k: f["stale_entries"].get(k, 0) for k in want}
+if got != want:
+    sys.exit("stale_entries %s, inserted stale %s" % (got, want))
+if f["dst_nat_entries"] != int(sys.argv[4]):
+    sys.exit("dst_nat_entries %d, inserted %s DST_NAT UDP+TCP" % (f["dst_nat_entries"], sys.argv[4]))
+print(p["duration_seconds"], f["dump_seconds"], f["stale_groups"])
+' "$WORK/out.json" "$udp_stale" "$tcp_stale" "$((n + extra))")
+		read -r s d groups <<<"$vals"
+		stale+=("$s") dump+=("$d")
+		read -r s k < <(timed /dev/null conntrack -L -p udp)
+		list+=("$s") lkib+=("$k")
+	done
+	med() { printf '%s\n' "$@" | median; }
+	stale_s=$(med "${stale[@]}")
+	list_s=$(med "${list[@]}")
+	agent_kib=$(med "${akib[@]}")
+	AGENT_KIB+=("$agent_kib")
+	awk -v n="$n" -v t="$total" -v f="$fill_s" -v ku="$k_udp" -v su="$udp_stale/$tcp_stale" -v g="$groups" -v s="$stale_s" \
+		-v d="$(med "${dump[@]}")" -v c="$(med "${check[@]}")" -v l="$list_s" -v a="$agent_kib" \
+		-v am="$(printf '%s\n' "${akib[@]}" | sort -g | tail -1)" -v lk="$(med "${lkib[@]}")" \
+		'BEGIN {printf "%8d %8d %6s %8d %9s %6d %9.1f %8.1f %8.1f %9.1f %6.2f %10d %10d %10d\n",
+			n, t, f, ku, su, g, s * 1000, d * 1000, c * 1000, l * 1000, (l > 0 ? s / l : 0), a, am, lk}'
+done
+lo=$(printf '%s\n' "${AGENT_KIB[@]}" | sort -g | head -1)
+hi=$(printf '%s\n' "${AGENT_KIB[@]}" | sort -g | tail -1)
+echo "(medians of $RUNS; target ratio <= 0.50; agent peak RSS median across levels: $lo..$hi KiB, spread $((hi - lo)) KiB)"
