@@ -6,9 +6,10 @@
 //! the agent's JSON and text reports and the ground truth read with the
 //! kernel's own tools just before and just after each agent run (`ipvsadm
 //! -Ln`, `-Ln --stats --exact`, `/proc/net/ip_vs*`, `ip -j addr`, the sysctls,
-//! `/proc/modules`), between markers on the serial console. The expected
-//! values are computed here from that ground truth with simple, independent
-//! parsing, never with the agent's parsers.
+//! `/proc/modules`; `conntrack -L` and `ipvsadm -Lnc` for stale entries),
+//! between markers on the serial console. The expected values are computed
+//! here from that ground truth with simple, independent parsing, never with
+//! the agent's parsers.
 //!
 //! Needs root, QEMU and the tools tests/run.sh installs; the first run
 //! downloads the kernel package (about 70 MB) into the cache vm.sh names.
@@ -1028,4 +1029,405 @@ fn rules_in(save: &str, table: &str) -> u64 {
         }
     }
     n
+}
+
+// ---------------------------------------------------------------------------
+// Stale conntrack entries in IPVS mode (issue 17): the `ipvs-stale` scenario.
+// Ground truth is `conntrack -L -o extended` and `ipvsadm -Lnc`, read here
+// token by token.
+
+/// The scenario's IPVS services: (protocol, virtual address, virtual port, real servers' port).
+const STALE_SERVICES: [(&str, &str, u16, u16); 2] = [("udp", "127.0.0.1", 53, 53), ("tcp", "127.0.0.1", 80, 8080)];
+/// The real server removed from both services, and the one kept.
+const REMOVED: &str = "127.0.0.3";
+const KEPT: &str = "127.0.0.2";
+
+/// Status bits (include/uapi/linux/netfilter/nf_conntrack_common.h).
+const IPS_SEEN_REPLY: u32 = 1 << 1;
+const IPS_ASSURED: u32 = 1 << 2;
+const IPS_CONFIRMED: u32 = 1 << 3;
+const IPS_SRC_NAT: u32 = 1 << 4;
+const IPS_DST_NAT: u32 = 1 << 5;
+const IPS_SRC_NAT_DONE: u32 = 1 << 7;
+const IPS_DST_NAT_DONE: u32 = 1 << 8;
+
+/// One `conntrack -L` line. In this scenario the mark is a copy of the
+/// entry's status bits (the guest's `status_marks`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Ct {
+    proto: String,
+    sport: u16,
+    /// The original destination: where the client sent it.
+    dst: String,
+    dport: u16,
+    /// The reply source: who answers.
+    reply_src: String,
+    reply_sport: u16,
+    mark: u32,
+}
+
+impl Ct {
+    /// The scenario's service this entry was sent to, if any.
+    fn service(&self) -> Option<(&'static str, &'static str, u16, u16)> {
+        STALE_SERVICES
+            .into_iter()
+            .find(|(p, a, port, _)| self.proto == *p && self.dst == *a && self.dport == *port)
+    }
+}
+
+/// `conntrack -L [-o extended]`: per line the first `src=`/`dst=`/`sport=`/`dport=`
+/// are the original tuple, the second ones the reply tuple.
+fn read_conntrack(text: &str) -> Vec<Ct> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let t: Vec<&str> = line.split_whitespace().collect();
+        // `ipv4 2 udp 17 ...` with -o extended, `udp 17 ...` without.
+        let Some(proto) = t.iter().find(|w| ["tcp", "udp"].contains(w)) else {
+            continue;
+        };
+        let mut kv: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for w in &t {
+            if let Some((k, v)) = w.split_once('=') {
+                kv.entry(k).or_default().push(v);
+            }
+        }
+        let port = |k: &str, i: usize| -> u16 { kv[k][i].parse().unwrap() };
+        out.push(Ct {
+            proto: proto.to_string(),
+            sport: port("sport", 0),
+            dst: kv["dst"][0].into(),
+            dport: port("dport", 0),
+            reply_src: kv["src"][1].into(),
+            reply_sport: port("sport", 1),
+            mark: kv["mark"][0].parse().unwrap(),
+        });
+    }
+    out
+}
+
+/// The entries sent to the scenario's services.
+fn service_entries(vm: &Vm, block: &str) -> Vec<Ct> {
+    read_conntrack(vm.ok(block))
+        .into_iter()
+        .filter(|e| e.service().is_some())
+        .collect()
+}
+
+/// What the agent must report: (service, dead endpoint) → entries, for the
+/// entries whose original destination is a service's virtual address and port
+/// and whose reply source is the removed real server.
+fn stale_truth(entries: &[Ct]) -> BTreeMap<(String, String), u64> {
+    let mut out = BTreeMap::new();
+    for e in entries {
+        if let Some((proto, vip, vport, _)) = e.service() {
+            if e.reply_src == REMOVED {
+                let key = (
+                    format!("{vip}:{vport}/{proto}"),
+                    format!("{}:{}", e.reply_src, e.reply_sport),
+                );
+                *out.entry(key).or_default() += 1;
+            }
+        }
+    }
+    out
+}
+
+fn per_protocol(groups: &BTreeMap<(String, String), u64>, proto: &str) -> u64 {
+    groups
+        .iter()
+        .filter(|((svc, _), _)| svc.ends_with(&format!("/{proto}")))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// `ipvsadm -Lnc`: (protocol, client, virtual, destination) per IPVS connection.
+fn read_ipvs_conns(text: &str) -> Vec<(String, String, String, String)> {
+    text.lines()
+        .skip(2)
+        .map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            (t[0].to_lowercase(), t[3].into(), t[4].into(), t[5].into())
+        })
+        .collect()
+}
+
+/// IPVS connections of one protocol to one real server.
+fn ipvs_conns_to(vm: &Vm, block: &str, proto: &str, server: &str) -> usize {
+    read_ipvs_conns(vm.ok(block))
+        .iter()
+        .filter(|(p, _, _, d)| p == proto && d.rsplit_once(':').unwrap().0 == server)
+        .count()
+}
+
+/// The agent's (service, dead endpoint) → entries.
+fn agent_stale(facts: &Value) -> BTreeMap<(String, String), u64> {
+    facts["stale"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no stale list: {facts:#}"))
+        .iter()
+        .map(|g| {
+            (
+                (
+                    g["service"].as_str().unwrap().to_string(),
+                    g["endpoint"].as_str().unwrap().to_string(),
+                ),
+                g["entries"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The agent's conntrack_stale facts equal `want`, computed from `conntrack -L`.
+fn assert_stale_facts(name: &str, doc: &Value, want: &BTreeMap<(String, String), u64>) {
+    let probe = &doc["probes"]["conntrack_stale"];
+    assert_eq!(probe["status"], "ok", "{name}: {probe:#}");
+    let facts = &doc["facts"]["conntrack_stale"];
+    for proto in ["udp", "tcp"] {
+        assert_eq!(
+            facts["stale_entries"][proto],
+            per_protocol(want, proto),
+            "{name}: stale_entries.{proto}: {facts:#}"
+        );
+    }
+    assert_eq!(&agent_stale(facts), want, "{name}: groups");
+    assert_eq!(facts["stale_groups"], want.len() as u64, "{name}");
+    // The table is IPVS's (nf_tables holds no kube-proxy rules here): two
+    // virtual servers, one real server each left. No entry on this node has
+    // DST_NAT, the IPVS ones included, so the dump must not filter on it.
+    assert_eq!(facts["source"], "ipvs", "{name}");
+    assert_eq!(facts["service_ports"], 2, "{name}");
+    assert_eq!(facts["endpoints"], 2, "{name}");
+    assert_eq!(facts["dst_nat_entries"], 0, "{name}");
+    let services: u64 = want.values().sum();
+    assert!(
+        facts["examined_entries"].as_u64().unwrap() >= services,
+        "{name}: {facts:#}"
+    );
+}
+
+/// The `ipvs-stale` scenario: one boot shared by two tests.
+fn ipvs_stale_vm() -> Option<&'static Vm> {
+    static VM: OnceLock<Option<Vm>> = OnceLock::new();
+    VM.get_or_init(|| Vm::boot("ipvs-stale")).as_ref()
+}
+
+/// The question the agent's IPVS mode rests on: IPVS's NAT (`net.ipv4.vs.conntrack=1`,
+/// masquerading real servers) makes conntrack entries whose reply tuple is the real
+/// server (ip_vs_update_conntrack → nf_conntrack_alter_reply) but never sets DST_NAT,
+/// with or without a nat table; so a dump filtered on DST_NAT misses them all.
+/// With kube-proxy's nat table nf_nat adds its null bindings (SRC_NAT_DONE,
+/// DST_NAT_DONE), which is all `conntrack -L --dst-nat` tests.
+#[test]
+fn ipvs_nat_conntrack_entries_have_no_dst_nat_bit() {
+    let Some(vm) = ipvs_stale_vm() else {
+        return;
+    };
+    vm.ok("setup");
+    vm.ok("nat-rules");
+    let plain: BTreeSet<(String, u16)> = service_entries(vm, "plain.conntrack")
+        .into_iter()
+        .map(|e| (e.proto, e.sport))
+        .collect();
+    assert_eq!(
+        plain.len(),
+        4,
+        "two UDP clients and two connections before the nat table"
+    );
+    let entries = service_entries(vm, "status.conntrack");
+    for proto in ["udp", "tcp"] {
+        assert_eq!(
+            entries.iter().filter(|e| e.proto == proto).count(),
+            4,
+            "{proto}: four flows, two without and two with the nat table:\n{}",
+            vm.ok("status.conntrack")
+        );
+    }
+    for e in &entries {
+        let (_, _, _, rs_port) = e.service().unwrap();
+        assert!(
+            [KEPT, REMOVED].contains(&e.reply_src.as_str()) && e.reply_sport == rs_port,
+            "the reply tuple is the real server's: {e:?}"
+        );
+        assert_eq!(e.mark & IPS_DST_NAT, 0, "DST_NAT set on an IPVS entry: {e:?}");
+        assert_eq!(e.mark & IPS_SRC_NAT, 0, "SRC_NAT set on an IPVS entry: {e:?}");
+        // All the bits: an unanswered UDP flow is confirmed only, a TCP
+        // connection also saw replies and is assured; with a nat table nf_nat
+        // adds its null bindings, and nothing else.
+        let mut want = match e.proto.as_str() {
+            "udp" => IPS_CONFIRMED,
+            _ => IPS_SEEN_REPLY | IPS_ASSURED | IPS_CONFIRMED,
+        };
+        if !plain.contains(&(e.proto.clone(), e.sport)) {
+            want |= IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE;
+        }
+        assert_eq!(e.mark, want, "status bits of {e:?}");
+    }
+    // Each entry is one IPVS connection, to the real server of its reply tuple.
+    let from_ct: BTreeSet<(String, String, String, String)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e.proto.clone(),
+                format!("127.0.0.1:{}", e.sport),
+                format!("{}:{}", e.dst, e.dport),
+                format!("{}:{}", e.reply_src, e.reply_sport),
+            )
+        })
+        .collect();
+    let from_ipvs: BTreeSet<_> = read_ipvs_conns(vm.ok("status.ipvsadm-Lnc")).into_iter().collect();
+    assert_eq!(from_ct, from_ipvs, "conntrack entries vs IPVS connections");
+    // `conntrack -L --dst-nat` (libnetfilter_conntrack: DST_NAT_DONE and a reply
+    // source that is not the original destination) lists the entries made with
+    // the nat table only: it is no test of DST_NAT.
+    let listed: BTreeSet<(String, u16)> = service_entries(vm, "status.dst-nat")
+        .into_iter()
+        .map(|e| (e.proto, e.sport))
+        .collect();
+    let with_nat: BTreeSet<(String, u16)> = entries
+        .iter()
+        .map(|e| (e.proto.clone(), e.sport))
+        .filter(|k| !plain.contains(k))
+        .collect();
+    assert_eq!(listed, with_nat, "conntrack -L --dst-nat");
+}
+
+/// Real server 127.0.0.3 removed from both services (weight 0, then `ipvsadm -d`)
+/// with `expire_nodest_conn=0`: IPVS keeps its connections to it and drops their
+/// packets, the conntrack entries stay (the UDP clients keep sending from the
+/// same ports). The agent's counts and (service, dead endpoint) groups equal
+/// what `conntrack -L` shows before and after each run, in two `check`s and in
+/// `serve`; `check` is one-shot, so the finding (a pair seen in two runs in a
+/// row) is asserted from `serve`'s /snapshot. After `conntrack -D`, nothing is
+/// stale. IPVS's own connections are asserted too, since they are the rest of
+/// the story: `conntrack -D` does not reach them (the UDP clients stay
+/// blackholed), `expire_nodest_conn=1` does at their next packet.
+#[test]
+fn ipvs_stale_entries_match_conntrack() {
+    let Some(vm) = ipvs_stale_vm() else {
+        return;
+    };
+    vm.ok("setup");
+    let status = stale_truth(&service_entries(vm, "status.conntrack"));
+    for (proto, vip, vport, port) in STALE_SERVICES {
+        let key = (format!("{vip}:{vport}/{proto}"), format!("{REMOVED}:{port}"));
+        assert!(status.contains_key(&key), "no flow to {key:?} before the removal");
+        let kept = service_entries(vm, "status.conntrack")
+            .iter()
+            .filter(|e| e.proto == proto && e.reply_src == KEPT)
+            .count();
+        assert!(kept > 0, "no {proto} flow to {KEPT}");
+    }
+    let table = vm.ok("remove");
+    assert!(!table.contains(REMOVED) && table.matches(KEPT).count() == 2, "{table}");
+
+    for round in ["stale.1", "stale.2"] {
+        let want = stale_truth(&service_entries(vm, &format!("{round}.before.conntrack")));
+        assert_eq!(
+            want,
+            stale_truth(&service_entries(vm, &format!("{round}.after.conntrack"))),
+            "{round}: the stale entries moved during the run"
+        );
+        assert_eq!(want, status, "{round}: every entry to {REMOVED} stayed");
+        // IPVS still holds its UDP connections to the removed server.
+        assert_eq!(
+            ipvs_conns_to(vm, &format!("{round}.before.ipvsadm-Lnc"), "udp", REMOVED) as u64,
+            per_protocol(&want, "udp"),
+            "{round}: {}",
+            vm.ok(&format!("{round}.before.ipvsadm-Lnc"))
+        );
+        let doc = vm.report(&format!("{round}.json"));
+        assert_stale_facts(round, &doc, &want);
+    }
+
+    // serve: the finding, critical (udp/53), with the counts of conntrack -L.
+    let want = stale_truth(&service_entries(vm, "stale.serve.before"));
+    assert_eq!(want, stale_truth(&service_entries(vm, "stale.serve.after")));
+    assert_eq!(want, status);
+    let doc = vm.json("stale.serve.snapshot");
+    vm.ok("stale.serve.snapshot");
+    assert_stale_facts("serve", &doc, &want);
+    let f = finding(&doc, "conntrack_stale_endpoint_entries")
+        .unwrap_or_else(|| panic!("no finding after three runs: {:#}", doc["findings"]));
+    assert_eq!(f["severity"], "critical", "{f:#}");
+    assert_eq!(f["evidence"]["stale_entries"], want.values().sum::<u64>(), "{f:#}");
+    assert_eq!(f["evidence"]["pairs"], want.len() as u64, "{f:#}");
+    assert!(
+        finding(&doc, "ipvs_expire_sysctls").is_some(),
+        "expire_nodest_conn=0 is why IPVS keeps the flows: {:?}",
+        ids(&doc)
+    );
+    assert!(vm.ok("stale.serve.serve-output").ends_with("exit 0\n"));
+
+    // conntrack -D deleted those entries (it lists what it deleted): nothing
+    // stale, for conntrack and for the agent.
+    assert_eq!(stale_truth(&read_conntrack(vm.ok("delete"))), status, "conntrack -D");
+    for side in ["before", "after"] {
+        let left = stale_truth(&service_entries(vm, &format!("cleared.{side}.conntrack")));
+        assert!(left.is_empty(), "{side}: {left:?}");
+    }
+    assert_stale_facts("cleared", &vm.report("cleared.json"), &BTreeMap::new());
+    // ... but IPVS still sends the UDP clients' datagrams to the removed server.
+    assert_eq!(
+        ipvs_conns_to(vm, "cleared.after.ipvsadm-Lnc", "udp", REMOVED) as u64,
+        per_protocol(&status, "udp")
+    );
+
+    // expire_nodest_conn=1: at their next datagram IPVS drops those connections
+    // and schedules the clients anew, to the kept server.
+    assert_eq!(ipvs_conns_to(vm, "expired.ipvsadm-Lnc", "udp", REMOVED), 0);
+    let now = service_entries(vm, "expired.conntrack");
+    for e in service_entries(vm, "stale.1.before.conntrack") {
+        if e.proto == "udp" && e.reply_src == REMOVED {
+            assert!(
+                now.iter()
+                    .any(|n| n.proto == "udp" && n.sport == e.sport && n.reply_src == KEPT),
+                "client port {} not rescheduled to {KEPT}: {}",
+                e.sport,
+                vm.ok("expired.conntrack")
+            );
+        }
+    }
+}
+
+/// Part 3 of the `ipvs-stale` scenario, kube-proxy's `expire_nodest_conn=1`:
+/// removing a real server (`ipvsadm -d`) makes the kernel (5.9 and later,
+/// ip_vs_expire_nodest_conn_flush) expire every IPVS connection to it, and
+/// with each its conntrack entry, without waiting for a packet: the idle TCP
+/// connection's entry is gone, the UDP client's next datagram is scheduled to
+/// the kept server from the same port. So with the sysctl set, IPVS-NAT flows
+/// leave no stale entry behind; part 2 needs it at 0.
+#[test]
+fn ipvs_expire_nodest_conn_takes_the_entries_with_the_real_server() {
+    let Some(vm) = ipvs_stale_vm() else {
+        return;
+    };
+    let before = service_entries(vm, "nodest.before.conntrack");
+    let on_removed: Vec<&Ct> = before.iter().filter(|e| e.reply_src == REMOVED).collect();
+    for proto in ["udp", "tcp"] {
+        assert!(
+            on_removed.iter().any(|e| e.proto == proto),
+            "a new {proto} flow went to {REMOVED}: {before:#?}"
+        );
+        assert!(ipvs_conns_to(vm, "nodest.before.ipvsadm-Lnc", proto, REMOVED) > 0);
+    }
+    let after = service_entries(vm, "nodest.after.conntrack");
+    assert!(stale_truth(&after).is_empty(), "{after:#?}");
+    for proto in ["udp", "tcp"] {
+        assert_eq!(ipvs_conns_to(vm, "nodest.after.ipvsadm-Lnc", proto, REMOVED), 0);
+    }
+    for e in on_removed {
+        let now: Vec<&Ct> = after
+            .iter()
+            .filter(|n| n.proto == e.proto && n.sport == e.sport)
+            .collect();
+        if e.proto == "tcp" {
+            assert!(now.is_empty(), "the idle connection's entry stayed: {now:?}");
+        } else {
+            assert!(
+                now.len() == 1 && now[0].reply_src == KEPT,
+                "client port {} not rescheduled to {KEPT}: {after:#?}",
+                e.sport
+            );
+        }
+    }
 }

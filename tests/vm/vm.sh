@@ -18,7 +18,8 @@
 # /var/cache/proxywatch-vm as root, else ~/.cache/proxywatch-vm): the uncompressed
 # vmlinux, the netfilter/IPVS modules with their depmod files, the kernel config.
 # The initramfs holds busybox-static, those modules, ipvsadm, ip, iptables (legacy
-# and nft), nft, conntrack, the agent, and the shared libraries ldd lists for them.
+# and nft), nft, conntrack, bash (its /dev/udp: a UDP client that keeps its source
+# port), the agent, and the shared libraries ldd lists for them.
 #
 # Environment: PROXYWATCH_VM_ACCEL=tcg|kvm (default: kvm only where /dev/kvm exists
 # and the CPU has vmx/svm; the paravirtual /dev/kvm of some machines crawls),
@@ -27,7 +28,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-SCENARIOS=(ipvs ipvs-unloaded legacy-only ipvs-leftover)
+SCENARIOS=(ipvs ipvs-unloaded legacy-only ipvs-leftover ipvs-stale)
 
 die() {
     echo "vm.sh: $*" >&2
@@ -184,6 +185,11 @@ build() {
         env timeout touch true false dmesg sync stat chmod find xargs cut; do
         ln -s busybox "$root/bin/$t"
     done
+    # bash for one thing busybox lacks: a UDP socket held open (/dev/udp), so a
+    # client keeps its source port and its conntrack entry. Not /bin/bash: the
+    # guest's sh stays busybox.
+    cp "$(command -v bash)" "$root/usr/bin/bash"
+    copy_libs "$root" "$root/usr/bin/bash"
     # The kernel's module requests (CONFIG_MODPROBE_PATH=/sbin/modprobe) are logged,
     # then served by busybox modprobe from modules.dep/modules.alias.
     cat >"$root/sbin/modprobe" <<'EOF'

@@ -360,3 +360,193 @@ ipvs_leftover_setup() {
         $IPVSADM -a -t 10.96.0.10:80 -r 10.244.0.5:80 -m &&
         $IPVSADM -A -u 10.96.0.10:53 -s rr
 }
+
+# ---------------------------------------------------------------------------
+# Stale conntrack entries in IPVS mode (issue 17): flows still pinned to a real
+# server IPVS no longer has. The real tools, for ground truth, not logged:
+CONNTRACK=/usr/lib/pw/conntrack
+NFT=/usr/lib/pw/nft
+
+# Two IPVS services on 127.0.0.1 as kube-proxy makes them (NAT, rr), each with
+# two real servers on 127.0.0.x: udp/53 (no server listens: the real servers
+# answer with ICMP port unreachable, the entries stay [UNREPLIED]) and tcp/80
+# (busybox nc, one echo process per connection).
+stale_setup() {
+    load ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack_netlink nft_ct iptable_nat xt_mark xt_MASQUERADE \
+        xt_comment || return 1
+    node_settings
+    ipvs_settings
+    /usr/sbin/ip link set lo up
+    $IPVSADM -A -u 127.0.0.1:53 -s rr
+    $IPVSADM -a -u 127.0.0.1:53 -r 127.0.0.2:53 -m -w 1
+    $IPVSADM -a -u 127.0.0.1:53 -r 127.0.0.3:53 -m -w 1
+    $IPVSADM -A -t 127.0.0.1:80 -s rr
+    $IPVSADM -a -t 127.0.0.1:80 -r 127.0.0.2:8080 -m -w 1
+    $IPVSADM -a -t 127.0.0.1:80 -r 127.0.0.3:8080 -m -w 1
+    status_marks || return 1
+    nc -ll -p 8080 -e /bin/cat >/dev/null 2>&1 &
+    sleep 0.3
+}
+
+# The status bits as the kernel has them, made visible: of the status
+# conntrack -L shows [ASSURED] and [UNREPLIED] only, and its --dst-nat tests
+# DST_NAT_DONE (libnetfilter_conntrack), not DST_NAT. So every packet of the
+# services' flows ORs its entry's status bits (`ct status`, bits 0-15) into
+# the entry's mark, at postrouting priority 300: after the NAT hooks and IPVS.
+# `conntrack -L` then shows mark=STATUS bits (CONFIRMED comes with the second
+# packet: it is set after postrouting). Nothing here uses connection marks.
+status_marks() {
+    local _b _m
+    {
+        echo 'table ip pw_status {'
+        echo '  chain post {'
+        echo '    type filter hook postrouting priority 300; policy accept;'
+        echo '    ct direction original ct original ip daddr 127.0.0.1 meta l4proto { tcp, udp } th dport { 53, 8080 } jump bits'
+        echo '  }'
+        echo '  chain bits {'
+        for _b in $(seq 0 15); do
+            _m=$((1 << _b))
+            printf '    ct status & 0x%x != 0 ct mark set ct mark or 0x%x\n' "$_m" "$_m"
+        done
+        echo '  }'
+        echo '}'
+    } | $NFT -f -
+}
+
+# kube-proxy's IPVS mode also has nat rules (masquerading what it marks): with
+# a nat table nf_nat sets up its null bindings on every new entry.
+kube_proxy_nat_rules() {
+    /usr/lib/pw/iptables-legacy-restore <<'EOF'
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE
+COMMIT
+EOF
+}
+
+# stale_flows N: N UDP clients, each one socket held open (bash's /dev/udp: the
+# same source port for the whole flow, as a resolver that keeps its socket),
+# a datagram every second to 127.0.0.1:53; N TCP connections to 127.0.0.1:80,
+# a line each way then idle. IPVS's rr spreads them over the real servers.
+stale_flows() {
+    local _i
+    for _i in $(seq 1 "$1"); do
+        udp_client
+        (echo hello; sleep 3600) | nc 127.0.0.1 80 >/dev/null 2>&1 &
+    done
+    sleep 1
+}
+
+udp_client() {
+    /usr/bin/bash -c 'exec 3>/dev/udp/127.0.0.1/53; while :; do echo query >&3; sleep 1; done' >/dev/null 2>&1 &
+}
+
+stale_truth() {
+    block "$1.conntrack" "$CONNTRACK" -L -o extended
+    block "$1.ipvsadm-Lnc" "$IPVSADM" -Lnc
+}
+
+# A `check` with the conntrack entries and IPVS's connections just before and after.
+stale_round() {
+    stale_truth "$1.before"
+    block "$1.json" agent check --format json --node-name vm $NO_KUBE_PROXY --kube-proxy.mode ipvs
+    stale_truth "$1.after"
+}
+
+# The agent serving, conntrack_stale every second, until that probe succeeded
+# RUNS times (at most 60 s): the finding needs a pair seen in two runs in a row.
+stale_serve() {
+    local _i _pid
+    env -i PATH="$AGENT_PATH" /usr/bin/proxywatch serve --listen 127.0.0.1:9877 --node-name vm --log.level error \
+        $NO_KUBE_PROXY --kube-proxy.mode ipvs --conntrack.stale-interval 1s >/tmp/serve.out 2>&1 &
+    _pid=$!
+    : >/tmp/scrapes
+    for _i in $(seq 1 60); do
+        sleep 1
+        timeout 10 wget -q -O - http://127.0.0.1:9877/metrics 2>/dev/null |
+            grep '^proxywatch_probe_last_success_timestamp_seconds{probe="conntrack_stale"}' >>/tmp/scrapes
+        [ "$(sort -u /tmp/scrapes | wc -l)" -ge "$2" ] && break
+    done
+    block "$1.before" "$CONNTRACK" -L -o extended
+    block "$1.snapshot" timeout 10 wget -q -O - http://127.0.0.1:9877/snapshot
+    block "$1.after" "$CONNTRACK" -L -o extended
+    kill -TERM "$_pid"
+    wait "$_pid"
+    echo "exit $?" >>/tmp/serve.out
+    block "$1.serve-output" cat /tmp/serve.out
+}
+
+stale_remove() {
+    # kube-proxy drains a terminating endpoint with weight 0, then deletes it.
+    $IPVSADM -e -u 127.0.0.1:53 -r 127.0.0.3:53 -m -w 0 &&
+        $IPVSADM -e -t 127.0.0.1:80 -r 127.0.0.3:8080 -m -w 0 &&
+        sleep 1 &&
+        $IPVSADM -d -u 127.0.0.1:53 -r 127.0.0.3:53 &&
+        $IPVSADM -d -t 127.0.0.1:80 -r 127.0.0.3:8080 &&
+        $IPVSADM -Ln
+}
+
+stale_delete() {
+    "$CONNTRACK" -D -p udp --orig-dst 127.0.0.1 --orig-port-dst 53 --reply-src 127.0.0.3
+    "$CONNTRACK" -D -p tcp --orig-dst 127.0.0.1 --orig-port-dst 80 --reply-src 127.0.0.3
+    return 0
+}
+
+# Part 1, do IPVS's NAT entries carry the DST_NAT status bit: flows without a
+# nat table, then with kube-proxy's, their entries and the status bits seen.
+# Part 2, real server 127.0.0.3 removed from both services with
+# expire_nodest_conn=0 (kube-proxy sets 1, which expires the connections to a
+# removed server and their conntrack entries: part 3): IPVS keeps its
+# connections to the removed server and drops their packets, the conntrack
+# entries stay (the UDP clients keep them alive). The agent twice, serving,
+# `conntrack -D`, the agent again; then expire_nodest_conn=1 and what the
+# next datagrams do.
+# Part 3, expire_nodest_conn=1 when a real server goes: 127.0.0.3 back in both
+# services, two new UDP clients and two connections (one of each to each real
+# server), 127.0.0.3 removed again.
+scenario_ipvs_stale() {
+    block setup stale_setup
+    stale_flows 2
+    stale_truth plain
+    block nat-rules kube_proxy_nat_rules
+    stale_flows 2
+    # Two datagrams at least per UDP flow (every other send fails with the
+    # ICMP error of the one before), so the status copy includes CONFIRMED.
+    sleep 3
+    stale_truth status
+    block status.dst-nat "$CONNTRACK" -L --dst-nat
+    block status.sysctls sysctls
+    sysctl -qw net.ipv4.vs.expire_nodest_conn=0
+    block remove stale_remove
+    sleep 2
+    stale_round stale.1
+    stale_round stale.2
+    stale_serve stale.serve 3
+    block delete stale_delete
+    sleep 2
+    stale_round cleared
+    sysctl -qw net.ipv4.vs.expire_nodest_conn=1
+    sleep 3
+    stale_truth expired
+    $IPVSADM -a -u 127.0.0.1:53 -r 127.0.0.3:53 -m -w 1
+    $IPVSADM -a -t 127.0.0.1:80 -r 127.0.0.3:8080 -m -w 1
+    stale_flows 2
+    stale_truth nodest.before
+    $IPVSADM -d -u 127.0.0.1:53 -r 127.0.0.3:53
+    $IPVSADM -d -t 127.0.0.1:80 -r 127.0.0.3:8080
+    # Time for a datagram of each UDP client (every other send fails).
+    sleep 4
+    stale_truth nodest.after
+}
