@@ -18,9 +18,10 @@
 //!    address) and whose reply source is not one of its endpoints adds one to
 //!    its (service, dead endpoint) count;
 //! 5. the generation (and the IPVS table) again: if the rules changed during
-//!    the dump, the counts may hold endpoints that were just added; the table
-//!    is read again and the dump redone, once, then the run fails (never a
-//!    false count).
+//!    the dump, the table is read at the new generation; the same table means
+//!    the counts hold (other commits, e.g. a CNI's, do not fail the run), a
+//!    different one may hold endpoints that were just added: the dump is
+//!    redone, once, then the run fails (never a false count).
 //!
 //! Memory: one receive buffer and the counts per (service, dead endpoint),
 //! at most [`MAX_GROUPS`] of them (beyond, entries still count in the
@@ -358,10 +359,18 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
             ct_dump::dump(conn, deadline, family, only, dst_nat_only, |e| counter.add(&table, e)).map_err(nl)?;
         }
         let dump_seconds = started.elapsed().as_secs_f64();
-        let end = run.generation().map_err(nl)?;
+        // Rules committed during the dump (by kube-proxy, or by anything else
+        // in nf_tables: a CNI, a firewall) matter only if they changed the
+        // service table: the same table before and after the dump means the
+        // counts hold for it.
+        let mut end = run.generation().map_err(nl)?;
         if end != gen {
-            last = format!("generation {gen} → {end} during the conntrack dump");
-            continue;
+            let (now, after, _) = run.nf_table().map_err(nl)?;
+            if after.table != nf.table {
+                last = format!("generation {gen} → {now} during the conntrack dump, with other service endpoints");
+                continue;
+            }
+            end = now;
         }
         if ipvs_table(host)? != ipvs {
             last = "the IPVS table changed during the conntrack dump".into();
@@ -373,7 +382,7 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
             } else {
                 sources.join("+")
             },
-            generation: gen,
+            generation: end,
             table_reused: reused,
             dump_seconds,
             ..counter.facts(&table)
