@@ -81,6 +81,26 @@ cpu = msg(0x0104, nfgen(0, 1, *[be(k, k) for k in (2, 4, 8, 9, 10, 11, 12, 13, 1
 glob = msg(0x0105, nfgen(0, 0, be(1, 52), be(2, 262144)))
 open("corpus/netlink_ctnetlink/seed-stats", "wb").write(cpu + cpu + glob)
 PY
+    # netlink_stale: the rules captured from the kernel (agent/netlink/testdata, the
+    # payloads of NFT_MSG_NEWRULE) for udp 10.96.0.10:53 → 10.244.1.2:53, and the
+    # conntrack entry captured with them (ct_dump.rs's UDP_DNAT), each wrapped in a
+    # netlink header; the whole set in one datagram too.
+    mkdir -p corpus/netlink_stale
+    python3 - ../agent/netlink/testdata/ipt_services.hex ../agent/netlink/testdata/ipt_svc.hex \
+        ../agent/netlink/testdata/ipt_sep.hex <<'PY'
+import struct, sys
+def pad(b): return b + b"\0" * (-len(b) % 4)
+def msg(ty, payload, seq=1): return pad(struct.pack("=IHHII", 16 + len(payload), ty, 2, seq, 0) + payload)
+rules = [msg(0x0a06, bytes.fromhex(l.strip())) for f in sys.argv[1:] for l in open(f) if l.strip()]
+entry = msg(0x0100, bytes.fromhex(
+    "020000003400018014000180080001000af40102080002000a60000a1c0002800500010011000000060002009c43000006000300003500003400028014000180080001000af40102080002000af401021c00028005000100110000000600020000350000060003009c43000008000300000001a8080008000000000008000c009f58049d08000b0000000001080007000000001b"))
+# The same entry NATed to 10.244.1.9 (an endpoint the rules do not have): reply source rewritten.
+stale = entry.replace(bytes.fromhex("080001000af40102080002000af40102"), bytes.fromhex("080001000af40109080002000af40102"), 1)
+for i, r in enumerate(rules):
+    open(f"corpus/netlink_stale/seed-rule{i}", "wb").write(r)
+open("corpus/netlink_stale/seed-entry", "wb").write(entry)
+open("corpus/netlink_stale/seed-all", "wb").write(b"".join(rules) + entry + stale + msg(3, struct.pack("=i", 0)))
+PY
 }
 netlink_seeds
 

@@ -225,6 +225,14 @@ pub struct Counter {
 }
 
 impl Counter {
+    /// A counter for a node with these addresses (NodePort traffic goes to one of them).
+    pub fn with_local(local: HashSet<IpAddr>) -> Counter {
+        Counter {
+            local,
+            ..Counter::default()
+        }
+    }
+
     pub fn add(&mut self, table: &ServiceTable, e: &ct_dump::CtEntry) {
         self.seen += 1;
         self.dst_nat += u64::from(e.dst_nat());
@@ -341,10 +349,7 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
         let mut table = nf.table.clone();
         table.merge(ipvs.clone());
         let started = Instant::now();
-        let mut counter = Counter {
-            local: local.clone(),
-            ..Counter::default()
-        };
+        let mut counter = Counter::with_local(local.clone());
         // One dump per family: each dump walks the whole conntrack hash table
         // (shared by every namespace), so a dump per protocol would walk it
         // once more per protocol. The protocol is filtered in the kernel only
@@ -486,10 +491,7 @@ mod tests {
             ServicePort::node_port(false, 6, 30080),
             vec![("10.244.0.2".parse().unwrap(), Some(8080))],
         );
-        let mut c = Counter {
-            local: HashSet::from(["192.168.0.2".parse().unwrap()]),
-            ..Counter::default()
-        };
+        let mut c = Counter::with_local(HashSet::from(["192.168.0.2".parse().unwrap()]));
         c.add(&table, &entry("192.168.0.2", 30080, "10.244.0.9", 8080, 6)); // gone, via the node
         c.add(&table, &entry("192.168.0.2", 30080, "10.244.0.2", 8080, 6)); // current
         c.add(&table, &entry("192.168.0.3", 30080, "10.244.0.9", 8080, 6)); // not this node
