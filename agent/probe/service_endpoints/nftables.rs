@@ -17,9 +17,7 @@
 //! Keys of a concatenation pad each field to 4 bytes: an IPv4 service-ips key
 //! is `addr(4) . proto(1)+3 . port(2, big endian)+2`.
 
-use std::collections::HashMap;
-
-use super::{Graph, ServicePort, ServiceTable};
+use super::{chain_id, Graph, ServicePort, ServiceTable};
 use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
 use crate::netlink::nft_count::Tally;
 use crate::netlink::nft_expr::rule_facts;
@@ -35,10 +33,11 @@ const PATH_PREFIXES: &[&str] = &["service-", "external-", "endpoint-"];
 pub struct NftEndpoints {
     family: Family,
     graph: Graph,
-    /// Maps each chain looks verdicts up in (resolved when the maps are read).
-    lookups: Vec<(String, String)>,
-    /// The chains each map's elements go to.
-    targets: HashMap<String, Vec<String>>,
+    /// (map, chain) for each map a chain looks verdicts up in (resolved once
+    /// the maps are read), as [`chain_id`]s.
+    lookups: Vec<(u64, u64)>,
+    /// (map, chain) for the chain each map element goes to.
+    targets: Vec<(u64, u64)>,
 }
 
 fn on_path(chain: &str) -> bool {
@@ -58,7 +57,7 @@ impl NftEndpoints {
             family,
             graph: Graph::default(),
             lookups: Vec::new(),
-            targets: HashMap::new(),
+            targets: Vec::new(),
         }
     }
 
@@ -98,9 +97,10 @@ impl NftEndpoints {
     }
 
     pub fn finish(mut self) -> ServiceTable {
-        for (chain, set) in std::mem::take(&mut self.lookups) {
-            for to in self.targets.get(&set).into_iter().flatten() {
-                self.graph.edge(&chain, to);
+        self.targets.sort_unstable();
+        for (set, chain) in std::mem::take(&mut self.lookups) {
+            for (_, to) in super::with_key(&self.targets, set) {
+                self.graph.edge_ids(chain, *to);
             }
         }
         self.graph.finish()
@@ -126,8 +126,9 @@ impl Tally for NftEndpoints {
         for j in f.jumps.iter().filter(|j| on_path(j)) {
             self.graph.edge(r.chain, j);
         }
+        let chain = chain_id(r.chain);
         for set in f.lookups {
-            self.lookups.push((r.chain.to_string(), set));
+            self.lookups.push((chain_id(&set), chain));
         }
         if let Some(d) = f.dnat {
             self.graph.dnat(r.chain, d);
@@ -170,7 +171,7 @@ impl Tally for NftEndpoints {
             }
             _ => {
                 if let Some(c) = e.chain.filter(|c| on_path(c)) {
-                    self.targets.entry(set.to_string()).or_default().push(c.to_string());
+                    self.targets.push((chain_id(set), chain_id(c)));
                 }
             }
         }
@@ -207,7 +208,8 @@ mod tests {
         put("__map0", &[0, 0, 0, 0], Some("endpoint-B-x"));
         put("__map0", &[1, 0, 0, 0], Some("endpoint-C-x"));
         put("__map0", &[2, 0, 0, 0], Some("reject-chain"));
-        t.lookups.push(("service-AAA-ns/dns/udp/dns".into(), "__map0".into()));
+        t.lookups
+            .push((chain_id("__map0"), chain_id("service-AAA-ns/dns/udp/dns")));
         t.graph.edge("external-AAA", "service-AAA-ns/dns/udp/dns");
         t.graph
             .dnat("endpoint-B-x", ("10.244.0.2".parse().unwrap(), Some(5353)));
