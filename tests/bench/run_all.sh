@@ -5,6 +5,7 @@
 #   2. idle.sh              idle RSS/CPU over 60 s, without scrapes and with one every 15 s
 #   3. conntrack_scale.sh   the conntrack probe at 0 / 50,000 / 200,000 entries vs conntrack -C / -L
 #  3b. conntrack_stale.sh   the conntrack_stale probe at 0 / 50,000 / 200,000 DST_NAT UDP entries
+#  3c. stale_table.sh       its service table at 10000x5 (iptables-nft and nftables) vs the listings
 #                           vs conntrack -L -p udp (issue 17)
 #   4. iptables_probe.sh    (when present) the iptables probe vs iptables-save
 #   5. binary size          target/release/proxywatch, as built and stripped
@@ -19,7 +20,7 @@
 # under systemd, `systemctl disable --now prometheus-node-exporter` after installing.)
 #
 # Environment:
-#   SKIP="..."         any of: scrape idle conntrack stale iptables profiles
+#   SKIP="..."         any of: scrape idle conntrack stale stale-table iptables profiles
 #   PROFILES="base thin fat-cgu1"   variants of section 6 (also known: fat cgu1 fat-cgu1-strip
 #                      thin-cgu1-strip fat-cgu1-strip-s; each non-base one is a full build)
 #   PROFILE_IDLE=30    seconds of idle per variant; PROFILE_SCRAPE=5: seconds per scrape round (3 rounds)
@@ -88,6 +89,10 @@ fi
 if ! skipped stale; then
 	section "3b. stale conntrack check vs conntrack -L -p udp (medians of ${RUNS:-5})"
 	"$HERE/conntrack_stale.sh" || failed stale $?
+fi
+if ! skipped stale-table; then
+	section "3c. the stale check's service table at ${SIZE:-10000x5} vs the rule listings (medians of ${RUNS:-3})"
+	"$HERE/stale_table.sh" || failed stale-table $?
 fi
 if ! skipped iptables; then
 	if [[ -x $HERE/iptables_probe.sh ]]; then

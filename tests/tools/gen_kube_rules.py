@@ -176,6 +176,7 @@ def generate(services, endpoints, hint=True, canary=True, ipv6=False):
     ep_counter = 0
     lb_counter = 0
     table = {"service_ports": 0, "node_ports": 0, "endpoints": 0}
+    node_port_keys = set()
     for i in range(services):
         udp = i % 7 == 6
         proto = "udp" if udp else "tcp"
@@ -207,11 +208,19 @@ def generate(services, endpoints, hint=True, canary=True, ipv6=False):
 
         # Every way in (ClusterIP, LB IP, NodePort) reaches every endpoint:
         # KUBE-EXT of an externalTrafficPolicy: Local service also goes to KUBE-SVC.
-        ways = 1 + (1 if lb_fw else 0) + (1 if nodeport else 0)
+        # Beyond 2,768 NodePorts two services share one (30000 + i % 2768: not
+        # something Kubernetes allows): one service port whose endpoints are both
+        # services' (they never share an endpoint), so endpoints still add up.
+        ways = 1 + (1 if lb_fw else 0)
+        if nodeport and has_endpoints:
+            table["endpoints"] += len(eps)
+            if (proto, nodeport) not in node_port_keys:
+                node_port_keys.add((proto, nodeport))
+                table["service_ports"] += 1
+                table["node_ports"] += 1
         if not has_endpoints:
             ways = 1
         table["service_ports"] += ways
-        table["node_ports"] += 1 if nodeport and has_endpoints else 0
         table["endpoints"] += ways * len(eps)
         if not has_endpoints:
             filt.rule("KUBE-SERVICES", '-m comment --comment "%s has no endpoints" %s -d %s --dport %d -j REJECT'
