@@ -207,23 +207,11 @@ fn nft_rules(dns: &[u8], web: &[u8]) -> String {
 }
 
 fn nft_load(ns: &Netns, text: &str) {
-    use std::io::Write;
-    let mut child = ns.command("nft", &["-f", "-"]).stdin(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "nft -f of:\n{text}");
+    ns.exec_input("nft", &["-f", "-"], text);
 }
 
 fn restore(ns: &Netns, text: &str) {
-    use std::io::Write;
-    let mut child = ns
-        .command("iptables-nft-restore", &[])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "iptables-nft-restore of:\n{text}");
+    ns.exec_input("iptables-nft-restore", &[], text);
 }
 
 fn ns_get(ns: &Netns, port: u16, path: &str) -> Option<String> {

@@ -40,8 +40,6 @@
 //! outside the namespace), so no global lock is taken.
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -120,23 +118,9 @@ fn rules(variant: char) -> String {
 /// Runs `program args` in the namespace called `ns` with `stdin` as its input;
 /// panics when it fails.
 fn run_in(ns: &str, program: &str, args: &[&str], stdin: &str) {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, program])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {}: {}\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut full = vec!["netns", "exec", ns, program];
+    full.extend_from_slice(args);
+    common::run_input("ip", &full, stdin);
 }
 
 /// One conntrack entry `proto` from 10.250.100.1:`sport` to `dst`:`dport`, NATed to `to` (`ip:port`).

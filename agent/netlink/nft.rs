@@ -57,7 +57,6 @@ const NFT_JUMP: i32 = -3;
 const NFT_GOTO: i32 = -4;
 
 pub const NFT_SET_ANONYMOUS: u32 = 0x1;
-pub const NFT_SET_INTERVAL: u32 = 0x4;
 pub const NFT_SET_MAP: u32 = 0x8;
 pub const NFT_SET_OBJECT: u32 = 0x40;
 const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
@@ -343,10 +342,6 @@ impl Set<'_> {
     pub fn is_map(&self) -> bool {
         self.flags & (NFT_SET_MAP | NFT_SET_OBJECT) != 0
     }
-
-    pub fn interval(&self) -> bool {
-        self.flags & NFT_SET_INTERVAL != 0
-    }
 }
 
 pub fn decode_set(ty: u16, payload: &[u8]) -> Result<Set<'_>, NlError> {
@@ -370,41 +365,6 @@ pub fn decode_set(ty: u16, payload: &[u8]) -> Result<Set<'_>, NlError> {
     })
 }
 
-/// Elements in one message of an element dump, as nft lists them: in an
-/// interval set the kernel stores a range as a start and an end element, and
-/// nft prints one, so elements flagged NFT_SET_ELEM_INTERVAL_END are not counted.
-/// Returns (elements, generation's low 16 bits).
-pub fn count_elements(ty: u16, payload: &[u8], interval: bool) -> Result<(u64, u16), NlError> {
-    expect(ty, NFT_MSG_NEWSETELEM, "set element")?;
-    let (_, gen16, attrs) = nfgen(payload)?;
-    let mut n = 0;
-    for a in attrs {
-        let a = a?;
-        if a.kind != NFTA_SET_ELEM_LIST_ELEMENTS {
-            continue;
-        }
-        for e in a.nested() {
-            let e = e?;
-            if e.kind != NFTA_LIST_ELEM {
-                continue;
-            }
-            let mut end = false;
-            if interval {
-                for f in e.nested() {
-                    let f = f?;
-                    if f.kind == NFTA_SET_ELEM_FLAGS {
-                        end = f.be_u32()? & NFT_SET_ELEM_INTERVAL_END != 0;
-                    }
-                }
-            }
-            if !end {
-                n += 1;
-            }
-        }
-    }
-    Ok((n, gen16))
-}
-
 /// One element of a set or map, as far as a verdict map goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Element<'a> {
@@ -414,9 +374,10 @@ pub struct Element<'a> {
     pub chain: Option<&'a str>,
 }
 
-/// The elements of one message of an element dump, in order, given to `each`
-/// (interval end elements skipped, as [`count_elements`] does).
-/// Returns the generation's low 16 bits.
+/// The elements of one message of an element dump, in order, given to `each`,
+/// as nft lists them: in an interval set the kernel stores a range as a start
+/// and an end element, and nft prints one, so elements flagged
+/// NFT_SET_ELEM_INTERVAL_END are skipped. Returns the generation's low 16 bits.
 pub fn each_element<'a>(
     ty: u16,
     payload: &'a [u8],
@@ -633,18 +594,21 @@ mod tests {
     fn sets_and_elements() {
         let p = set(2, 3, "kube-proxy", "service-ips", 0x8 | 0x80);
         let s = decode_set(msg_type(NFT_MSG_NEWSET), &p).unwrap();
-        assert!(s.is_map() && !s.anonymous() && !s.interval());
+        assert!(s.is_map() && !s.anonymous());
         let p = set(2, 3, "kube-proxy", "__set0", 0x1 | 0x2);
         let s = decode_set(msg_type(NFT_MSG_NEWSET), &p).unwrap();
         assert!(s.anonymous() && !s.is_map());
-        let t = msg_type(NFT_MSG_NEWSETELEM);
-        assert_eq!(
-            count_elements(t, &elements(2, 3, "t", "s", &[0, 0, 0]), false).unwrap(),
-            (3, 3)
-        );
+        let count = |p: &[u8]| {
+            let mut n = 0;
+            let g16 = each_element(msg_type(NFT_MSG_NEWSETELEM), p, |_| {
+                n += 1;
+                Ok(())
+            });
+            g16.map(|g| (n, g))
+        };
+        assert_eq!(count(&elements(2, 3, "t", "s", &[0, 0, 0])).unwrap(), (3, 3));
         // An interval set: two ranges (start + end each) and an open-ended start.
-        let e = elements(2, 3, "t", "s", &[0, 1, 0, 1, 0]);
-        assert_eq!(count_elements(t, &e, true).unwrap().0, 3);
+        assert_eq!(count(&elements(2, 3, "t", "s", &[0, 1, 0, 1, 0])).unwrap().0, 3);
     }
 
     #[test]

@@ -181,16 +181,17 @@ fn one<C: Conn, T: Tally>(a: &mut Session<C>, b: &mut Session<C>, plan: Plan, ta
                 if (s.anonymous() && !detail) || !tally.set(&s) {
                     return Ok(());
                 }
-                let interval = s.interval();
                 let mut n = 0;
                 b.dump(&mut nft::dump_elements(family, s.table, s.name), |e| {
-                    let (k, g16) = nft::count_elements(e.ty, e.payload, interval)?;
-                    same(g16)?;
-                    n += k;
-                    if detail {
-                        nft::each_element(e.ty, e.payload, |el| tally.element(s.name, el))?;
-                    }
-                    Ok(())
+                    let g16 = nft::each_element(e.ty, e.payload, |el| {
+                        n += 1;
+                        if detail {
+                            tally.element(s.name, el)
+                        } else {
+                            Ok(())
+                        }
+                    })?;
+                    same(g16)
                 })
                 .map_err(|e| changed_if_gone(e, &format!("set {}", s.name)))?;
                 tally.elements(s.table, s.name, n);

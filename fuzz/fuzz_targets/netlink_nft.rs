@@ -24,12 +24,16 @@ fuzz_target!(|data: &[u8]| {
             let _ = nftt.rule(&r);
         }
         if let Ok(s) = nft::decode_set(msg_type(NFT_MSG_NEWSET), p) {
-            let _ = (s.anonymous(), s.interval(), nftt.set(&s));
+            let _ = (s.anonymous(), s.is_map(), nftt.set(&s));
         }
-        for interval in [false, true] {
-            if let Ok((n, _)) = nft::count_elements(msg_type(NFT_MSG_NEWSETELEM), p, interval) {
-                nftt.elements("t", "s", n);
-            }
+        let mut n = 0;
+        if nft::each_element(msg_type(NFT_MSG_NEWSETELEM), p, |_| {
+            n += 1;
+            Ok(())
+        })
+        .is_ok()
+        {
+            nftt.elements("t", "s", n);
         }
         let _ = proxywatch::netlink::error_code(p);
     }

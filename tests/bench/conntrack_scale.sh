@@ -27,16 +27,9 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 read -r -a LEVELS <<<"${LEVELS:-0 50000 200000}"
 RUNS=${RUNS:-5}
 
-[[ $(id -u) -eq 0 ]] || { echo "needs root" >&2; exit 1; }
-for t in ip conntrack python3; do
-	command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 1; }
-done
-if [[ -z ${PW_BIN:-} ]]; then
-	echo "building the release binary..." >&2
-	(cd "$ROOT" && cargo build --release --quiet)
-	PW_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/proxywatch"
-fi
-[[ -x $PW_BIN ]] || { echo "no binary at $PW_BIN" >&2; exit 1; }
+source "$ROOT/tests/bench/lib.sh"
+need_root_and ip conntrack python3
+pw_bin
 
 # nf_conntrack_max is global and never changed here; another test on the
 # machine may lower it for a while (tests/e2e_prometheus.rs does, ~1 min):

@@ -69,16 +69,9 @@ ENDPOINTS=${ENDPOINTS:-2}
 STALE_EVERY=${STALE_EVERY:-100}
 DEAD=${DEAD:-2}
 
-[[ $(id -u) -eq 0 ]] || { echo "needs root" >&2; exit 1; }
-for t in ip iptables-nft-restore conntrack python3 bash; do
-	command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 1; }
-done
-if [[ -z ${PW_BIN:-} ]]; then
-	echo "building the release binary..." >&2
-	(cd "$ROOT" && cargo build --release --quiet)
-	PW_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/proxywatch"
-fi
-[[ -x $PW_BIN ]] || { echo "no binary at $PW_BIN" >&2; exit 1; }
+source "$ROOT/tests/bench/lib.sh"
+need_root_and ip iptables-nft-restore conntrack python3 bash
+pw_bin
 
 TOP=0
 for n in "${LEVELS[@]}"; do if ((n > TOP)); then TOP=$n; fi; done

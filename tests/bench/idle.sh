@@ -37,12 +37,8 @@ if [[ " ${SERVERS[*]} " == *" node_exporter "* ]] && ! command -v "$NE_BIN" >/de
 	echo "missing $NE_BIN (apt-get install -y prometheus-node-exporter)" >&2
 	exit 1
 fi
-if [[ -z ${PW_BIN:-} ]]; then
-	echo "building the release binary..." >&2
-	(cd "$ROOT" && cargo build --release --quiet)
-	PW_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/proxywatch"
-fi
-[[ -x $PW_BIN ]] || { echo "no binary at $PW_BIN" >&2; exit 1; }
+source "$ROOT/tests/bench/lib.sh"
+pw_bin
 
 WORK=$(mktemp -d /tmp/pw-idle.XXXXXX)
 PIDS=()

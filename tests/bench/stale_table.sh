@@ -34,16 +34,9 @@ read -r -a MODES <<<"${MODES:-ipt nft}"
 SERVICES=${SIZE%x*}
 ENDPOINTS=${SIZE#*x}
 
-[[ $(id -u) -eq 0 ]] || { echo "needs root" >&2; exit 1; }
-for t in ip iptables-nft-restore nft python3 /usr/bin/time; do
-	command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 1; }
-done
-if [[ -z ${PW_BIN:-} ]]; then
-	echo "building the release binary..." >&2
-	(cd "$ROOT" && cargo build --release --quiet)
-	PW_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/proxywatch"
-fi
-[[ -x $PW_BIN ]] || { echo "no binary at $PW_BIN" >&2; exit 1; }
+source "$ROOT/tests/bench/lib.sh"
+need_root_and ip iptables-nft-restore nft python3 /usr/bin/time
+pw_bin
 
 WORK=$(mktemp -d)
 NAMESPACES=()

@@ -74,6 +74,25 @@ pub fn run(program: &str, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("{program}: {e}"));
+    succeeded(program, args, out)
+}
+
+/// Runs a command with `input` on its stdin (a rule set to restore),
+/// panicking with its stderr when it fails.
+pub fn run_input(program: &str, args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    succeeded(program, args, child.wait_with_output().unwrap())
+}
+
+fn succeeded(program: &str, args: &[&str], out: Output) -> Output {
     assert!(
         out.status.success(),
         "{program} {}: {}\n{}",
@@ -114,6 +133,13 @@ impl Netns {
         let mut full = vec!["netns", "exec", &self.name, program];
         full.extend_from_slice(args);
         run("ip", &full)
+    }
+
+    /// [`Netns::exec_ok`] with `input` on the command's stdin.
+    pub fn exec_input(&self, program: &str, args: &[&str], input: &str) -> Output {
+        let mut full = vec!["netns", "exec", &self.name, program];
+        full.extend_from_slice(args);
+        run_input("ip", &full, input)
     }
 }
 
