@@ -27,6 +27,7 @@
 //! at most [`MAX_GROUPS`] of them (beyond, entries still count in the
 //! per-protocol totals).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -346,8 +347,14 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
             sources.push("ipvs");
         }
         let dst_nat_only = ipvs.services.is_empty();
-        let mut table = nf.table.clone();
-        table.merge(ipvs.clone());
+        // The nf_tables part is shared with the memory; copied only to add IPVS.
+        let table: Cow<'_, ServiceTable> = if ipvs.services.is_empty() {
+            Cow::Borrowed(&nf.table)
+        } else {
+            let mut t = nf.table.clone();
+            t.merge(ipvs.clone());
+            Cow::Owned(t)
+        };
         let started = Instant::now();
         let mut counter = Counter::with_local(local.clone());
         // One dump per family: each dump walks the whole conntrack hash table
