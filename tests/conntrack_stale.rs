@@ -518,3 +518,124 @@ fn scenario(mode: Mode, tag: &str) {
     );
     drop(procs);
 }
+
+/// `conntrack -L` lines of this family, protocol, original destination and reply source.
+fn conntrack_count6(ns: &Netns, proto: &str, orig_dst: &str, reply_src: &str) -> u64 {
+    let out = ns
+        .command(
+            "conntrack",
+            &[
+                "-L",
+                "-f",
+                "ipv6",
+                "-p",
+                proto,
+                "--orig-dst",
+                orig_dst,
+                "--reply-src",
+                reply_src,
+            ],
+        )
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(proto))
+        .count() as u64
+}
+
+/// IPv6 on the real kernel: ip6tables-nft rules (the ip6 family's nat table
+/// over netlink) and IPv6 conntrack entries (the AF_INET6 ctnetlink dump,
+/// 16-byte addresses), made with `conntrack -I --dst-nat` (no traffic: the
+/// end-to-end tests above carry IPv4 traffic). Counts equal `conntrack -L`.
+#[test]
+fn ipv6_services_and_entries() {
+    if !common::can_run(&["ip", "ip6tables-nft-restore", "conntrack"]) {
+        return;
+    }
+    let node = Netns::new("c6sn");
+    let rules =
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
+        :KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n:KUBE-SVC-DNS6 - [0:0]\n:KUBE-SVC-WEB6 - [0:0]\n\
+        :KUBE-SEP-DNS6A - [0:0]\n:KUBE-SEP-DNS6B - [0:0]\n:KUBE-SEP-WEB6A - [0:0]\n\
+        -A OUTPUT -j KUBE-SERVICES\n-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\n\
+        -A KUBE-SERVICES -d fd00:10:96::a/128 -p udp -m udp --dport 53 -j KUBE-SVC-DNS6\n\
+        -A KUBE-SERVICES -d fd00:10:96::14/128 -p tcp -m tcp --dport 80 -j KUBE-SVC-WEB6\n\
+        -A KUBE-SVC-DNS6 -m statistic --mode random --probability 0.5 -j KUBE-SEP-DNS6A\n\
+        -A KUBE-SVC-DNS6 -j KUBE-SEP-DNS6B\n\
+        -A KUBE-SEP-DNS6A -s fd00:10:244::2/128 -j KUBE-MARK-MASQ\n\
+        -A KUBE-SEP-DNS6A -p udp -m udp -j DNAT --to-destination [fd00:10:244::2]:53\n\
+        -A KUBE-SEP-DNS6B -p udp -m udp -j DNAT --to-destination [fd00:10:244::3]:53\n\
+        -A KUBE-SVC-WEB6 -j KUBE-SEP-WEB6A\n\
+        -A KUBE-SEP-WEB6A -p tcp -m tcp -j DNAT --to-destination [fd00:10:244::4]:8080\n\
+        COMMIT\n";
+    node.exec_input("ip6tables-nft-restore", &[], rules);
+    let mut sport = 40000u16;
+    let mut insert = |proto: &str, dst: &str, dport: u16, to: &str| {
+        sport += 1;
+        let (s, d) = (sport.to_string(), dport.to_string());
+        let mut args = vec![
+            "-I",
+            "-p",
+            proto,
+            "-s",
+            "fd00:1::1",
+            "-d",
+            dst,
+            "--sport",
+            &s,
+            "--dport",
+            &d,
+            "--dst-nat",
+            to,
+            "-t",
+            "600",
+        ];
+        if proto == "tcp" {
+            args.extend(["--state", "ESTABLISHED"]);
+        }
+        node.exec_ok("conntrack", &args);
+    };
+    for _ in 0..4 {
+        insert("udp", "fd00:10:96::a", 53, "[fd00:10:244::2]:53"); // current
+    }
+    for _ in 0..3 {
+        insert("udp", "fd00:10:96::a", 53, "[fd00:10:244::9]:53"); // gone
+    }
+    for _ in 0..2 {
+        insert("tcp", "fd00:10:96::14", 80, "[fd00:10:244::8]:8080"); // gone
+        insert("udp", "fd00:10:99::1", 53, "[fd00:10:244::9]:53"); // not a service address
+    }
+    let out = node
+        .command(
+            common::binary().to_str().unwrap(),
+            &["check", "--format", "json", "--iptables.save-interval", "0"],
+        )
+        .args(common::NO_KUBE_PROXY)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let facts = &doc["facts"]["conntrack_stale"];
+    assert_eq!(
+        doc["probes"]["conntrack_stale"]["status"], "ok",
+        "{}",
+        doc["probes"]["conntrack_stale"]
+    );
+    let udp = conntrack_count6(&node, "udp", "fd00:10:96::a", "fd00:10:244::9");
+    let tcp = conntrack_count6(&node, "tcp", "fd00:10:96::14", "fd00:10:244::8");
+    assert_eq!((udp, tcp), (3, 2), "the ground truth");
+    assert_eq!(facts["stale_entries"]["udp"], udp, "{facts}");
+    assert_eq!(facts["stale_entries"]["tcp"], tcp, "{facts}");
+    assert_eq!(
+        (&facts["service_ports"], &facts["endpoints"]),
+        (&Value::from(2), &Value::from(3))
+    );
+    assert_eq!(facts["dst_nat_entries"], 11, "every IPv6 DST_NAT entry dumped: {facts}");
+    let groups = facts["stale"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{facts}");
+    assert_eq!(groups[0]["service"], "[fd00:10:96::a]:53/udp");
+    assert_eq!(groups[0]["endpoint"], "[fd00:10:244::9]:53");
+    assert_eq!(groups[1]["service"], "[fd00:10:96::14]:80/tcp");
+    assert_eq!(groups[1]["endpoint"], "[fd00:10:244::8]:8080");
+}
