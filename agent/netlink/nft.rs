@@ -3,6 +3,8 @@
 //! needs is decoded; an attribute of a type not listed here is skipped, so a
 //! newer kernel's additions are harmless.
 
+use std::net::IpAddr;
+
 use super::{nfgen, Attr, Attrs, NlError, Request, NLM_F_DUMP, NLM_F_REQUEST};
 
 /// `NFNL_SUBSYS_NFTABLES`.
@@ -81,6 +83,22 @@ impl Family {
         match self {
             Family::Ip => "ip",
             Family::Ip6 => "ip6",
+        }
+    }
+
+    /// Bytes of one of its addresses: 4 or 16.
+    pub fn addr_len(self) -> usize {
+        match self {
+            Family::Ip => 4,
+            Family::Ip6 => 16,
+        }
+    }
+
+    /// The address in the first [`Family::addr_len`] bytes of `b` (None when shorter).
+    pub fn addr(self, b: &[u8]) -> Option<IpAddr> {
+        match self {
+            Family::Ip => <[u8; 4]>::try_from(b.get(..4)?).ok().map(IpAddr::from),
+            Family::Ip6 => <[u8; 16]>::try_from(b.get(..16)?).ok().map(IpAddr::from),
         }
     }
 }

@@ -20,7 +20,7 @@
 //! Checked against `nft --debug=netlink` on the test kernel; the tests decode
 //! rules captured from it with tests/tools/nl_capture.py.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use super::nft::{Family, Rule};
 use super::{Attr, NlError};
@@ -76,17 +76,6 @@ fn value_of(data: Attr<'_>) -> Result<Option<&[u8]>, NlError> {
     Ok(None)
 }
 
-fn addr(family: Family, b: &[u8]) -> Option<IpAddr> {
-    match family {
-        Family::Ip => <[u8; 4]>::try_from(b.get(..4)?)
-            .ok()
-            .map(|a| IpAddr::V4(Ipv4Addr::from(a))),
-        Family::Ip6 => <[u8; 16]>::try_from(b.get(..16)?)
-            .ok()
-            .map(|a| IpAddr::V6(Ipv6Addr::from(a))),
-    }
-}
-
 fn be16(b: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes([*b.first()?, *b.get(1)?]))
 }
@@ -107,7 +96,7 @@ pub fn dnat_target_info(family: Family, rev: u32, info: &[u8]) -> Option<(IpAddr
         if flags & NF_NAT_RANGE_MAP_IPS == 0 {
             return None;
         }
-        let ip = addr(Family::Ip, info.get(8..12)?)?;
+        let ip = Family::Ip.addr(info.get(8..12)?)?;
         let port = (flags & NF_NAT_RANGE_PROTO_SPECIFIED != 0)
             .then(|| be16(info.get(16..18)?))
             .flatten();
@@ -117,7 +106,7 @@ pub fn dnat_target_info(family: Family, rev: u32, info: &[u8]) -> Option<(IpAddr
     if flags & NF_NAT_RANGE_MAP_IPS == 0 {
         return None;
     }
-    let ip = addr(family, info.get(4..20)?)?;
+    let ip = family.addr(info.get(4..20)?)?;
     let port = (flags & NF_NAT_RANGE_PROTO_SPECIFIED != 0)
         .then(|| be16(info.get(36..38)?))
         .flatten();
@@ -194,7 +183,7 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                     Reg::L4proto => f.l4proto = v.first().copied(),
                     Reg::Payload { base, offset, len } => match (family, *base, *offset, *len) {
                         (Family::Ip, NFT_PAYLOAD_NETWORK_HEADER, 16, 4)
-                        | (Family::Ip6, NFT_PAYLOAD_NETWORK_HEADER, 24, 16) => f.daddr = addr(family, v),
+                        | (Family::Ip6, NFT_PAYLOAD_NETWORK_HEADER, 24, 16) => f.daddr = family.addr(v),
                         (Family::Ip, NFT_PAYLOAD_NETWORK_HEADER, 9, 1)
                         | (Family::Ip6, NFT_PAYLOAD_NETWORK_HEADER, 6, 1) => f.l4proto = v.first().copied(),
                         (_, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2) => f.dport = be16(v),
@@ -252,7 +241,7 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                         })
                     })
                 };
-                let ip = reg_value(num(3)?).and_then(|b| addr(family, &b));
+                let ip = reg_value(num(3)?).and_then(|b| family.addr(&b));
                 let port = reg_value(num(5)?).and_then(|b| be16(&b));
                 if let Some(ip) = ip {
                     f.dnat = Some((ip, port));
@@ -298,6 +287,7 @@ mod tests {
     use super::captured::*;
     use super::*;
     use crate::netlink::nft::{decode_rule, msg_type, NFT_MSG_NEWRULE};
+    use std::net::Ipv6Addr;
 
     fn facts(h: &str) -> RuleFacts {
         let b = hex(h);

@@ -67,21 +67,15 @@ impl NftEndpoints {
 
     /// `ADDR . inet_proto . inet_service`.
     fn address_key(&self, set: &str, key: &[u8]) -> Result<ServicePort, NlError> {
-        let n = if self.v6() { 16 } else { 4 };
-        let field = |at: usize, len: usize| key.get(at..at + len).ok_or_else(|| malformed(set, key));
-        let address = match self.family {
-            Family::Ip => std::net::IpAddr::from(<[u8; 4]>::try_from(field(0, 4)?).map_err(|_| malformed(set, key))?),
-            Family::Ip6 => {
-                std::net::IpAddr::from(<[u8; 16]>::try_from(field(0, 16)?).map_err(|_| malformed(set, key))?)
-            }
-        };
-        let protocol = field(n, 1)?[0];
-        let p = field(n + 4, 2)?;
-        Ok(ServicePort {
-            address,
-            port: u16::from_be_bytes([p[0], p[1]]),
-            protocol,
-        })
+        let n = self.family.addr_len();
+        match (self.family.addr(key), key.get(n), key.get(n + 4..n + 6)) {
+            (Some(address), Some(&protocol), Some(&[hi, lo])) => Ok(ServicePort {
+                address,
+                port: u16::from_be_bytes([hi, lo]),
+                protocol,
+            }),
+            _ => Err(malformed(set, key)),
+        }
     }
 
     /// `inet_proto . inet_service`.
