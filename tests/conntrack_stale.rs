@@ -65,61 +65,25 @@ fn pod_ip(i: u8) -> String {
 
 /// kube-proxy's nat rules (iptables mode) for the two services and the given endpoints.
 fn rules(dns: &[u8], web: &[u8]) -> String {
-    let mut chains = vec![
-        "KUBE-SERVICES".to_string(),
-        "KUBE-NODEPORTS".into(),
-        "KUBE-EXT-DNSDNSDNSDNSDNS1".into(),
-        "KUBE-MARK-MASQ".into(),
-        "KUBE-SVC-DNSDNSDNSDNSDNS1".into(),
-        "KUBE-SVC-WEBWEBWEBWEBWEB1".into(),
-    ];
-    let mut body = vec![
-        "-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES".to_string(),
-        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES".into(),
-        "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000".into(),
-        format!("-A KUBE-NODEPORTS -p udp -m comment --comment \"ns/dns:dns\" -m udp --dport {NODE_PORT} -j KUBE-EXT-DNSDNSDNSDNSDNS1"),
-        "-A KUBE-EXT-DNSDNSDNSDNSDNS1 -j KUBE-MARK-MASQ".into(),
-        "-A KUBE-EXT-DNSDNSDNSDNSDNS1 -j KUBE-SVC-DNSDNSDNSDNSDNS1".into(),
+    let eps = |svc: &str, pods: &[u8]| -> Vec<(String, String)> {
+        pods.iter()
+            .map(|&e| (format!("KUBE-SEP-{svc}P{e}"), pod_ip(e)))
+            .collect()
+    };
+    let mut t = common::KubeNat::new();
+    t.chain("KUBE-NODEPORTS")
+        .chain("KUBE-EXT-DNSDNSDNSDNSDNS1")
+        .rule(&format!(
+            "-A KUBE-NODEPORTS -p udp -m comment --comment \"ns/dns:dns\" -m udp --dport {NODE_PORT} -j KUBE-EXT-DNSDNSDNSDNSDNS1"
+        ))
+        .rule("-A KUBE-EXT-DNSDNSDNSDNSDNS1 -j KUBE-MARK-MASQ")
+        .rule("-A KUBE-EXT-DNSDNSDNSDNSDNS1 -j KUBE-SVC-DNSDNSDNSDNSDNS1")
         // Not kube-proxy's: a DNAT to the DNS pods through a non-service address.
-        "-A OUTPUT -d 10.123.0.1/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.250.1.2:53".into(),
-    ];
-    for (svc, ip, proto, port, tport, eps) in [
-        ("DNSDNSDNSDNSDNS1", DNS_IP, "udp", 53, 53, dns),
-        ("WEBWEBWEBWEBWEB1", WEB_IP, "tcp", 80, 8080, web),
-    ] {
-        body.push(format!(
-            "-A KUBE-SERVICES -m comment --comment \"ns/{svc} cluster IP\" -m {proto} -p {proto} -d {ip} --dport {port} -j KUBE-SVC-{svc}"
-        ));
-        for (n, &e) in eps.iter().enumerate() {
-            let sep = format!("KUBE-SEP-{svc}P{e}");
-            chains.push(sep.clone());
-            let left = eps.len() - n;
-            let stat = if left > 1 {
-                format!("-m statistic --mode random --probability {:.10} ", 1.0 / left as f64)
-            } else {
-                String::new()
-            };
-            body.push(format!(
-                "-A KUBE-SVC-{svc} -m comment --comment \"ns/{svc} -> {}:{tport}\" {stat}-j {sep}",
-                pod_ip(e)
-            ));
-            body.push(format!("-A {sep} -s {}/32 -j KUBE-MARK-MASQ", pod_ip(e)));
-            body.push(format!(
-                "-A {sep} -m {proto} -p {proto} -j DNAT --to-destination {}:{tport}",
-                pod_ip(e)
-            ));
-        }
-    }
-    body.push("-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS".into());
-    let mut t = String::from(
-        "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
-    );
-    for c in chains {
-        t.push_str(&format!(":{c} - [0:0]\n"));
-    }
-    t.push_str(&body.join("\n"));
-    t.push_str("\nCOMMIT\n");
-    t
+        .rule("-A OUTPUT -d 10.123.0.1/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.250.1.2:53")
+        .service("DNSDNSDNSDNSDNS1", DNS_IP, "udp", 53, 53, &eps("DNSDNSDNSDNSDNS1", dns))
+        .service("WEBWEBWEBWEBWEB1", WEB_IP, "tcp", 80, 8080, &eps("WEBWEBWEBWEBWEB1", web))
+        .rule("-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS");
+    t.render()
 }
 
 /// kube-proxy's `table ip kube-proxy` (nftables mode, the layout of kubernetes'

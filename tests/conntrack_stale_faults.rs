@@ -62,57 +62,27 @@ const DST_NAT_ENTRIES: u64 = 6 + STALE_UDP + 4 + STALE_TCP + 2;
 /// other endpoint chain names and the endpoints in the other order, the same
 /// service table.
 fn rules(variant: char) -> String {
-    let mut chains = vec![
-        "KUBE-SERVICES".to_string(),
-        "KUBE-MARK-MASQ".into(),
-        "KUBE-SVC-DNSDNSDNSDNSDNS1".into(),
-        "KUBE-SVC-WEBWEBWEBWEBWEB1".into(),
-    ];
-    let mut body = vec![
-        "-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES".to_string(),
-        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES".into(),
-        "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000".into(),
-    ];
-    let dns = ["10.250.1.2", "10.250.2.2"];
-    let web = ["10.250.3.2"];
-    for (svc, ip, proto, port, tport, eps) in [
-        ("DNSDNSDNSDNSDNS1", DNS_IP, "udp", 53, 53, &dns[..]),
-        ("WEBWEBWEBWEBWEB1", WEB_IP, "tcp", 80, 8080, &web[..]),
-    ] {
-        body.push(format!(
-            "-A KUBE-SERVICES -m comment --comment \"ns/{svc} cluster IP\" -m {proto} -p {proto} -d {ip} --dport {port} -j KUBE-SVC-{svc}"
-        ));
-        let mut eps = eps.to_vec();
+    let eps = |svc: &str, ips: &[&str]| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = ips
+            .iter()
+            .map(|ep| {
+                (
+                    format!("KUBE-SEP-{}{variant}{}", &svc[..3], ep.replace('.', "")),
+                    ep.to_string(),
+                )
+            })
+            .collect();
         if variant == 'B' {
-            eps.reverse();
+            v.reverse();
         }
-        for (n, ep) in eps.iter().enumerate() {
-            let sep = format!("KUBE-SEP-{}{variant}{}", &svc[..3], ep.replace('.', ""));
-            chains.push(sep.clone());
-            let left = eps.len() - n;
-            let stat = if left > 1 {
-                format!("-m statistic --mode random --probability {:.10} ", 1.0 / left as f64)
-            } else {
-                String::new()
-            };
-            body.push(format!(
-                "-A KUBE-SVC-{svc} -m comment --comment \"ns/{svc} -> {ep}:{tport}\" {stat}-j {sep}"
-            ));
-            body.push(format!("-A {sep} -s {ep}/32 -j KUBE-MARK-MASQ"));
-            body.push(format!(
-                "-A {sep} -m {proto} -p {proto} -j DNAT --to-destination {ep}:{tport}"
-            ));
-        }
-    }
-    let mut t = String::from(
-        "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
-    );
-    for c in chains {
-        t.push_str(&format!(":{c} - [0:0]\n"));
-    }
-    t.push_str(&body.join("\n"));
-    t.push_str("\nCOMMIT\n");
-    t
+        v
+    };
+    let dns = eps("DNSDNSDNSDNSDNS1", &["10.250.1.2", "10.250.2.2"]);
+    let web = eps("WEBWEBWEBWEBWEB1", &["10.250.3.2"]);
+    common::KubeNat::new()
+        .service("DNSDNSDNSDNSDNS1", DNS_IP, "udp", 53, 53, &dns)
+        .service("WEBWEBWEBWEBWEB1", WEB_IP, "tcp", 80, 8080, &web)
+        .render()
 }
 
 /// Runs `program args` in the namespace called `ns` with `stdin` as its input;

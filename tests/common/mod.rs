@@ -817,3 +817,86 @@ impl Agent {
         self.process.stop_cleanly()
     }
 }
+
+/// kube-proxy's iptables-mode `nat` table, as `iptables-restore` input, for a
+/// few hand-written services (tests/tools/gen_kube_rules.py makes many).
+pub struct KubeNat {
+    chains: Vec<String>,
+    rules: Vec<String>,
+}
+
+impl KubeNat {
+    /// The service portals from OUTPUT and PREROUTING, and KUBE-MARK-MASQ.
+    pub fn new() -> KubeNat {
+        let mut t = KubeNat {
+            chains: Vec::new(),
+            rules: Vec::new(),
+        };
+        t.chain("KUBE-SERVICES").chain("KUBE-MARK-MASQ");
+        t.rule("-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES")
+            .rule("-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES")
+            .rule("-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000");
+        t
+    }
+
+    pub fn chain(&mut self, name: &str) -> &mut KubeNat {
+        self.chains.push(name.to_string());
+        self
+    }
+
+    /// One `-A CHAIN ...` line, after those added before it.
+    pub fn rule(&mut self, rule: &str) -> &mut KubeNat {
+        self.rules.push(rule.to_string());
+        self
+    }
+
+    /// A ClusterIP service `ip:port/proto`: KUBE-SERVICES jumps to KUBE-SVC-`svc`,
+    /// which picks one of `endpoints` (its KUBE-SEP chain, its address) with
+    /// kube-proxy's probabilities; each KUBE-SEP DNATs to the address, port `tport`.
+    pub fn service(
+        &mut self,
+        svc: &str,
+        ip: &str,
+        proto: &str,
+        port: u16,
+        tport: u16,
+        endpoints: &[(String, String)],
+    ) -> &mut KubeNat {
+        let svc_chain = format!("KUBE-SVC-{svc}");
+        self.chain(&svc_chain).rule(&format!(
+            "-A KUBE-SERVICES -m comment --comment \"ns/{svc} cluster IP\" -m {proto} -p {proto} -d {ip} --dport {port} -j {svc_chain}"
+        ));
+        for (n, (sep, ep)) in endpoints.iter().enumerate() {
+            let left = endpoints.len() - n;
+            let stat = if left > 1 {
+                format!("-m statistic --mode random --probability {:.10} ", 1.0 / left as f64)
+            } else {
+                String::new()
+            };
+            self.chain(sep)
+                .rule(&format!(
+                    "-A {svc_chain} -m comment --comment \"ns/{svc} -> {ep}:{tport}\" {stat}-j {sep}"
+                ))
+                .rule(&format!("-A {sep} -s {ep}/32 -j KUBE-MARK-MASQ"))
+                .rule(&format!(
+                    "-A {sep} -m {proto} -p {proto} -j DNAT --to-destination {ep}:{tport}"
+                ));
+        }
+        self
+    }
+
+    pub fn render(&self) -> String {
+        let mut t = String::from(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
+        );
+        for c in &self.chains {
+            t.push_str(&format!(":{c} - [0:0]\n"));
+        }
+        for r in &self.rules {
+            t.push_str(r);
+            t.push('\n');
+        }
+        t.push_str("COMMIT\n");
+        t
+    }
+}
