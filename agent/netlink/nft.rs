@@ -318,6 +318,17 @@ fn verdict_chain(immediate: Attrs<'_>) -> Result<Option<&str>, NlError> {
     Ok(None)
 }
 
+/// The bytes of the value an NFTA_DATA_* attribute holds, if it holds one.
+pub fn data_value<'a>(data: Attr<'a>) -> Result<Option<&'a [u8]>, NlError> {
+    for a in data.nested() {
+        let a = a?;
+        if a.kind == NFTA_DATA_VALUE {
+            return Ok(Some(a.value));
+        }
+    }
+    Ok(None)
+}
+
 /// The chain of the jump or goto verdict an NFTA_DATA_* attribute holds, if it holds one.
 pub fn data_verdict_chain<'a>(data: Attr<'a>) -> Result<Option<&'a str>, NlError> {
     for d in data.nested() {
@@ -417,14 +428,7 @@ pub fn each_element<'a>(
             for f in e.nested() {
                 let f = f?;
                 match f.kind {
-                    NFTA_SET_ELEM_KEY => {
-                        for v in f.nested() {
-                            let v = v?;
-                            if v.kind == NFTA_DATA_VALUE {
-                                key = Some(v.value);
-                            }
-                        }
-                    }
+                    NFTA_SET_ELEM_KEY => key = data_value(f)?,
                     NFTA_SET_ELEM_DATA => chain = data_verdict_chain(f)?,
                     NFTA_SET_ELEM_FLAGS => end = f.be_u32()? & NFT_SET_ELEM_INTERVAL_END != 0,
                     _ => {}

@@ -25,8 +25,6 @@ use std::net::IpAddr;
 use super::nft::{Family, Rule};
 use super::{Attr, NlError};
 
-const NFTA_DATA_VALUE: u16 = 1;
-
 const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
 const NFT_META_L4PROTO: u32 = 16;
@@ -64,16 +62,6 @@ enum Reg {
 
 fn malformed(what: &str) -> NlError {
     NlError::Malformed(format!("nf_tables expression: {what}"))
-}
-
-fn value_of(data: Attr<'_>) -> Result<Option<&[u8]>, NlError> {
-    for a in data.nested() {
-        let a = a?;
-        if a.kind == NFTA_DATA_VALUE {
-            return Ok(Some(a.value));
-        }
-    }
-    Ok(None)
 }
 
 fn be16(b: &[u8]) -> Option<u16> {
@@ -164,7 +152,7 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                 let Some(d) = at[2] else { continue };
                 if let Some(chain) = super::nft::data_verdict_chain(d)?.map(str::to_string) {
                     f.jumps.push(chain);
-                } else if let (Some(dreg), Some(v)) = (num(1)?, value_of(d)?) {
+                } else if let (Some(dreg), Some(v)) = (num(1)?, super::nft::data_value(d)?) {
                     set(&mut regs, dreg, Reg::Value(v.to_vec()));
                 }
             }
@@ -175,7 +163,7 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                 if op != NFT_CMP_EQ {
                     continue;
                 }
-                let Some(v) = value_of(d)? else { continue };
+                let Some(v) = super::nft::data_value(d)? else { continue };
                 let Some((_, reg)) = regs.iter().find(|(n, _)| *n == sreg) else {
                     continue;
                 };
