@@ -35,6 +35,8 @@
 //! (the only place defaults are written); `exec` is the one command runner,
 //! `fetch` the one HTTP client.
 
+#![forbid(unsafe_code)]
+
 pub mod compare;
 pub mod config;
 pub mod deadline;

@@ -1,5 +1,7 @@
 //! proxywatch: flags -> config -> run. anyhow lives here only.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
