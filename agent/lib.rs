@@ -31,9 +31,14 @@
 //!
 //! Each probe's deadline is its `--*.timeout` flag: commands get what is left of
 //! it, file reads run behind a hang guard, requests end at it. A probe that
-//! fails, hangs or panics fails alone. `config` holds every flag and its default
+//! fails, hangs or panics fails alone; a panic in history, evaluation or
+//! rendering is caught too (`scheduler::step`), counted, and `/healthz` fails
+//! once no report has gone through for a while (`liveness`), so the kubelet
+//! restarts an agent whose publication would otherwise stay frozen. `config` holds every flag and its default
 //! (the only place defaults are written); `exec` is the one command runner,
 //! `fetch` the one HTTP client.
+
+#![forbid(unsafe_code)]
 
 pub mod compare;
 pub mod config;
@@ -44,6 +49,7 @@ pub mod expose;
 pub mod fetch;
 pub mod history;
 pub mod host;
+pub mod liveness;
 pub mod netlink;
 pub mod parse;
 pub mod persist;

@@ -1,5 +1,7 @@
 //! proxywatch: flags -> config -> run. anyhow lives here only.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use proxywatch::evaluate::{Severity, Thresholds};
 use proxywatch::exec::Runner;
 use proxywatch::expose::{http, report, server};
 use proxywatch::host::Host;
+use proxywatch::liveness::Liveness;
 use proxywatch::probe::ProbeContext;
 use proxywatch::scheduler::{self, Aggregator};
 
@@ -210,9 +213,12 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let limits = args.limits(&node)?;
     proxywatch::reaper::start_if_pid1();
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
-    let latest = scheduler::spawn(ctx, common.schedules(), aggregator);
+    let schedules = common.schedules();
+    let liveness = Arc::new(Liveness::new(Liveness::bound_for(&schedules)));
+    let latest = scheduler::spawn(ctx, schedules, aggregator, liveness.clone());
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
-    server::serve(listener, http::router(latest), limits, shutdown_signal())
+    let (routes, health) = (http::router(latest, liveness.clone()), http::health_only(liveness));
+    server::serve(listener, routes, health, limits, shutdown_signal())
         .await
         .context("serving HTTP")?;
     tracing::info!("shutting down: probes cancelled, their commands killed");

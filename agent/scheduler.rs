@@ -15,6 +15,7 @@ use crate::evaluate::{self, Thresholds};
 use crate::expose::http::Latest;
 use crate::expose::Publication;
 use crate::history::{History, HistoryConfig};
+use crate::liveness::Liveness;
 use crate::probe::{self, panic_message, Deadline, ProbeContext, ProbeError, ProbeName, Probed, Reading};
 use crate::snapshot::{ProbeOutcome, ProbeStatus, Snapshot};
 use crate::timefmt::unix_seconds;
@@ -38,7 +39,7 @@ pub struct RunReport {
 
 /// Past its deadline a probe gets this long to return its own error (a
 /// command's timeout, with its stderr) before the run is cut from outside.
-const GRACE: Duration = Duration::from_millis(250);
+pub(crate) const GRACE: Duration = Duration::from_millis(250);
 
 /// Folds probe results into the current snapshot: probe -> history -> evaluate
 /// -> expose. Pure apart from the times it is given.
@@ -47,6 +48,8 @@ pub struct Aggregator {
     thresholds: Thresholds,
     history: History,
     waiting_for: BTreeSet<ProbeName>,
+    /// Renders the verdict (`Publication::new`; a test swaps in one that panics).
+    render: fn(&Snapshot, evaluate::Verdict) -> Publication,
 }
 
 impl Aggregator {
@@ -56,7 +59,13 @@ impl Aggregator {
             thresholds,
             history: History::new(history),
             waiting_for: probes.iter().copied().collect(),
+            render: Publication::new,
         }
+    }
+
+    /// Panics caught while folding reports in, as the next publication reports them.
+    pub fn note_panics(&mut self, total: u64) {
+        self.snapshot.pipeline_panics = total;
     }
 
     /// Records one run. Returns the new publication once every probe has reported at least once.
@@ -103,7 +112,34 @@ impl Aggregator {
             return None;
         }
         let verdict = evaluate::evaluate(&self.snapshot, &self.thresholds);
-        Some(Publication::new(&self.snapshot, verdict))
+        Some((self.render)(&self.snapshot, verdict))
+    }
+}
+
+/// Folds one report in with the pipeline isolated: a panic in history,
+/// evaluation or rendering is caught, logged and counted in `liveness` (the
+/// previous publication stays up, and `/healthz` fails if no report goes
+/// through for longer than its bound); the next report is folded in as usual.
+pub fn step(
+    aggregator: &mut Aggregator,
+    report: RunReport,
+    now: f64,
+    mono: f64,
+    liveness: &Liveness,
+) -> Option<Publication> {
+    let probe = report.probe;
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| aggregator.record(report, now, mono))) {
+        Ok(publication) => {
+            liveness.progressed();
+            publication
+        }
+        Err(payload) => {
+            let message = panic_message(payload);
+            tracing::error!(probe = %probe, "pipeline panicked folding in a report (history, evaluation or rendering): {message}");
+            liveness.panicked(&message);
+            aggregator.note_panics(liveness.panics());
+            None
+        }
     }
 }
 
@@ -147,7 +183,12 @@ async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender
 }
 
 /// Starts every probe loop and the aggregator; returns the latest publication's receiver.
-pub fn spawn(ctx: Arc<ProbeContext>, schedules: Vec<Schedule>, mut aggregator: Aggregator) -> Latest {
+pub fn spawn(
+    ctx: Arc<ProbeContext>,
+    schedules: Vec<Schedule>,
+    mut aggregator: Aggregator,
+    liveness: Arc<Liveness>,
+) -> Latest {
     let (tx, mut rx) = mpsc::channel::<RunReport>(64);
     let (pub_tx, pub_rx) = watch::channel(None);
     for s in schedules {
@@ -159,7 +200,7 @@ pub fn spawn(ctx: Arc<ProbeContext>, schedules: Vec<Schedule>, mut aggregator: A
         while let Some(report) = rx.recv().await {
             let now = unix_seconds(SystemTime::now());
             let mono = origin.elapsed().as_secs_f64();
-            if let Some(p) = aggregator.record(report, now, mono) {
+            if let Some(p) = step(&mut aggregator, report, now, mono, &liveness) {
                 pub_tx.send_replace(Some(Arc::new(p)));
             }
         }
@@ -284,6 +325,37 @@ mod tests {
             .unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Critical);
         assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_conntrack_seconds_to_full 300"));
+    }
+
+    fn render_panics(_: &Snapshot, _: evaluate::Verdict) -> Publication {
+        panic!("render on purpose")
+    }
+
+    #[test]
+    fn a_panic_in_render_is_caught_counted_and_stalls_healthz_while_probes_go_on() {
+        let mut a = Aggregator::new(
+            "n",
+            crate::config::default_thresholds(),
+            &[ProbeName::Conntrack],
+            history(60.0, 900.0),
+        );
+        let live = Liveness::new(Duration::from_secs(1));
+        let later = || live.elapsed() + Duration::from_secs(2);
+        a.render = render_panics;
+        assert!(step(&mut a, ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 0.0, &live).is_none());
+        assert_eq!(live.panics(), 1);
+        let why = live.check_at(later()).unwrap_err();
+        assert!(
+            why.contains("pipeline stalled") && why.contains("render on purpose"),
+            "{why}"
+        );
+        // The next report, with rendering fixed, goes through (the pipeline is not
+        // poisoned by the panic), and the publication reports the panic.
+        a.render = Publication::new;
+        let p = step(&mut a, ok(ProbeName::Conntrack, ct(20, 0)), 105.0, 5.0, &live).expect("published");
+        assert!(live.check().is_ok(), "a report went through: healthy again");
+        assert_eq!(p.document.facts.conntrack.as_ref().unwrap().entries, 20);
+        assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_pipeline_panics_total 1"));
     }
 
     #[test]

@@ -108,6 +108,8 @@ pub struct Snapshot {
     pub derived: Derived,
     /// Outcome of every probe that has run at least once.
     pub probes: BTreeMap<ProbeName, ProbeOutcome>,
+    /// Panics caught in the pipeline (history, evaluation, rendering) since the agent started.
+    pub pipeline_panics: u64,
 }
 
 impl Snapshot {

@@ -326,24 +326,7 @@ fn another_versions_document_still_compares() {
 }
 
 #[test]
-fn help_documents_every_flag_with_its_env_var() {
-    for sub in [&["compare"][..], &["baseline", "save"][..]] {
-        let out = Command::new(common::binary()).args(sub).arg("--help").output().unwrap();
-        assert_eq!(out.status.code(), Some(0));
-        let help = String::from_utf8(out.stdout).unwrap();
-        for line in help
-            .lines()
-            .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help") && !l.contains("--version"))
-        {
-            let flag = line.split_whitespace().next().unwrap();
-            let rest = &help[help.find(line).unwrap()..];
-            let block_end = rest[2..].find("\n  -").map_or(rest.len(), |i| i + 2);
-            assert!(
-                rest[..block_end].contains("[env: PROXYWATCH_"),
-                "{sub:?} {flag} has no env var"
-            );
-        }
-    }
+fn compare_help_states_its_exit_codes() {
     let out = Command::new(common::binary())
         .args(["compare", "--help"])
         .output()

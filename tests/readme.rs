@@ -178,7 +178,10 @@ fn every_documented_endpoint_answers() {
     tx.send_replace(Some(std::sync::Arc::new(proxywatch::expose::Publication::new(
         &snapshot, verdict,
     ))));
-    let router = proxywatch::expose::http::router(rx);
+    let router = proxywatch::expose::http::router(
+        rx,
+        std::sync::Arc::new(proxywatch::liveness::Liveness::new(std::time::Duration::from_secs(60))),
+    );
     for path in &documented {
         let status = rt.block_on(async {
             use tower::ServiceExt;

@@ -20,8 +20,13 @@ fn usage_errors_exit_3_not_critical() {
 
 #[test]
 fn help_documents_every_flag_with_its_env_var() {
-    for sub in ["serve", "check"] {
-        let out = Command::new(common::binary()).args([sub, "--help"]).output().unwrap();
+    for sub in [
+        &["serve"][..],
+        &["check"][..],
+        &["compare"][..],
+        &["baseline", "save"][..],
+    ] {
+        let out = Command::new(common::binary()).args(sub).arg("--help").output().unwrap();
         assert_eq!(out.status.code(), Some(0));
         let help = String::from_utf8(out.stdout).unwrap();
         for line in help
@@ -34,7 +39,7 @@ fn help_documents_every_flag_with_its_env_var() {
             let block_end = rest[2..].find("\n  -").map_or(rest.len(), |i| i + 2);
             assert!(
                 rest[..block_end].contains("[env: PROXYWATCH_"),
-                "{sub} {flag} has no env var"
+                "{sub:?} {flag} has no env var"
             );
         }
     }

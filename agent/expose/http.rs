@@ -11,6 +11,7 @@ use axum::Router;
 use tokio::sync::watch;
 
 use super::Publication;
+use crate::liveness::Liveness;
 
 /// The latest publication; None until every probe has run once.
 pub type Latest = watch::Receiver<Option<Arc<Publication>>>;
@@ -26,31 +27,33 @@ pub(crate) const INDEX: &str = "proxywatch: is this node's kube-proxy data plane
   /metrics   Prometheus metrics
   /snapshot  facts, probe outcomes and findings (JSON)
   /findings  active findings (JSON)
-  /healthz   200 while the agent runs
+  /healthz   200 while the agent's pipeline moves (503 when it has stalled)
   /readyz    200 when the first snapshot exists and no critical finding is active
 ";
 
-pub fn router(latest: Latest) -> Router {
+pub fn router(latest: Latest, liveness: Arc<Liveness>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/metrics", get(metrics))
         .route("/snapshot", get(snapshot))
         .route("/findings", get(findings))
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(healthz).with_state(liveness))
         .route("/readyz", get(readyz))
         .with_state(latest)
 }
 
 /// The routes of a reserved connection (taken when the connection caps are
 /// reached): `/healthz`, and 503 for everything else.
-pub fn health_only() -> Router {
-    Router::new().route("/healthz", get(healthz)).fallback(|| async {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::CONTENT_TYPE, TEXT)],
-            "connection limit reached: this connection may only ask /healthz\n",
-        )
-    })
+pub fn health_only(liveness: Arc<Liveness>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz).with_state(liveness))
+        .fallback(|| async {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::CONTENT_TYPE, TEXT)],
+                "connection limit reached: this connection may only ask /healthz\n",
+            )
+        })
 }
 
 fn body(content_type: &'static str, bytes: bytes::Bytes) -> Response {
@@ -131,8 +134,18 @@ async fn findings(State(latest): State<Latest>) -> Response {
     }
 }
 
-async fn healthz() -> Response {
-    ([(header::CONTENT_TYPE, TEXT)], "ok\n").into_response()
+/// 200 while the pipeline moves; 503 with the reason once it has stalled, so
+/// that the kubelet's liveness probe restarts the agent.
+async fn healthz(State(liveness): State<Arc<Liveness>>) -> Response {
+    match liveness.check() {
+        Ok(()) => ([(header::CONTENT_TYPE, TEXT)], "ok\n").into_response(),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, TEXT)],
+            format!("{why}\n"),
+        )
+            .into_response(),
+    }
 }
 
 async fn readyz(State(latest): State<Latest>) -> Response {
@@ -175,9 +188,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn healthz_fails_with_the_reason_once_the_pipeline_stalls() {
+        let (_tx, rx) = watch::channel(None);
+        let live = Arc::new(Liveness::new(std::time::Duration::ZERO));
+        live.panicked("render on purpose");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        for app in [router(rx, live.clone()), health_only(live.clone())] {
+            let (status, _, text) = call(&app, "GET", "/healthz").await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            assert!(
+                text.starts_with("pipeline stalled") && text.contains("render on purpose"),
+                "{text}"
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn before_the_first_snapshot() {
         let (_tx, rx) = watch::channel(None);
-        let app = router(rx);
+        let app = router(rx, Arc::new(Liveness::new(std::time::Duration::from_secs(60))));
         assert_eq!(call(&app, "GET", "/healthz").await.0, StatusCode::OK);
         for path in ["/metrics", "/snapshot", "/findings", "/readyz"] {
             assert_eq!(
@@ -195,7 +224,7 @@ mod tests {
             &s,
             evaluate(&s, &crate::config::default_thresholds()),
         ))));
-        let app = router(rx);
+        let app = router(rx, Arc::new(Liveness::new(std::time::Duration::from_secs(60))));
 
         let (st, ct, text) = call(&app, "GET", "/").await;
         assert_eq!((st, ct.as_str()), (StatusCode::OK, TEXT));
@@ -267,7 +296,7 @@ mod tests {
     #[tokio::test]
     async fn index_negotiates_html_for_browsers_text_for_curl() {
         let (tx, rx) = watch::channel(None);
-        let app = router(rx);
+        let app = router(rx, Arc::new(Liveness::new(std::time::Duration::from_secs(60))));
         // Before the first snapshot: both say so, neither fails.
         let (st, ct, _, text) = get_accept(&app, "/", "*/*").await;
         assert_eq!((st, ct.as_str()), (StatusCode::OK, TEXT));

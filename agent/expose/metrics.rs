@@ -170,6 +170,13 @@ fn probes(out: &Out, s: &Snapshot) {
         "Wall time of the probe's latest run.",
         &["probe"],
     );
+    out.counter(
+        "proxywatch_pipeline_panics_total",
+        "Panics caught while folding a probe report into history, evaluation and rendering (each one logged; /healthz fails when no report goes through for longer than its bound).",
+        &[],
+    )
+    .with_label_values(&[] as &[&str])
+    .inc_by(s.pipeline_panics);
     let last_ok = out.gauge(
         "proxywatch_probe_last_success_timestamp_seconds",
         "Unix time of the probe's latest run that did not fail.",

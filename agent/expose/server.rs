@@ -118,11 +118,13 @@ struct ConnSettings {
     grace: Duration,
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then stops
+/// Serves `router` on `listener` (`health`, the `/healthz`-only routes, on
+/// the connections held back for it) until `shutdown` completes, then stops
 /// accepting and gives in-flight requests `limits.shutdown_grace` to finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    health: Router,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -136,7 +138,7 @@ pub async fn serve(
     };
     // A reserved connection: one /healthz request, short-lived whatever the client does.
     let reserved = ConnSettings {
-        app: guard::hygiene(super::http::health_only()),
+        app: guard::hygiene(health),
         keep_alive: false,
         max_age: limits.header_read_timeout,
         grace: Duration::from_secs(1),

@@ -37,7 +37,6 @@ pub const NLMSG_OVERRUN: u16 = 4;
 
 pub const NLM_F_REQUEST: u16 = 0x1;
 pub const NLM_F_MULTI: u16 = 0x2;
-pub const NLM_F_ACK: u16 = 0x4;
 /// The dump was interrupted by a change of the table it walks: its parts are inconsistent.
 pub const NLM_F_DUMP_INTR: u16 = 0x10;
 pub const NLM_F_DUMP: u16 = 0x300;

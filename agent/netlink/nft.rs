@@ -110,10 +110,6 @@ pub fn get_gen() -> Request {
     Request::new(msg_type(NFT_MSG_GETGEN), NLM_F_REQUEST, 0)
 }
 
-pub fn get_table(family: Family, table: &str) -> Request {
-    Request::new(msg_type(NFT_MSG_GETTABLE), NLM_F_REQUEST, family.code()).string(NFTA_TABLE_NAME, table)
-}
-
 pub fn dump_tables(family: Family) -> Request {
     Request::new(msg_type(NFT_MSG_GETTABLE), NLM_F_REQUEST | NLM_F_DUMP, family.code())
 }

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::parse::{parse_hex_u64, parse_u64, quote, ParseError};
 use super::{Deadline, ProbeContext, ProbeError, Probed};
 use crate::exec::{CommandSpec, ExecError};
 use crate::host::Host;
+use crate::parse::{parse_hex_u64, parse_u64, quote, ParseError};
 
 const COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
 const MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
@@ -168,8 +168,8 @@ fn read_number(host: &Host, path: &str) -> Result<Option<u64>, ProbeError> {
     }
 }
 
-/// Reads the files. Returns the facts and whether the stat file was missing,
-/// in which case the caller falls back to `conntrack -S`.
+/// Reads the files. When the stat file is missing the facts have no
+/// `stats_source`, and the caller falls back to ctnetlink or `conntrack -S`.
 pub fn read_files(host: &Host) -> Result<Probed<ConntrackFacts>, ProbeError> {
     let entries = read_number(host, COUNT)?;
     let max = read_number(host, MAX)?;

@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::hash::Hasher;
 
-use crate::probe::parse::{parse_u64, quote, ParseError};
+use crate::parse::{parse_u64, quote, ParseError};
 
 /// Longest line accepted, in bytes. Real rules are well under 4 KiB
 /// (a comment is at most 256 bytes); anything longer is not iptables-save output.

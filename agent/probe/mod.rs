@@ -27,10 +27,6 @@ pub mod node;
 pub mod service_endpoints;
 pub mod sysctl;
 
-// The parse error lives at the crate root (promtext and timefmt use it too, and must not depend
-// on probe/); this keeps the probes' `super::parse::…` paths working.
-pub use crate::parse;
-
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -103,7 +99,7 @@ pub enum ProbeError {
     #[error(transparent)]
     Read(#[from] ReadError),
     #[error(transparent)]
-    Parse(#[from] parse::ParseError),
+    Parse(#[from] crate::parse::ParseError),
     #[error(transparent)]
     Exec(#[from] ExecError),
     #[error("inconsistent host: {0}")]

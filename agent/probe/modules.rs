@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::parse::{quote, ParseError};
 use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
+use crate::parse::{quote, ParseError};
 
 /// The modules watched, and a file that exists only while each is active.
 pub const WATCHED: &[(&str, Option<&str>)] = &[

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::probe::parse::{quote, ParseError};
+use crate::parse::{quote, ParseError};
 
 /// Counts for one nftables table as `nft list table` shows it.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]

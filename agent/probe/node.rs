@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::parse::{quote, ParseError};
 use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
+use crate::parse::{quote, ParseError};
 
 const CPU_ONLINE: &str = "/sys/devices/system/cpu/online";
 

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::parse::{quote, ParseError};
 use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
+use crate::parse::{quote, ParseError};
 
 /// The sysctls read, by their dotted name.
 pub const WATCHED: &[&str] = &[

@@ -265,22 +265,10 @@ fn check_help(raw: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Unescapes `# HELP` text already checked by [`check_help`].
+/// Unescapes `# HELP` text already checked by [`check_help`]: the same
+/// escapes as a label value (`\\`, `\n`; a stray `\"` is kept as `"`).
 fn unescape_help(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
-    let mut chars = raw.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            match chars.next() {
-                Some('n') => out.push('\n'),
-                Some(other) => out.push(other),
-                None => {}
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    super::labels::unescape_label_value(raw).into_owned()
 }
 
 impl<'a, F: FnMut(&str) -> bool> Parser<'a, '_, F> {

@@ -45,7 +45,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::{RealServer, ServiceKey, ServiceStats, VirtualServer};
-use crate::probe::parse::{parse_u64, quote, ParseError};
+use crate::parse::{parse_u64, quote, ParseError};
 
 /// Inputs with more lines than this are rejected, so parsing stays bounded
 /// (every parser of `ipvsadm` output and of the `/proc/net/ip_vs*` files).
@@ -232,6 +232,27 @@ impl Dialect for Ipvsadm {
 // ---------------------------------------------------------------------------
 // Addresses and numbers
 
+/// The address part of an `ADDR:PORT` token, split off its port.
+pub(super) enum HostPart<'a> {
+    /// `[ADDR]:PORT`: an IPv6 address, the same in both dialects.
+    V6(Ipv6Addr),
+    /// `ADDR:PORT`: an IPv4 address, written as each dialect writes it.
+    Other(&'a str),
+}
+
+/// Splits `[v6]:port` or `v4:port` at the port's colon, for both dialects;
+/// the error says what is missing.
+pub(super) fn split_addr_port(token: &str) -> Result<(HostPart<'_>, &str), &'static str> {
+    if let Some(rest) = token.strip_prefix('[') {
+        let (inner, port) = rest.split_once("]:").ok_or("no `]:` after an IPv6 address")?;
+        let ip: Ipv6Addr = inner.parse().map_err(|_| "not an IPv6 address")?;
+        Ok((HostPart::V6(ip), port))
+    } else {
+        let (a, port) = token.rsplit_once(':').ok_or("no `:port`")?;
+        Ok((HostPart::Other(a), port))
+    }
+}
+
 /// `10.96.0.1:443` or `[fd20::1]:443` (numeric only).
 fn parse_dotted_addr_port(source_name: &str, n: usize, what: &str, token: &str) -> Result<(String, u16), ParseError> {
     let bad = |why: &str| {
@@ -244,16 +265,12 @@ fn parse_dotted_addr_port(source_name: &str, n: usize, what: &str, token: &str) 
             ),
         )
     };
-    let (addr, port) = if let Some(rest) = token.strip_prefix('[') {
-        let (inner, port) = rest
-            .split_once("]:")
-            .ok_or_else(|| bad("no `]:` after an IPv6 address"))?;
-        let ip: Ipv6Addr = inner.parse().map_err(|_| bad("not an IPv6 address"))?;
-        (ip.to_string(), port)
-    } else {
-        let (a, port) = token.rsplit_once(':').ok_or_else(|| bad("no `:port`"))?;
-        let ip: Ipv4Addr = a.parse().map_err(|_| bad("not an IPv4 address"))?;
-        (ip.to_string(), port)
+    let (addr, port) = match split_addr_port(token).map_err(bad)? {
+        (HostPart::V6(ip), port) => (ip.to_string(), port),
+        (HostPart::Other(a), port) => {
+            let ip: Ipv4Addr = a.parse().map_err(|_| bad("not an IPv4 address"))?;
+            (ip.to_string(), port)
+        }
     };
     if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad("port is not a decimal number"));

@@ -12,7 +12,7 @@
 //! | interfaces and addresses (netlink) | [`interface::local_addresses`]   |
 //!
 //! The parsers are pure (`&str` in, typed facts or a
-//! [`ParseError`](crate::probe::parse::ParseError) with the 1-based line out).
+//! [`ParseError`](crate::parse::ParseError) with the 1-based line out).
 //! [`merge_stats`] attaches the `--stats` counters to the services of a list;
 //! [`summarise`] turns the table, the global counters and the node's
 //! addresses into [`IpvsFacts`].

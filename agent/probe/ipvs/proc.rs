@@ -22,11 +22,11 @@
 //! * `/proc/net/ip_vs_stats`: two title lines, `"%8LX %8LX %8LX %16LX %16LX\n\n"`
 //!   totals, a rate title, `"%8LX %8LX %8LX %16LX %16LX\n"` rates; all hex.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv4Addr;
 
-use super::ipvsadm::{err, lines_of, normalize, parse_table, Dialect};
+use super::ipvsadm::{err, lines_of, normalize, parse_table, split_addr_port, Dialect, HostPart};
 use super::{GlobalStats, VirtualServer};
-use crate::probe::parse::{parse_hex_u64, parse_u64, quote, ParseError};
+use crate::parse::{parse_hex_u64, parse_u64, quote, ParseError};
 
 /// The kernel's dialect of the list layout; `hz` converts the persistence
 /// timeout from jiffies when known.
@@ -179,20 +179,17 @@ fn parse_hex_addr_port(source_name: &str, n: usize, what: &str, token: &str) -> 
             format!("{what}: expected kernel hex ADDR:PORT, found {} ({why})", quote(token)),
         )
     };
-    let (addr, port) = if let Some(rest) = token.strip_prefix('[') {
-        let (inner, port) = rest
-            .split_once("]:")
-            .ok_or_else(|| bad("no `]:` after an IPv6 address"))?;
-        let ip: Ipv6Addr = inner.parse().map_err(|_| bad("not an IPv6 address"))?;
-        (ip.to_string(), port)
-    } else {
-        let (a, port) = token.split_once(':').ok_or_else(|| bad("no `:PORT`"))?;
-        if !is_hex(a, 8) {
-            return Err(bad("address is not 8 hex digits"));
+    let (addr, port) = match split_addr_port(token).map_err(bad)? {
+        (HostPart::V6(ip), port) => (ip.to_string(), port),
+        (HostPart::Other(a), port) => {
+            if !is_hex(a, 8) {
+                return Err(bad("address is not 8 hex digits"));
+            }
+            let v = u32::from_str_radix(a, 16).map_err(|_| bad("address is not hex"))?;
+            (Ipv4Addr::from(v).to_string(), port)
         }
-        let v = u32::from_str_radix(a, 16).map_err(|_| bad("address is not hex"))?;
-        (Ipv4Addr::from(v).to_string(), port)
     };
+
     if !is_hex(port, 4) {
         return Err(bad("port is not 4 hex digits"));
     }
