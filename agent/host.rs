@@ -41,6 +41,15 @@ impl Host {
         &self.root
     }
 
+    /// Whether this is the live node (host root `/`), the one place that says
+    /// so. On the live node the netlink readers ask the kernel of the agent's
+    /// network namespace (the node's, under hostNetwork); under any other root
+    /// (a fixture node, a test) there is no kernel to ask, and probes read files
+    /// and recorded command output only.
+    pub fn is_live(&self) -> bool {
+        self.root == Path::new("/")
+    }
+
     /// The on-disk path of a node path such as `/proc/net/stat/nf_conntrack`.
     pub fn path(&self, node_path: &str) -> PathBuf {
         self.root.join(node_path.trim_start_matches('/'))

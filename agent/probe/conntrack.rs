@@ -214,7 +214,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
     if facts.stats_source.is_some() {
         return Ok(Probed::Present(facts));
     }
-    if ctx.host.root() == std::path::Path::new("/") {
+    if ctx.host.is_live() {
         let (host, at) = (ctx.host.clone(), deadline.at());
         let stats = super::blocking(super::ProbeName::Conntrack, move || read_ctnetlink(&host, at)).await?;
         if let Some(stats) = stats {

@@ -404,7 +404,7 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
 }
 
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ConntrackStaleFacts>, ProbeError> {
-    if ctx.host.root() != std::path::Path::new("/") {
+    if !ctx.host.is_live() {
         return Ok(Probed::Absent(
             "conntrack entries are read over netlink on the node itself (--host-root /) only".into(),
         ));

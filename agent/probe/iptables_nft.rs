@@ -185,7 +185,7 @@ async fn on_pool<T: Send + 'static>(
 /// The iptables probe. Fails as a whole when a count fails, so a partial
 /// count is never reported as the node's rule set.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Probed<IptablesFacts>, ProbeError> {
-    let read = if ctx.host.root() == std::path::Path::new("/") {
+    let read = if ctx.host.is_live() {
         read_node(ctx, deadline).await?
     } else {
         read_with_saves(ctx, deadline).await?

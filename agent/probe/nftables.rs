@@ -528,7 +528,7 @@ pub async fn probe(
 ) -> Result<super::Probed<NftablesFacts>, super::ProbeError> {
     use super::{ProbeName, Probed};
     use crate::netlink::nft::Family;
-    if ctx.host.root() != std::path::Path::new("/") {
+    if !ctx.host.is_live() {
         return probe_with_nft(ctx, deadline).await;
     }
     // One trip to the blocking pool: the gate, one generation read and,
