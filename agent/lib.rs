@@ -7,9 +7,10 @@
 //!    │
 //!    ▼ probe/     one contract for every source (probe/mod.rs):
 //!    │            probe(&ProbeContext, Deadline) -> Result<Probed<Facts>, ProbeError>
+//!    │            (the context's `Memory` spares work by ruleset generation, nothing more)
 //!  Reading        what one probe saw at one moment; Probed::Absent when the source is not there
 //!    │
-//!    ▼ history/   the only stage with memory: counter windows, the conntrack trend and
+//!    ▼ history/   the only stage that derives from the past: counter windows, the conntrack trend and
 //!    │            time to full, kube-proxy's latency window, restarts, sync age
 //!  Snapshot       latest readings (`facts`) + `derived` + each probe's outcome
 //!    │

@@ -3,7 +3,8 @@
 //! over a window, the conntrack growth trend and time to full, kube-proxy's
 //! latency over the last interval, its restarts and the age of its last sync.
 //!
-//! Probes know nothing of the past; evaluation is pure. Everything derived here
+//! Probes derive nothing from the past (their context's `probe::Memory` only
+//! spares work, keyed by the kernel's ruleset generation); evaluation is pure. Everything derived here
 //! lands in [`Derived`], the snapshot's part beside the readings, so a reader
 //! can tell a value read from the node from one computed over time.
 

@@ -7,8 +7,14 @@
 //! kube-proxy listens) and the deadline of the whole run. Commands get
 //! `deadline - now` ([`Deadline::remaining`]); file reads run on the blocking
 //! pool behind the hang guard ([`blocking`]); HTTP requests end at the deadline.
-//! A probe knows nothing of earlier runs: what needs more than one reading is
-//! the history stage's (`crate::history`).
+//! What needs more than one reading is the history stage's (`crate::history`).
+//! The one exception is named: [`Memory`], the per-agent state the scheduler
+//! hands every run through the context, which only spares work — rule-set
+//! counts and the stale check's service table kept by the kernel's own ruleset
+//! generation (served only to a run that has just read the same generation),
+//! and when the save cross-check last ran. It never changes what a reading
+//! says, only what it costs to make; `probe/counted.rs` says why it cannot
+//! live in history (history sees a reading only after the work is done).
 //!
 //! A probe never panics on input and never decides what is healthy; that is
 //! `evaluate`'s job. "Absent" (no IPVS on this kernel, no conntrack) is not a
@@ -217,6 +223,9 @@ pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Res
 /// File probes whose blocking read is still running, and since when. A read
 /// stuck in the kernel (a hung FUSE or NFS file) cannot be cancelled; the next
 /// interval must not start another thread behind it.
+/// Global rather than in [`Memory`]: a stuck read pins a thread of this
+/// process's blocking pool whichever context started it (`check` and `serve`
+/// build one context each, tests several), so the guard is per process.
 static BUSY: std::sync::Mutex<Vec<(ProbeName, std::time::Instant)>> = std::sync::Mutex::new(Vec::new());
 
 struct Busy(ProbeName);
