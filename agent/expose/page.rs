@@ -155,8 +155,14 @@ pub fn render(doc: &Document, collected_at: f64) -> String {
         );
         if !f.evidence.is_empty() {
             o.push_str("<h4>Evidence</h4>\n<dl class=\"evidence\">");
+            // Flattened as in `check`: nested keys dotted, nulls left out.
+            let mut pairs = Vec::new();
             for (k, v) in &f.evidence {
-                let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&show(v)));
+                super::report::flatten(k, v, &mut pairs);
+            }
+            for pair in &pairs {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
             }
             o.push_str("</dl>\n");
         }

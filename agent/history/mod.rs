@@ -149,7 +149,11 @@ impl History {
     /// failed run does not restart the windows.
     pub fn missed(&mut self, probe: ProbeName, derived: &mut Derived) {
         match probe {
-            ProbeName::Conntrack => derived.conntrack = None,
+            ProbeName::Conntrack => {
+                derived.conntrack = None;
+                // The forecast is the current trend's, not history: it goes with it.
+                derived.series.conntrack_fill_forecast.clear();
+            }
             ProbeName::KubeProxy => derived.kube_proxy = None,
             ProbeName::ConntrackStale => derived.conntrack_stale = None,
             _ => {}
@@ -209,5 +213,6 @@ mod tests {
         h.missed(ProbeName::Conntrack, &mut d);
         assert_eq!(d.conntrack, None);
         assert_eq!(d.series.conntrack_fill.len(), 10, "a miss is a gap, not a reset");
+        assert!(d.series.conntrack_fill_forecast.is_empty(), "no trend now, no forecast");
     }
 }
