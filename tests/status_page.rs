@@ -227,17 +227,17 @@ impl Feeders {
     fn start(count_file: PathBuf, fake: Arc<FakeKubeProxy>) -> Feeders {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
-        // conntrack: 52 429 entries growing by 2 000 every 0.5 s (a trend, a forecast).
+        // conntrack: 52 429 entries growing by 600 every 0.5 s (a trend, a forecast).
         let s = stop.clone();
         threads.push(std::thread::spawn(move || {
             let mut entries = 52_429u64;
             while !s.load(Ordering::SeqCst) {
                 std::fs::write(&count_file, format!("{entries}\n")).unwrap();
-                entries += 2_000;
+                entries += 600;
                 std::thread::sleep(Duration::from_millis(500));
             }
         }));
-        // kube-proxy: a few syncs every 0.3 s, their duration cycling so the p99 moves.
+        // kube-proxy: a few syncs every 0.3 s, their duration changing every 1.2 s so the p99 moves.
         let s = stop.clone();
         threads.push(std::thread::spawn(move || {
             let mut text = kube_proxy_fixture(METRICS_FIXTURE);
@@ -245,7 +245,7 @@ impl Feeders {
                 if s.load(Ordering::SeqCst) {
                     break;
                 }
-                text = add_observations(&text, SYNC, [0.03, 0.2, 0.9][i % 3], 5);
+                text = add_observations(&text, SYNC, [0.05, 0.1, 0.3, 0.2, 0.7, 0.12, 0.06][(i / 4) % 7], 5);
                 fake.set("/metrics", Reply::ok(text.clone()));
                 std::thread::sleep(Duration::from_millis(300));
             }
@@ -429,7 +429,7 @@ fn status_page_charts_equal_the_snapshot_history_in_chromium() {
     );
     assert!(
         fill.iter()
-            .all(|p| ((p[1] * 262_144.0).round() as u64 - 52_429) % 2_000 == 0),
+            .all(|p| ((p[1] * 262_144.0).round() as u64 - 52_429) % 600 == 0),
         "{fill:?}"
     );
     let ttf = snap["derived"]["conntrack"]["trend"]["seconds_to_full"]
@@ -444,7 +444,7 @@ fn status_page_charts_equal_the_snapshot_history_in_chromium() {
         "drawn {sync:?}\nkept {kept:?}"
     );
     assert_same_points("sync p99", &sync, &kept[..sync.len()], dt, dv);
-    // The feeder's syncs take 0.03, 0.2 or 0.9 s: the p99s are not all one value.
+    // The feeder's syncs take 0.05 to 0.7 s: the p99s are not all one value.
     assert!(kept.iter().any(|p| p[1] != kept[0][1]), "{kept:?}");
     // No stale-entry checks on a fixture host root: said, not drawn as zero.
     assert!(
