@@ -79,6 +79,18 @@ pub(crate) fn flatten(key: &str, v: &Value, out: &mut Vec<String>) {
 fn scalar(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
+        // A float for a person: 3 decimals (milliseconds, tenths of a percent), more
+        // only for values that small; the JSON keeps every digit.
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            let s = if f != 0.0 && f.abs() < 0.01 {
+                format!("{f:.6}")
+            } else {
+                format!("{f:.3}")
+            };
+            let s = s.trim_end_matches('0');
+            s.strip_suffix('.').map_or(s.to_string(), |i| format!("{i}.0"))
+        }
         other => other.to_string(),
     }
 }
@@ -127,11 +139,14 @@ fn probe_state(doc: &Document, probe: &str) -> &'static str {
     }
 }
 
+/// A duration for the summary lines, as precise as the findings' numbers.
 fn secs(s: f64) -> String {
     if s < 1.0 {
         format!("{:.0} ms", s * 1000.0)
+    } else if s < 120.0 {
+        format!("{s:.2} s")
     } else {
-        format!("{s:.1} s")
+        crate::timefmt::human_duration(s)
     }
 }
 
@@ -472,6 +487,9 @@ mod tests {
             "empty": [],
             "error": "connection refused",
             "ratio": 0.5,
+            "p50_seconds": 0.36072727272727273,
+            "tiny": 0.000123456,
+            "whole": 5.0,
         });
         for (k, v) in v.as_object().unwrap() {
             flatten(k, v, &mut ev);
@@ -485,7 +503,10 @@ mod tests {
                 "mismatches[0].family=ipv4",
                 "mismatches[0].netlink=10",
                 "missing=ip_vs,ip_vs_rr",
+                "p50_seconds=0.361",
                 "ratio=0.5",
+                "tiny=0.000123",
+                "whole=5.0",
             ]
         );
         let mut out = String::new();
@@ -495,7 +516,8 @@ mod tests {
             out,
             "       evidence: empty=none\n                 error=connection refused\n                 \
              generations.nft=12 mismatches[0].family=ipv4\n                 \
-             mismatches[0].netlink=10 missing=ip_vs,ip_vs_rr ratio=0.5\n"
+             mismatches[0].netlink=10 missing=ip_vs,ip_vs_rr\n                 \
+             p50_seconds=0.361 ratio=0.5 tiny=0.000123 whole=5.0\n"
         );
     }
 
