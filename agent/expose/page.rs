@@ -929,6 +929,25 @@ mod tests {
     }
 
     #[test]
+    fn full_history_keeps_the_page_small() {
+        use crate::history::series::CAPACITY;
+        let mut s = crate::evaluate::test_support::healthy();
+        s.collected_at = 1_764_578_000.0 + 20.0 * CAPACITY as f64;
+        let pts = |f: fn(f64) -> f64| -> Vec<Point> {
+            (0..CAPACITY)
+                .map(|i| [1_764_578_000.0 + 20.0 * i as f64, f(i as f64)])
+                .collect()
+        };
+        s.derived.series.conntrack_fill = pts(|i| 0.2 + i * 0.003);
+        s.derived.series.kube_proxy_sync_p99_seconds = pts(|i| 0.05 + (i * 0.7).sin().abs());
+        s.derived.series.stale_entries = pts(|i| (i * 7.0) % 40.0);
+        let html = render(&doc(&s), s.collected_at);
+        assert_eq!(html.matches("<polyline class=\"series\"").count(), 3);
+        assert!(html.len() < 64 * 1024, "{} bytes", html.len());
+        eprintln!("page with three full series: {} bytes", html.len());
+    }
+
+    #[test]
     fn nice_axis_tops() {
         assert_eq!(
             [0.07, 0.7, 1.0, 1.2, 3.0, 7.0, 0.0].map(nice_ceiling),
