@@ -559,18 +559,33 @@ mod tests {
             }),
             ..Default::default()
         });
+        use crate::probe::nftables::{NftTable, NftTableCounts, NftablesFacts};
+        s.facts.nftables = Some(NftablesFacts {
+            tables: vec![NftTable {
+                family: "ip".into(),
+                counts: NftTableCounts {
+                    rules: 500,
+                    chains: 40,
+                    service_chains: 12,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }],
+        });
         let doc = Document::new(&s, evaluate(&s, &crate::config::default_thresholds()));
         let text = render(&doc);
-        let head: Vec<&str> = text.lines().take(7).collect();
-        assert_eq!(head[1], "status: OK (0 critical, 0 warning, 0 info)", "{text}");
+        let head: Vec<&str> = text.lines().take(8).collect();
+        // kube-proxy's nftables table in iptables mode: a leftover, and the status says so.
+        assert_eq!(head[1], "status: WARNING (0 critical, 1 warning, 0 info)", "{text}");
         assert_eq!(head[2], "mode:       iptables (kube-proxy's /proxyMode)", "{text}");
         assert_eq!(
             head[3], "rules:      iptables-nft 1234 rules (ipv4 1200, ipv6 34, in use);",
             "{text}"
         );
+        assert_eq!(head[4], "            iptables-legacy 0 rules (ipv4 0);", "{text}");
         assert_eq!(
-            head[4],
-            "            iptables-legacy 0 rules (ipv4 0); nftables not run; IPVS not run"
+            head[5], "            nftables ip 500 rules, 40 chains (12 services); IPVS not run",
+            "each part whole on a line"
         );
         assert!(
             text.contains("kube-proxy: healthy (/healthz 200); sync p99 250 ms (since start)\n"),
@@ -581,6 +596,6 @@ mod tests {
             "{text}"
         );
         // Before the findings and the probes.
-        assert!(text.find("kube-proxy:").unwrap() < text.find("No findings").unwrap());
+        assert!(text.find("kube-proxy:").unwrap() < text.find("[WARN] proxy_mode_leftovers").unwrap());
     }
 }
