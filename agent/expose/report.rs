@@ -221,6 +221,9 @@ fn kube_proxy_parts(doc: &Document) -> Vec<String> {
         return vec![format!("{} (see probes)", probe_state(doc, "kube_proxy"))];
     };
     let mut parts = Vec::new();
+    if let Some(p) = &kp.process {
+        parts.push(format!("pid {}", p.pid));
+    }
     parts.push(match &kp.healthz {
         Some(h) if h.status_code == 200 => "healthy (/healthz 200)".to_string(),
         Some(h) if h.status_code != 0 => match h.staleness_seconds {
