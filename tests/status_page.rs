@@ -346,7 +346,7 @@ fn status_page_charts_equal_the_snapshot_history_in_chromium() {
         .env("PATH", node.join("exec"))
         .args(["--host-root", NODE])
         .args(["--node-name", "fixture"])
-        .args(["--conntrack.interval", "3s", "--conntrack.trend-window", "12s"])
+        .args(["--conntrack.interval", "3s", "--conntrack.trend-window", "15s"])
         .args(["--kube-proxy.interval", "1s"])
         .args(["--kube-proxy.metrics-url", &fake.url()])
         .args(["--kube-proxy.healthz-url", &fake.url()])
@@ -414,6 +414,8 @@ fn status_page_charts_equal_the_snapshot_history_in_chromium() {
         dt,
         dv,
     );
+    // (5 readings 3 s apart always fall in the 15 s trend window: the trend never flickers.)
+    assert_eq!(t("conntrack_fill_forecast").len(), 2, "a forecast to compare");
     assert_same_points(
         "conntrack forecast",
         &drawn(&dom, "chart-conntrack-fill", "forecast"),

@@ -100,8 +100,10 @@ fn age(seconds: f64) -> String {
         format!("{seconds:.0} s")
     } else if seconds < 7200.0 {
         format!("{:.0} min", seconds / 60.0)
-    } else {
+    } else if seconds < 172_800.0 {
         format!("{:.1} h", seconds / 3600.0)
+    } else {
+        format!("{:.0} days", seconds / 86_400.0)
     }
 }
 
@@ -391,7 +393,7 @@ fn kube_proxy(o: &mut String, doc: &Document) {
                 .and_then(|l| p99(l, d.network_programming.as_ref())),
         ),
     );
-    row(o, "last sync age", secs(d.last_sync_age_seconds));
+    row(o, "last sync age", d.last_sync_age_seconds.map_or("—".into(), age));
     row(o, "restarts seen", d.restarts.to_string());
     o.push_str("</tbody>\n</table>\n</section>\n");
 }
