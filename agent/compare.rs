@@ -344,6 +344,37 @@ fn extract(doc: &Value) -> Vec<Fact> {
     out
 }
 
+/// The agent's own wall time reading a rule set: it moves from run to run with
+/// the machine's load (a first, cold read is often twice as slow), so only a swing
+/// both large and relative counts.
+fn is_wall_time(name: &str) -> bool {
+    name.ends_with(" save duration") || name.ends_with(" list duration")
+}
+
+/// A wall time changed when it moved by at least this many seconds... Two reads of
+/// the same 200-service rule set in a row took 31 ms and 13 ms on the 2-core test
+/// machine (tests/compare.rs, unchanged_rules_on_the_real_kernel_list_no_duration).
+const WALL_TIME_MIN_CHANGE_SECONDS: f64 = 0.1;
+/// ...and at least doubled or halved.
+const WALL_TIME_MIN_CHANGE_RATIO: f64 = 2.0;
+
+/// Whether a fact is unchanged for a person: equal as shown (a p99 of 0.1234 s
+/// and 0.1236 s both read 0.124 s), and for the agent's wall times within the
+/// noise of two runs.
+fn same(name: &str, before: &Value, after: &Value, unit: &str) -> bool {
+    if before == after {
+        return true;
+    }
+    if let (Some(b), Some(a)) = (before.as_f64(), after.as_f64()) {
+        if is_wall_time(name) {
+            let d = (a - b).abs();
+            return d < WALL_TIME_MIN_CHANGE_SECONDS || a.max(b) < WALL_TIME_MIN_CHANGE_RATIO * a.min(b);
+        }
+        return show(before, unit) == show(after, unit);
+    }
+    false
+}
+
 /// Compares two documents (already checked by `parse_document`).
 pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &Value) -> Comparison {
     // Facts, in before's order, then those only after has.
@@ -364,7 +395,11 @@ pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &
                     after: av.clone(),
                     change: delta,
                     unit,
-                    state: if bv == av { FactState::Same } else { FactState::Changed },
+                    state: if same(name, bv, av, unit) {
+                        FactState::Same
+                    } else {
+                        FactState::Changed
+                    },
                 }
             }
             None => FactChange {
@@ -883,5 +918,48 @@ mod tests {
             text.contains("sysctl net.netfilter.nf_conntrack_tcp_timeout_established\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn noise_is_not_a_change() {
+        let before = doc("ok", 200, json!([]));
+        let mut after = before.clone();
+        // Another run of the same save: a few ms slower. Not a change, not listed.
+        after["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(0.262);
+        after["facts"]["kube_proxy"] = json!({"sync": {"p99_since_start": 0.12341}});
+        let mut before = before;
+        before["facts"]["kube_proxy"] = json!({"sync": {"p99_since_start": 0.12338}});
+        let c = compare("a", &before, "b", &after);
+        let dur = fact(&c, "iptables nft ipv4 save duration");
+        assert_eq!(dur.state, FactState::Same, "{dur:?}");
+        assert_eq!(fact(&c, "kube-proxy sync p99").state, FactState::Same);
+        assert!(c.facts.iter().all(|f| f.state == FactState::Same), "{:#?}", c.facts);
+        let text = render_text(&c);
+        assert!(!text.contains("save duration"), "{text}");
+        assert!(!text.contains("sync p99"), "{text}");
+        assert!(text.contains(" facts unchanged"), "{text}");
+        // A save that got ten times slower is a change; so is a p99 that moved as shown.
+        after["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(2.5);
+        after["facts"]["kube_proxy"]["sync"]["p99_since_start"] = json!(0.5);
+        let c = compare("a", &before, "b", &after);
+        assert_eq!(fact(&c, "iptables nft ipv4 save duration").state, FactState::Changed);
+        assert_eq!(fact(&c, "kube-proxy sync p99").state, FactState::Changed);
+        let text = render_text(&c);
+        assert!(text.contains("+2.25 s"), "{text}");
+        // A cold first read: 13 ms then 31 ms is more than twice, but 18 ms, below the floor.
+        before["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(0.013);
+        after["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(0.031);
+        let c = compare("a", &before, "b", &after);
+        assert_eq!(fact(&c, "iptables nft ipv4 save duration").state, FactState::Same);
+        // 0.3 s to 0.5 s: 200 ms, but less than double.
+        before["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(0.3);
+        after["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(0.5);
+        let c = compare("a", &before, "b", &after);
+        assert_eq!(fact(&c, "iptables nft ipv4 save duration").state, FactState::Same);
+        // A tiny save: 2 ms to 6 ms is three times but 4 ms, below the floor.
+        after["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(0.006);
+        before["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(0.002);
+        let c = compare("a", &before, "b", &after);
+        assert_eq!(fact(&c, "iptables nft ipv4 save duration").state, FactState::Same);
     }
 }

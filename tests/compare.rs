@@ -334,3 +334,63 @@ fn compare_help_states_its_exit_codes() {
     let help = String::from_utf8(out.stdout).unwrap();
     assert!(help.contains("0 same or better, 1 worse, 3 could not run"), "{help}");
 }
+
+/// The real kernel: a network namespace with kube-proxy's iptables-nft rules, saved as
+/// a baseline and compared with the probes a moment later, the rules untouched. Two
+/// runs always differ in how long reading the rules took; that is not a change, so no
+/// duration is listed (before, `compare` listed every one of them).
+#[test]
+fn unchanged_rules_on_the_real_kernel_list_no_duration() {
+    if !common::can_run(&["ip", "iptables-nft-restore", "python3"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ns = common::Netns::new("cmpdur");
+    let (rules, _) = common::generate_kube_rules(dir.path(), 200, 3, &[]);
+    let out = ns
+        .command("iptables-nft-restore", &[])
+        .stdin(std::fs::File::open(&rules).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = std::env::var("PATH").unwrap();
+    let agent = |args: &[&str]| {
+        let out = Command::new(common::which("ip").unwrap())
+            .args(["netns", "exec", &ns.name])
+            .arg(common::binary())
+            .args(args)
+            .args(["--node-name", "t"])
+            .args(common::NO_KUBE_PROXY)
+            .env_clear()
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        (String::from_utf8(out.stdout).unwrap(), stderr)
+    };
+    let base = dir.path().join("base.json");
+    agent(&["baseline", "save", base.to_str().unwrap()]);
+    let (json, stderr) = agent(&["compare", base.to_str().unwrap(), "--format", "json"]);
+    let c: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}\n{stderr}"));
+    let facts = c["facts"].as_array().unwrap();
+    let durations: Vec<&Value> = facts
+        .iter()
+        .filter(|f| f["name"].as_str().unwrap().ends_with(" duration"))
+        .collect();
+    assert!(!durations.is_empty(), "no duration compared: {json}");
+    for d in &durations {
+        assert_eq!(d["state"], "same", "{d}");
+    }
+    // The rule counts are the same too, and both sides did read them.
+    let rules = fact(&c, "iptables nft ipv4 nat rules");
+    assert_eq!(
+        (rules["state"].as_str(), rules["before"].as_u64() > Some(200)),
+        (Some("same"), true),
+        "{rules}"
+    );
+    let (text, _) = agent(&["compare", base.to_str().unwrap()]);
+    assert!(!text.contains("duration"), "{text}");
+    assert!(!text.contains("iptables nft ipv4 nat rules"), "{text}");
+    assert!(text.contains(" facts unchanged"), "{text}");
+}

@@ -439,6 +439,25 @@ fn scenario(mode: Mode, tag: &str) {
     assert_eq!(conntrack_count(&node, "udp", "10.123.0.1", &pod_ip(1)), 1);
     let f = finding(&doc).unwrap();
     assert_eq!(f["evidence"]["stale_entries"], want_udp + want_np + want_tcp);
+    // The page's history of stale entries: 0 while every endpoint was there, then the count.
+    let stale_series = |d: &Value| -> Vec<(f64, f64)> {
+        d["derived"]["series"]["stale_entries"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let series = stale_series(&doc);
+    assert_eq!(
+        series.last().map(|p| p.1),
+        Some((want_udp + want_np + want_tcp) as f64),
+        "{series:?}"
+    );
+    assert_eq!(series.first().map(|p| p.1), Some(0.0), "{series:?}");
+    assert!(series.windows(2).all(|w| w[1].0 > w[0].0), "{series:?}");
     // The command deletes the largest pair (which one depends on the random split).
     let largest = &f["evidence"]["services"][0];
     let cmd = match largest["service"].as_str().unwrap() {
@@ -478,6 +497,9 @@ fn scenario(mode: Mode, tag: &str) {
         doc["facts"]["conntrack_stale"]["dst_nat_entries"].as_u64() > Some(0),
         "the clients still send"
     );
+    let after = stale_series(&doc);
+    assert_eq!(after.last().map(|p| p.1), Some(0.0), "resolved: {after:?}");
+    assert!(after.len() > series.len(), "the history kept: {after:?}");
     drop(procs);
 }
 

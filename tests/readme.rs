@@ -379,6 +379,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
                 seconds_to_full: Some(100_000.0),
                 window_seconds: 900.0,
                 points: 100,
+                ..Default::default()
             }),
         }),
         kube_proxy: Some(KubeProxyDerived {
@@ -396,6 +397,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
                 seconds: 300.0,
             }),
         }),
+        ..Default::default()
     };
     for &p in PROBES {
         s.probes.insert(

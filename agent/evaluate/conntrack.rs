@@ -287,6 +287,7 @@ mod tests {
             seconds_to_full: Some(1800.0),
             window_seconds: 900.0,
             points: 181,
+            ..Default::default()
         };
         derived(&mut s).trend = Some(trend.clone());
         let f = judge(time_to_full, &s, &t).unwrap();

@@ -751,6 +751,7 @@ mod tests {
             seconds_to_full: Some(1800.0),
             window_seconds: 900.0,
             points: 181,
+            ..Default::default()
         };
         s.derived.conntrack.get_or_insert_with(Default::default).trend = Some(trend.clone());
         let text = render(&s, &[]);

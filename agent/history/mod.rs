@@ -9,6 +9,7 @@
 //! can tell a value read from the node from one computed over time.
 
 pub mod kube_proxy;
+pub mod series;
 pub mod stale;
 pub mod trend;
 pub mod window;
@@ -31,6 +32,10 @@ pub struct Derived {
     /// Stale conntrack entries with their first-seen times (the conntrack_stale probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack_stale: Option<stale::StaleDerived>,
+    /// Points over the history window for the status page's charts. Kept across a
+    /// failed run (a gap in the line), unlike the slots above.
+    #[serde(default, skip_serializing_if = "series::Series::is_empty")]
+    pub series: series::Series,
 }
 
 impl Derived {
@@ -77,6 +82,11 @@ pub struct History {
     conntrack_trend: TrendHistory,
     kube_proxy: KubeProxyHistory,
     stale: stale::StaleHistory,
+    /// The trend's fit window, in seconds: the shortest forecast horizon.
+    conntrack_trend_window: f64,
+    fill: series::Ring,
+    sync_p99: series::Ring,
+    stale_entries: series::Ring,
 }
 
 impl History {
@@ -88,6 +98,10 @@ impl History {
             conntrack_trend: TrendHistory::new(c.conntrack_trend_window_seconds, span, capacity.min(TREND_CAPACITY)),
             kube_proxy: KubeProxyHistory::default(),
             stale: stale::StaleHistory::default(),
+            conntrack_trend_window: c.conntrack_trend_window_seconds,
+            fill: series::Ring::new(span, series::CAPACITY),
+            sync_p99: series::Ring::new(span, series::CAPACITY),
+            stale_entries: series::Ring::new(span, series::CAPACITY),
         }
     }
 
@@ -101,11 +115,32 @@ impl History {
                     window: self.conntrack_window.push(mono, &ct.stats),
                     trend: self.conntrack_trend.push(mono, ct.entries, ct.max),
                 };
+                if let Some(r) = ct.fill_ratio() {
+                    self.fill.push(now, r);
+                }
+                derived.series.conntrack_fill = self.fill.points();
+                // The forecast reaches as far ahead as the drawn history reaches back, at least the trend window.
+                let horizon = self.fill.covered().max(self.conntrack_trend_window);
+                derived.series.conntrack_fill_forecast = d.trend.as_ref().map_or(Vec::new(), |t| {
+                    series::fill_forecast(now, t.entries_fitted, t.slope_per_second, ct.max, horizon)
+                });
                 // Nothing derived yet (a first reading): no slot, as in `check`.
                 derived.conntrack = (d != ConntrackDerived::default()).then_some(d);
             }
-            Reading::KubeProxy(kp) => derived.kube_proxy = Some(self.kube_proxy.observe(kp, now)),
-            Reading::ConntrackStale(f) => derived.conntrack_stale = Some(self.stale.observe(f, now)),
+            Reading::KubeProxy(kp) => {
+                let d = self.kube_proxy.observe(kp, now);
+                if let Some(p99) = d.sync.as_ref().and_then(|w| w.p99) {
+                    self.sync_p99.push(now, p99);
+                }
+                derived.series.kube_proxy_sync_p99_seconds = self.sync_p99.points();
+                derived.kube_proxy = Some(d);
+            }
+            Reading::ConntrackStale(f) => {
+                self.stale_entries
+                    .push(now, f.stale_entries.values().sum::<u64>() as f64);
+                derived.series.stale_entries = self.stale_entries.points();
+                derived.conntrack_stale = Some(self.stale.observe(f, now));
+            }
             _ => {}
         }
     }
@@ -115,7 +150,11 @@ impl History {
     /// failed run does not restart the windows.
     pub fn missed(&mut self, probe: ProbeName, derived: &mut Derived) {
         match probe {
-            ProbeName::Conntrack => derived.conntrack = None,
+            ProbeName::Conntrack => {
+                derived.conntrack = None;
+                // The forecast is the current trend's, not history: it goes with it.
+                derived.series.conntrack_fill_forecast.clear();
+            }
             ProbeName::KubeProxy => derived.kube_proxy = None,
             ProbeName::ConntrackStale => derived.conntrack_stale = None,
             _ => {}
@@ -153,5 +192,28 @@ mod tests {
         h.observe(&ct(10, 9), 110.0, 10.0, &mut d);
         let w = d.conntrack.as_ref().unwrap().window.clone().unwrap();
         assert_eq!((w.seconds, w.get("drop")), (10.0, 4), "the window spans the failed run");
+    }
+
+    #[test]
+    fn series_follow_the_readings_and_survive_a_miss() {
+        let mut h = History::new(HistoryConfig {
+            conntrack_window_seconds: 60.0,
+            conntrack_trend_window_seconds: 40.0,
+            conntrack_interval_seconds: 5.0,
+        });
+        let mut d = Derived::default();
+        // 100 entries more every 5 s of a 1000 limit: a trend, and a forecast to full.
+        for i in 0..10u64 {
+            h.observe(&ct(100 + 10 * i, 0), 1000.0 + 5.0 * i as f64, 5.0 * i as f64, &mut d);
+        }
+        let fill = &d.series.conntrack_fill;
+        assert_eq!(fill.len(), 10);
+        assert_eq!((fill[0], fill[9]), ([1000.0, 0.1], [1045.0, 0.19]));
+        // 2 entries/s from 190: full (1000) in 405 s; the horizon (45 s covered, 40 s window) comes first.
+        assert_eq!(d.series.conntrack_fill_forecast, vec![[1045.0, 0.19], [1090.0, 0.28]]);
+        h.missed(ProbeName::Conntrack, &mut d);
+        assert_eq!(d.conntrack, None);
+        assert_eq!(d.series.conntrack_fill.len(), 10, "a miss is a gap, not a reset");
+        assert!(d.series.conntrack_fill_forecast.is_empty(), "no trend now, no forecast");
     }
 }

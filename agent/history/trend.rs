@@ -24,6 +24,9 @@ pub struct ConntrackTrend {
     pub window_seconds: f64,
     /// Readings in the fit.
     pub points: usize,
+    /// The fitted entry count at the newest reading: where the time to full starts from.
+    #[serde(default)]
+    pub entries_fitted: f64,
 }
 
 /// At most this many readings enter one fit (evenly thinned beyond it):
@@ -105,6 +108,7 @@ impl TrendHistory {
             seconds_to_full: seconds_to_full(slope, level, max),
             window_seconds: round(covered),
             points: points.len(),
+            entries_fitted: round(level),
         })
     }
 }
