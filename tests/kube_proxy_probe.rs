@@ -318,7 +318,7 @@ fn serve_follows_a_fake_kube_proxy() {
         // /metrics and /readyz must describe the same kube-proxy read as the snapshot.
         let (m, ready) = (agent.metrics(), agent.readyz());
         let again = agent.snapshot().unwrap();
-        let run = |d: &Value| d["probes"]["kube_proxy"]["last_run_seconds"].clone();
+        let run = |d: &Value| d["probes"]["kube_proxy"]["last_run_timestamp_seconds"].clone();
         if run(&again) == run(&first) {
             burst = Some((first, m, ready, older));
             break;

@@ -293,7 +293,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
     .unwrap();
     s.facts.nftables = Some(nftables::NftablesFacts {
         tables: vec![nftables::NftTable {
-            family: "ip".into(),
+            family: "ipv4".into(),
             duration_seconds: 0.1,
             bytes: 1000,
             counts: nft,
