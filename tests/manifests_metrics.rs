@@ -11,10 +11,16 @@ use std::time::{Duration, Instant};
 use common::Serve;
 
 /// Metrics that only exist after activity the fixture cannot make (kube-proxy
-/// syncing between two reads): they must at least be rendered by the agent.
+/// syncing between two reads), or on a node this one is not: they must at least be
+/// rendered by the agent, and each has a test on a node that has it.
 const NEED_ACTIVITY: &[&str] = &[
     "proxywatch_kube_proxy_sync_duration_seconds",
     "proxywatch_kube_proxy_network_programming_duration_seconds",
+    // The iptables-nft-save cross-check compares with netlink counts, which a fixture host
+    // root has none of (tests/kernel_iptables.rs runs it on a real kernel).
+    "proxywatch_iptables_count_mismatches",
+    // Two readings of kube-proxy's cgroup (tests/kube_proxy_cgroup.rs).
+    "proxywatch_kube_proxy_cpu_throttled_ratio",
 ];
 
 fn names_in(text: &str, prefix: &str) -> Vec<String> {
@@ -80,13 +86,34 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
     )
     .unwrap();
     std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // kube-proxy's nftables table (nftables panels): a stand-in nft listing a captured
+    // `table ip kube-proxy`, and no ip6 table (nft's own error).
+    let nft = bin.path().join("nft");
+    std::fs::write(
+        &nft,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *'table ip kube-proxy'*) while IFS= read -r l; do printf '%s\\n' \"$l\"; done < '{}';;\n\
+             *) echo 'Error: No such file or directory' >&2; exit 1;; esac\n",
+            fixtures.join("nft/list-table-ip-kube-proxy-pwgen-50svc-debian12-nft1.0.6.txt").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&nft, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // The IPVS node with its /proc/net/ip_vs_stats (the IPVS connection panels).
+    let root = tempfile::tempdir().unwrap();
+    common::copy_tree(&fixtures.join("nodes/ipvs-modules-loaded"), root.path());
+    std::fs::copy(
+        fixtures.join("ipvs/ip_vs_stats-node_exporter.txt"),
+        root.path().join("proc/net/ip_vs_stats"),
+    )
+    .unwrap();
     let kp = fake_kube_proxy(&fixtures);
     let kp_url = format!("http://127.0.0.1:{kp}");
     let agent = Serve::new()
         .env_clear()
         .env("PATH", bin.path())
         .arg("--host-root")
-        .arg(fixtures.join("nodes/ipvs-modules-loaded"))
+        .arg(root.path())
         .args(["--kube-proxy.metrics-url", &kp_url, "--kube-proxy.healthz-url", &kp_url])
         // A short trend window, so the time-to-full series exists quickly.
         .args(["--conntrack.interval", "100ms", "--conntrack.trend-window", "1s"])

@@ -359,6 +359,65 @@ test_rules() {
 step "promtool test rules tests/manifests/alerts_test.yaml" test_rules
 step "alerts: severity, summary/description, runbook anchors in docs/alerts.md, job selectors, test coverage" \
     "$PY" "$HERE/check_rules_meta.py"
+dashboard_queries() {
+    # Every query of the dashboard, as a recording rule: promtool parses each expression (the
+    # $variables sit inside label-matcher strings, so they parse as Grafana sends them).
+    "$PY" - manifests/dashboards/proxywatch.json "$RULES_DIR/dashboard-queries.yaml" <<'PYEOF' || return 1
+import json, sys, yaml
+d = json.load(open(sys.argv[1]))
+exprs = [t["expr"] for p in d["panels"] for t in p.get("targets", []) if t.get("expr")]
+rules = [{"record": f"dashboard:query_{i}", "expr": e} for i, e in enumerate(exprs)]
+yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, open(sys.argv[2], "w"))
+print(f"{len(exprs)} dashboard queries")
+PYEOF
+    "$PROMTOOL" check rules "$RULES_DIR/dashboard-queries.yaml" || return 1
+    # Some fleet queries evaluated on three nodes, with the variables as Grafana fills them
+    # (All = .*): the state sets are counted by their 1s, top-k picks the fullest node, the
+    # worst-nodes table ranks by severity, the drill-down sees one node only.
+    "$PY" - manifests/dashboards/proxywatch.json "$RULES_DIR/dashboard_test.yaml" <<'PYEOF' || return 1
+import json, sys, yaml
+d = json.load(open(sys.argv[1]))
+def expr(title, ref="A"):
+    p = [p for p in d["panels"] if p.get("title") == title]
+    assert len(p) == 1, f"no single panel {title!r}"
+    e = [t["expr"] for t in p[0]["targets"] if t["refId"] == ref][0]
+    for var, val in (("$cluster", ".*"), ("$job", "proxywatch"), ("$instance", ".*"), ("$node", "node-b")):
+        e = e.replace(var, val)
+    return e
+L = 'job="proxywatch",instance="node-%s"'
+series = []
+for n, mode, backend, entries, sev in (("a", "iptables", "nft", 100, 0), ("b", "ipvs", "legacy", 900, 3), ("c", "iptables", "nft", 500, 2)):
+    for m in ("iptables", "ipvs", "nftables", "kernelspace"):
+        series.append({"series": f'proxywatch_kube_proxy_mode{{{L % n},mode="{m}"}}', "values": "1" if m == mode else "0"})
+    for b in ("nft", "legacy", "default", "none"):
+        series.append({"series": f'proxywatch_iptables_backend_in_use{{{L % n},backend="{b}"}}', "values": "1" if b == backend else "0"})
+    series.append({"series": f"proxywatch_conntrack_entries{{{L % n}}}", "values": str(entries)})
+    series.append({"series": f"proxywatch_conntrack_entries_limit{{{L % n}}}", "values": "1000"})
+    series.append({"series": f'proxywatch_finding_severity{{{L % n},id="conntrack_table_fill"}}', "values": str(sev)})
+tests = [
+    (expr("Nodes per kube-proxy mode"), [({"mode": "iptables"}, 2), ({"mode": "ipvs"}, 1)]),
+    (expr("Nodes per iptables backend"), [({"backend": "legacy"}, 1), ({"backend": "nft"}, 2)]),
+    (expr("Conntrack table fill: top 10 nodes"), [({"job": "proxywatch", "instance": f"node-{n}"}, v) for n, v in (("a", 0.1), ("b", 0.9), ("c", 0.5))]),
+    (expr("Conntrack table fill across nodes", "A"), [({}, 0.9)]),
+    (expr("Worst nodes", "A"), [({"instance": f"node-{n}"}, v) for n, v in (("a", 0), ("b", 3), ("c", 2))]),
+    (expr("Conntrack entries and limits", "A"), [({"__name__": "proxywatch_conntrack_entries", "job": "proxywatch", "instance": "node-b"}, 900)]),
+]
+def sample(labels, v):
+    return {"labels": "{" + ",".join(f'{k}="{x}"' for k, x in sorted(labels.items())) + "}" if labels else "{}", "value": v}
+doc = {"tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [
+    {"expr": e, "eval_time": "0m", "exp_samples": [sample(l, v) for l, v in want]} for e, want in tests]}]}
+for t in doc["tests"][0]["promql_expr_test"]:
+    for s in t["exp_samples"]:
+        name = [x for x in s["labels"][1:-1].split(",") if x.startswith("__name__=")]
+        if name:
+            rest = ",".join(x for x in s["labels"][1:-1].split(",") if not x.startswith("__name__="))
+            s["labels"] = name[0].split("=", 1)[1].strip('"') + "{" + rest + "}"
+yaml.safe_dump(doc, open(sys.argv[2], "w"), sort_keys=False)
+print(f"{len(tests)} dashboard queries evaluated by promtool")
+PYEOF
+    (cd "$RULES_DIR" && "$PROMTOOL" test rules dashboard_test.yaml)
+}
+step "promtool parses every dashboard query" dashboard_queries
 
 # ---------------------------------------------------------------- metric names
 # The agent's metric names and finding ids as the README lists them (tests/readme.rs proves
