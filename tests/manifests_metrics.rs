@@ -154,6 +154,8 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
         missing.is_empty(),
         "used by the rules or dashboard but not served: {missing:?}"
     );
+    let body = agent.get("/metrics").map(|(_, b)| b).unwrap_or_default();
+    fleet_conventions(&body);
     let source = std::fs::read_to_string(repo.join("agent/expose/metrics.rs")).unwrap();
     for m in NEED_ACTIVITY {
         assert!(source.contains(&format!("\"{m}\"")), "{m} is not rendered by the agent");
@@ -182,4 +184,76 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
             "rules or dashboard select finding id {id:?}, unknown to the agent"
         );
     }
+}
+
+/// What the dashboard and the upgrade note rely on, on the real agent's scrape: state sets
+/// (every value, one 1), `family` ipv4/ipv6 only, no old names, and promtool's lint.
+fn fleet_conventions(body: &str) {
+    let samples = |name: &str| -> Vec<(String, f64)> {
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .map(|l| {
+                let (series, v) = l.rsplit_once(' ').unwrap();
+                (series.to_string(), v.parse().unwrap())
+            })
+            .collect()
+    };
+    for (name, label, values) in [
+        (
+            "proxywatch_kube_proxy_mode",
+            "mode",
+            proxywatch::expose::metrics::KUBE_PROXY_MODES,
+        ),
+        (
+            "proxywatch_iptables_backend_in_use",
+            "backend",
+            proxywatch::expose::metrics::IPTABLES_BACKENDS,
+        ),
+    ] {
+        let got = samples(name);
+        for v in values {
+            assert!(
+                got.iter().any(|(s, _)| s.contains(&format!("{label}=\"{v}\""))),
+                "{name}: no series for {v}: {got:?}"
+            );
+        }
+        assert_eq!(got.iter().filter(|(_, v)| *v == 1.0).count(), 1, "{name}: {got:?}");
+        assert!(got.iter().all(|(_, v)| *v == 0.0 || *v == 1.0), "{name}: {got:?}");
+    }
+    for l in body.lines().filter(|l| l.contains("family=\"")) {
+        assert!(l.contains("family=\"ipv4\"") || l.contains("family=\"ipv6\""), "{l}");
+    }
+    assert!(
+        body.contains("proxywatch_nftables_rules{family=\"ipv4\"}"),
+        "the nft stand-in's table"
+    );
+    for old in [
+        "proxywatch_findings{",
+        "proxywatch_kube_proxy_cgroup_cpu_limit_cores",
+        "revision=\"unknown\"",
+    ] {
+        assert!(!body.contains(old), "{old} is still served");
+    }
+    if !common::can_run(&["promtool"]) {
+        return;
+    }
+    let mut child = std::process::Command::new(common::which("promtool").unwrap())
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics {}:\n{said}",
+        out.status
+    );
 }
