@@ -29,8 +29,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run probes in the background and serve HTTP.
+    #[command(after_help = DURATIONS_HELP)]
     Serve(ServeArgs),
     /// Run every probe once, print the findings, exit with a Nagios-style code.
+    #[command(after_help = DURATIONS_HELP)]
     Check(CheckArgs),
     /// Record this node's snapshot before a change (`baseline save FILE`).
     Baseline(BaselineArgs),
@@ -38,6 +40,7 @@ pub enum Command {
     ///
     /// Prints each fact's before, after and change, the findings that appeared or resolved, and a
     /// verdict. Exit code: 0 same or better, 1 worse, 3 could not run (unreadable file, not a snapshot...).
+    #[command(after_help = DURATIONS_HELP)]
     Compare(CompareArgs),
 }
 
@@ -50,6 +53,7 @@ pub struct BaselineArgs {
 #[derive(Debug, Subcommand)]
 pub enum BaselineAction {
     /// Run every probe once and write the /snapshot document to FILE (the same as `check --format json > FILE`).
+    #[command(after_help = DURATIONS_HELP)]
     Save(BaselineSaveArgs),
 }
 
@@ -547,6 +551,10 @@ fn parse_interval_or_never(s: &str) -> Result<Every, String> {
     }
     parse_duration(s).map(|d| Every(Some(d)))
 }
+
+/// The end of each command's `--help`.
+const DURATIONS_HELP: &str = "Durations are written 500ms, 30s, 5m, 1h or 1m30s (units h, m, s, ms, largest first); \
+                              a bare number is seconds. A flag's environment variable takes the same values.";
 
 /// How durations are written, for errors and `--help`.
 pub const DURATION_SYNTAX: &str =

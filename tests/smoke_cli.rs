@@ -82,4 +82,13 @@ fn a_bad_value_from_the_environment_names_the_variable() {
     assert_ne!(code, Some(3), "{stderr}");
     let (code, stderr) = run(&[], &["--conntrack.window=1m30s"]);
     assert_ne!(code, Some(3), "{stderr}");
+    // And `--help` says how durations are written, bare numbers included.
+    for sub in [&["serve"][..], &["check"], &["compare"], &["baseline", "save"]] {
+        let out = Command::new(common::binary()).args(sub).arg("--help").output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("1m30s") && help.contains("a bare number is seconds"),
+            "{sub:?}: {help}"
+        );
+    }
 }
