@@ -290,6 +290,8 @@ fn normalize_json(v: Value) -> Value {
                 .map(|(k, v)| {
                     let v = match k.as_str() {
                         "collected_at" => Value::String("<collected_at>".into()),
+                        // The commit built, like proxywatch_build_info's label.
+                        "revision" if v.is_string() => Value::String("<revision>".into()),
                         "duration_seconds" | "last_run_timestamp_seconds" | "last_success_timestamp_seconds"
                             if v.is_number() =>
                         {

@@ -33,6 +33,9 @@ pub struct Document {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Agent {
     pub version: String,
+    /// The commit built, as `proxywatch_build_info{revision}` says (the version outside git).
+    #[serde(default)]
+    pub revision: String,
 }
 
 impl Document {
@@ -56,6 +59,7 @@ impl Document {
             derived: s.derived.clone(),
             agent: Agent {
                 version: env!("CARGO_PKG_VERSION").to_string(),
+                revision: crate::expose::metrics::REVISION.to_string(),
             },
         }
     }
@@ -104,5 +108,20 @@ mod tests {
         })
         .unwrap();
         assert_eq!(cc["timestamp_seconds"], 5.0);
+    }
+
+    /// /snapshot and /metrics name the same build.
+    #[test]
+    fn agent_revision_is_build_info_revision() {
+        let s = crate::evaluate::test_support::healthy();
+        let verdict = crate::evaluate::evaluate(&s, &crate::config::default_thresholds());
+        let doc = Document::new(&s, verdict);
+        let metrics = crate::expose::metrics::render(&s, &[]);
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("proxywatch_build_info{"))
+            .unwrap();
+        assert!(!doc.agent.revision.is_empty());
+        assert!(line.contains(&format!("revision=\"{}\"", doc.agent.revision)), "{line}");
     }
 }
