@@ -227,13 +227,31 @@ fn fleet_conventions(body: &str) {
         body.contains("proxywatch_nftables_rules{family=\"ipv4\"}"),
         "the nft stand-in's table"
     );
-    for old in [
-        "proxywatch_findings{",
-        "proxywatch_kube_proxy_cgroup_cpu_limit_cores",
-        "revision=\"unknown\"",
-    ] {
-        assert!(!body.contains(old), "{old} is still served");
+    assert!(!body.contains("revision=\"unknown\""), "build_info without a revision");
+    // docs/upgrading.md's renamed series: the old names are no longer served, the new ones
+    // have their README row (which tests/readme.rs holds to the binary).
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let note = std::fs::read_to_string(repo.join("docs/upgrading.md")).unwrap();
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let table = note.split("### Series").nth(1).unwrap().split("\n\n").nth(1).unwrap();
+    let mut renames = 0;
+    for row in table.lines().skip(2) {
+        let cells: Vec<&str> = row.split('|').collect();
+        let (old, new) = (names_in(cells[1], "proxywatch_"), names_in(cells[2], "proxywatch_"));
+        assert!(!old.is_empty() && !new.is_empty(), "docs/upgrading.md: {row}");
+        for o in &old {
+            let served = body
+                .lines()
+                .any(|l| l.starts_with(&format!("{o}{{")) || l.starts_with(&format!("{o} ")));
+            assert!(!served, "{o} is still served");
+            assert!(!readme.contains(&format!("| `{o}` |")), "{o} still has a README row");
+        }
+        for n in &new {
+            assert!(readme.contains(&format!("| `{n}` |")), "{n} has no README row");
+        }
+        renames += 1;
     }
+    assert!(renames >= 2, "docs/upgrading.md lists {renames} renamed series: {table}");
     if !common::can_run(&["promtool"]) {
         return;
     }
