@@ -251,7 +251,10 @@ fn fleet_conventions(body: &str) {
         }
         renames += 1;
     }
-    assert!(renames >= 2, "docs/upgrading.md lists {renames} renamed series: {table}");
+    assert!(
+        renames >= 2,
+        "docs/upgrading.md lists {renames} renamed series: {table}"
+    );
     if !common::can_run(&["promtool"]) {
         return;
     }
