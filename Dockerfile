@@ -10,12 +10,16 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Everything not excluded by .dockerignore (sources, Cargo.toml, Cargo.lock).
 COPY . .
+# The commit for proxywatch_build_info{revision} (.git is not in the build context):
+#   docker build --build-arg PROXYWATCH_REVISION="$(git rev-parse HEAD)" ...
+# Without it the revision label is the version (build.rs).
+ARG PROXYWATCH_REVISION=""
 # --locked: build exactly Cargo.lock. The registry and target/ are BuildKit
 # cache mounts (not part of any layer), so the binary is copied out in the
 # same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked \
+    PROXYWATCH_REVISION="$PROXYWATCH_REVISION" cargo build --release --locked \
     && install -D -m 0755 target/release/proxywatch /out/proxywatch
 
 # ---------------------------------------------------------------- runtime stage

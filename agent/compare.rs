@@ -27,18 +27,56 @@ pub enum CompareError {
     NotSnapshot { name: String, why: String },
 }
 
+/// What a text that is not JSON looks like, when it is another of the agent's pages.
+fn looks_like(text: &str) -> Option<&'static str> {
+    let head = text.trim_start();
+    let lower: String = head.chars().take(16).collect::<String>().to_ascii_lowercase();
+    if lower.starts_with("<!doctype") || lower.starts_with("<html") {
+        return Some("this is an HTML page (the status page at /?)");
+    }
+    let first = head.lines().next().unwrap_or("");
+    // `name 1` or `name{labels} 1`: a metric name, then a number.
+    let metric_line = |l: &str| {
+        let name_end = l
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(l.len());
+        let rest = &l[name_end..];
+        let value = match rest.strip_prefix('{') {
+            Some(labels) => labels.rsplit_once('}').map(|(_, v)| v),
+            None => Some(rest),
+        };
+        name_end > 0
+            && value
+                .and_then(|v| v.split_whitespace().next())
+                .is_some_and(|v| v.parse::<f64>().is_ok())
+    };
+    if first.starts_with("# HELP ") || first.starts_with("# TYPE ") || metric_line(first) {
+        return Some("this is Prometheus metrics text (/metrics?)");
+    }
+    None
+}
+
 /// Parses a `/snapshot` document (`baseline save`, `check --format json`).
 /// Only the `facts` object is required; everything else is optional.
 pub fn parse_document(name: &str, text: &str) -> Result<Value, CompareError> {
     let doc: Value = serde_json::from_str(text).map_err(|e| CompareError::NotJson {
         name: name.to_string(),
-        message: e.to_string(),
+        message: match looks_like(text) {
+            Some(what) => format!("{what}; compare reads the JSON of /snapshot (`baseline save`, `check --format json`, or --url http://NODE:9877, which fetches /snapshot)"),
+            None => e.to_string(),
+        },
     })?;
     let not = |why: &str| CompareError::NotSnapshot {
         name: name.to_string(),
         why: why.to_string(),
     };
-    let obj = doc.as_object().ok_or_else(|| not("a JSON object was expected"))?;
+    let obj = doc.as_object().ok_or_else(|| {
+        not(if doc.is_array() {
+            "a JSON object was expected, not a list (/findings is a list: compare reads /snapshot)"
+        } else {
+            "a JSON object was expected"
+        })
+    })?;
     if !obj.get("facts").is_some_and(Value::is_object) {
         return Err(not("no `facts` object"));
     }
@@ -290,6 +328,8 @@ fn extract(doc: &Value) -> Vec<Fact> {
 
     for table in f["nftables"]["tables"].as_array().into_iter().flatten() {
         let Some(fam) = table["family"].as_str() else { continue };
+        // Baselines saved by earlier builds name nft's families (`ip`, `ip6`).
+        let fam = crate::probe::nftables::address_family_of_key(fam);
         let c = &table["counts"];
         put(format!("nftables {fam} rules"), num(&c["rules"]), "");
         put(format!("nftables {fam} chains"), num(&c["chains"]), "");
@@ -749,6 +789,29 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("x.json: not JSON"));
+        // The agent's other pages: said what they are, and where the snapshot is.
+        let metrics = "# HELP proxywatch_build_info x\n# TYPE proxywatch_build_info gauge\nproxywatch_build_info 1\n";
+        let e = parse_document("http://n:9877/metrics", metrics)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("http://n:9877/metrics: not JSON: this is Prometheus metrics text"),
+            "{e}"
+        );
+        assert!(e.contains("/snapshot"), "{e}");
+        let e = parse_document("u", "proxywatch_node_ready 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Prometheus metrics text"), "{e}");
+        let e = parse_document("u", "<!DOCTYPE html>\n<html>").unwrap_err().to_string();
+        assert!(e.contains("HTML page") && e.contains("/snapshot"), "{e}");
+        let e = parse_document("u", "[]").unwrap_err().to_string();
+        assert!(e.contains("/findings is a list"), "{e}");
+        // Other text: the JSON parser's own message.
+        let e = parse_document("u", "before the change: all good")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("u: not JSON: expected value"), "{e}");
         assert!(parse_document("x.json", r#"{"facts": {}}"#).is_ok());
     }
 

@@ -30,6 +30,10 @@ fn main() -> ExitCode {
         Err(e) => {
             // --help and --version are not errors; usage errors must not look like "critical" (2).
             let _ = e.print();
+            let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+            if let Some(origin) = proxywatch::config::value_error_origin(&e, &args) {
+                eprintln!("note: {origin}");
+            }
             return if e.use_stderr() {
                 ExitCode::from(EXIT_UNKNOWN)
             } else {

@@ -13,16 +13,39 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+/// Why a file could not be written. Each message names the file asked for and the reason
+/// once: not the temporary file's random name (a detail of how it is written), and no error
+/// chain to repeat it (the OS reason is kept as text, not as a `source`).
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     #[error("{path}: not a file name")]
     NotAFile { path: PathBuf },
-    #[error("creating a temporary file in {dir}: {source}")]
-    Create { dir: PathBuf, source: std::io::Error },
-    #[error("writing {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
-    #[error("replacing {path}: {source}")]
-    Replace { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {path}: directory {dir} does not exist (create it first, or choose another path)")]
+    NoDirectory { path: PathBuf, dir: PathBuf },
+    #[error("cannot write {path}: cannot create a file in {dir}: {reason}")]
+    Create {
+        path: PathBuf,
+        dir: PathBuf,
+        reason: String,
+    },
+    #[error("cannot write {path}: {reason}")]
+    Write { path: PathBuf, reason: String },
+    #[error("cannot write {path}: replacing it failed: {reason}")]
+    Replace { path: PathBuf, reason: String },
+}
+
+/// The OS's reason for an I/O error, once: tempfile wraps errors with the temporary path
+/// ("... at path \"/dir/.b.json.x1Yz.tmp\""), whose innermost error is the OS's own.
+fn reason(e: &std::io::Error) -> String {
+    let mut inner: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = inner.source() {
+        inner = next;
+    }
+    match inner.downcast_ref::<std::io::Error>() {
+        Some(io) => io.to_string(),
+        None if e.raw_os_error().is_some() => e.to_string(),
+        None => std::io::Error::from(e.kind()).to_string(),
+    }
 }
 
 /// Replaces `path` with `bytes` (mode 0644 less the umask), atomically.
@@ -40,20 +63,30 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
         .suffix(".tmp")
         .permissions(Permissions::from_mode(0o644))
         .tempfile_in(dir)
-        .map_err(|source| WriteError::Create {
-            dir: dir.to_path_buf(),
-            source,
+        .map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound && !dir.exists() {
+                WriteError::NoDirectory {
+                    path: path.to_path_buf(),
+                    dir: dir.to_path_buf(),
+                }
+            } else {
+                WriteError::Create {
+                    path: path.to_path_buf(),
+                    dir: dir.to_path_buf(),
+                    reason: reason(&source),
+                }
+            }
         })?;
     // On any error below, dropping `tmp` removes the temporary file.
     tmp.write_all(bytes)
         .and_then(|()| tmp.as_file().sync_all())
         .map_err(|source| WriteError::Write {
-            path: tmp.path().to_path_buf(),
-            source,
+            path: path.to_path_buf(),
+            reason: reason(&source),
         })?;
     tmp.persist(path).map_err(|e| WriteError::Replace {
         path: path.to_path_buf(),
-        source: e.error,
+        reason: reason(&e.error),
     })?;
     Ok(())
 }
@@ -117,16 +150,28 @@ mod tests {
     fn failures_are_typed_and_leave_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("no/such/dir/b.json");
-        assert!(matches!(
-            write_atomically(&missing, b"x"),
-            Err(WriteError::Create { .. })
-        ));
+        let e = write_atomically(&missing, b"x").unwrap_err();
+        assert!(matches!(e, WriteError::NoDirectory { .. }), "{e}");
+        // Said once, about the file asked for: no OS error twice, no temporary name.
+        let no_dir = dir.path().join("no/such/dir");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot write {}: directory {} does not exist (create it first, or choose another path)",
+                missing.display(),
+                no_dir.display()
+            )
+        );
+        assert!(std::error::Error::source(&e).is_none());
         // The target is a directory: the rename fails, the temporary file goes.
         let sub = dir.path().join("sub");
         std::fs::create_dir(&sub).unwrap();
         std::fs::write(sub.join("keep"), "x").unwrap();
         let e = write_atomically(&sub, b"x").unwrap_err();
         assert!(matches!(e, WriteError::Replace { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(!msg.contains(".sub.") && !msg.contains(" at path "), "{msg}");
+        assert_eq!(msg.matches("os error").count(), 1, "{msg}");
         assert_eq!(names(dir.path()), ["sub"]);
         assert!(matches!(
             write_atomically(Path::new("/"), b"x"),

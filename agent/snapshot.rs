@@ -89,10 +89,12 @@ pub struct ProbeOutcome {
     /// Why it failed (status failed) or what is absent (status absent).
     #[serde(default)]
     pub error: Option<String>,
-    /// Unix time the latest run ended, in seconds.
+    /// Unix time the latest run ended, in seconds. (Keys end in `_timestamp_seconds` when they
+    /// hold a time, not a duration; the old names are read too: docs/upgrading.md.)
+    #[serde(rename = "last_run_timestamp_seconds", alias = "last_run_seconds")]
     pub last_run_seconds: f64,
     /// Unix time of the latest run that did not fail, in seconds.
-    #[serde(default)]
+    #[serde(default, rename = "last_success_timestamp_seconds", alias = "last_success_seconds")]
     pub last_success_seconds: Option<f64>,
 }
 

@@ -62,3 +62,32 @@ fn baseline_save_does_not_write_through_a_planted_symlink() {
     names.sort();
     assert_eq!(names, ["baseline.json", "baseline.json.tmp-1", "victim"], "{stderr}");
 }
+
+/// `baseline save` into a directory that does not exist: one line that names the file and the
+/// missing directory, the OS reason at most once, no temporary file name, exit status 3 (the agent could not do its job).
+#[test]
+fn baseline_save_into_a_missing_directory_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("no-such-dir/baseline.json");
+    let empty = tempfile::tempdir().unwrap();
+    let run = Command::new(common::binary())
+        .args(["baseline", "save"])
+        .arg(&out)
+        .arg("--host-root")
+        .arg(common::fixtures().join("nodes/healthy-iptables"))
+        .args(common::NO_KUBE_PROXY)
+        .env_clear()
+        .env("PATH", empty.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(3), "{stderr}");
+    let want = format!(
+        "proxywatch: cannot write {}: directory {} does not exist (create it first, or choose another path)\n",
+        out.display(),
+        dir.path().join("no-such-dir").display()
+    );
+    assert_eq!(stderr, want);
+    assert!(!dir.path().join("no-such-dir").exists());
+}

@@ -394,3 +394,45 @@ fn unchanged_rules_on_the_real_kernel_list_no_duration() {
     assert!(!text.contains("iptables nft ipv4 nat rules"), "{text}");
     assert!(text.contains(" facts unchanged"), "{text}");
 }
+
+/// `--url http://NODE:9877/metrics` (a natural first guess) says it got metrics text and where
+/// the snapshot is, not only "not JSON".
+#[test]
+fn url_to_metrics_says_to_use_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base.json");
+    save(HEALTHY, &base);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut req = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "client closed early");
+            req.extend_from_slice(&buf[..n]);
+        }
+        let payload =
+            "# HELP proxywatch_node_ready 1 unless...\n# TYPE proxywatch_node_ready gauge\nproxywatch_node_ready 1\n";
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{payload}",
+            payload.len()
+        );
+        String::from_utf8_lossy(&req).into_owned()
+    });
+    let url = format!("http://{addr}/metrics");
+    let r = compare(HEALTHY, &[base.to_str().unwrap(), "--url", &url]);
+    let req = server.join().unwrap();
+    assert!(req.starts_with("GET /metrics HTTP/1.1"), "{req}");
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains(&format!("{url}: not JSON: this is Prometheus metrics text")),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("/snapshot"), "{}", r.stderr);
+    assert!(r.stdout.is_empty());
+}

@@ -221,7 +221,7 @@ struct Reading {
 fn reading(doc: &Value) -> Option<Reading> {
     let p = &doc["probes"]["conntrack_stale"];
     Some(Reading {
-        at: p["last_run_seconds"].as_f64()?,
+        at: p["last_run_timestamp_seconds"].as_f64()?,
         status: p["status"].as_str()?.to_string(),
         error: p["error"].as_str().map(str::to_string),
         facts: doc["facts"]["conntrack_stale"].clone(),

@@ -210,6 +210,29 @@ impl Prom<'_> {
     }
 }
 
+/// A query of manifests/dashboards/proxywatch.json's panel `title`, with its variables as
+/// Grafana fills them when every cluster and node is selected and the job is proxywatch.
+fn dashboard_query(title: &str, ref_id: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/dashboards/proxywatch.json");
+    let d: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let panel = d["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["title"] == title)
+        .unwrap_or_else(|| panic!("no dashboard panel {title:?}"));
+    let expr = panel["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["refId"] == ref_id)
+        .and_then(|t| t["expr"].as_str())
+        .unwrap_or_else(|| panic!("{title}: no query {ref_id}"));
+    expr.replace("$cluster", ".*")
+        .replace("$job", "proxywatch")
+        .replace("$instance", ".*")
+}
+
 // ---------------------------------------------------------------------------
 // Polling and the kernel's state.
 
@@ -638,6 +661,19 @@ fn conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheus() {
     assert_eq!(
         prom.value(&format!(r#"proxywatch_node_ready{{instance="{SICK}"}}"#)),
         Some(0.0)
+    );
+    // The dashboard's fleet queries as Grafana sends them (variables at All, job proxywatch):
+    // the sick node heads the conntrack fill top-k and the worst-nodes table.
+    let fill = prom.by_instance(&dashboard_query("Conntrack table fill: top 10 nodes", "A"));
+    assert!(
+        fill.get(SICK).is_some_and(|&f| f > 0.9) && fill.get(SICK) > fill.get(HEALTHY),
+        "dashboard fill top-k: {fill:?}"
+    );
+    let worst = prom.by_instance(&dashboard_query("Worst nodes", "A"));
+    assert_eq!(worst.get(SICK), Some(&3.0), "dashboard worst nodes: {worst:?}");
+    assert!(
+        worst.get(HEALTHY).is_some_and(|&w| w < 3.0),
+        "dashboard worst nodes: {worst:?}"
     );
     let (code, body) = sick_agent.get("/readyz").unwrap();
     assert_eq!(code, 503, "{body}");

@@ -716,7 +716,9 @@ fn proc_file_rewritten_during_reads_is_never_torn() {
     let mut last_run = 0.0;
     while Instant::now() < deadline {
         let Some(doc) = agent.snapshot() else { continue };
-        let run = doc["probes"]["conntrack"]["last_run_seconds"].as_f64().unwrap();
+        let run = doc["probes"]["conntrack"]["last_run_timestamp_seconds"]
+            .as_f64()
+            .unwrap();
         if run == last_run {
             std::thread::sleep(Duration::from_millis(20));
             continue;

@@ -290,7 +290,11 @@ fn normalize_json(v: Value) -> Value {
                 .map(|(k, v)| {
                     let v = match k.as_str() {
                         "collected_at" => Value::String("<collected_at>".into()),
-                        "duration_seconds" | "last_run_seconds" | "last_success_seconds" if v.is_number() => {
+                        // The commit built, like proxywatch_build_info's label.
+                        "revision" if v.is_string() => Value::String("<revision>".into()),
+                        "duration_seconds" | "last_run_timestamp_seconds" | "last_success_timestamp_seconds"
+                            if v.is_number() =>
+                        {
                             Value::from(0)
                         }
                         _ => normalize_json(v),
@@ -1130,6 +1134,15 @@ fn kube_proxy_cgroup_v2_private_ns() {
     let (quota, period) = max.trim().split_once(' ').unwrap();
     let cores = quota.parse::<f64>().unwrap() / period.parse::<f64>().unwrap();
     assert_eq!(cg["cpu_limit_cores"].as_f64(), Some(cores));
+    // The metrics' base units: seconds, from cpu.max's microseconds.
+    assert_eq!(
+        cg["cpu_quota_seconds"].as_f64(),
+        Some(quota.parse::<f64>().unwrap() / 1e6)
+    );
+    assert_eq!(
+        cg["cpu_period_seconds"].as_f64(),
+        Some(period.parse::<f64>().unwrap() / 1e6)
+    );
     let stat = s.file(&format!("{dir}/cpu.stat"));
     assert_eq!(
         cg["cpu"]["periods_total"].as_u64(),

@@ -818,7 +818,8 @@ fn nftables_table_counts() {
     let tables = c.doc["facts"]["nftables"]["tables"].as_array().unwrap();
     assert_eq!(tables.len(), 1, "{tables:?}");
     let t = &tables[0];
-    assert_eq!(t["family"], "ip");
+    // The address family, as in iptables' and IPVS' keys (nft calls it `ip`).
+    assert_eq!(t["family"], "ipv4");
     let counts = &t["counts"];
     assert_eq!(counts["map_elements"]["service-ips"], 50);
     assert_eq!(counts["chains"], chain_names.len() as u64);
@@ -891,7 +892,11 @@ fn nftables_generated_1000_services_both_families() {
     let tables = c.doc["facts"]["nftables"]["tables"].as_array().unwrap();
     assert_eq!(tables.len(), 2, "{tables:?}");
     for t in tables {
-        let family = t["family"].as_str().unwrap();
+        let family = match t["family"].as_str().unwrap() {
+            "ipv4" => "ip",
+            "ipv6" => "ip6",
+            other => panic!("family {other}: want ipv4 or ipv6"),
+        };
         assert_eq!(t["counts"], expected[family], "{family}: netlink vs the generator");
         let listing = ns_stdout(&ns, "nft", &["list", "table", family, "kube-proxy"]);
         let text = proxywatch::probe::nftables::parse_list_table("nft list table", &listing).unwrap();
@@ -991,8 +996,8 @@ fn counts_follow_changes_and_are_reused_at_an_unchanged_generation() {
     let reused = runs(&|r| r["netlink"]["reused"] == true);
     assert_eq!(reused["netlink"]["generation"], g0);
     assert_eq!(
-        reused["netlink"]["counted_at_seconds"],
-        first["netlink"]["counted_at_seconds"]
+        reused["netlink"]["counted_timestamp_seconds"],
+        first["netlink"]["counted_timestamp_seconds"]
     );
     assert_eq!(reused["counts"], first["counts"]);
 

@@ -141,10 +141,10 @@ fn throttling_over_the_window_from_a_private_namespace_fixture() {
         common::series(&m, "proxywatch_finding_severity{id=\"kube_proxy_cpu_throttled\"}"),
         Some(2.0)
     );
-    assert_eq!(
-        common::series(&m, "proxywatch_kube_proxy_cgroup_cpu_limit_cores"),
-        Some(0.2)
-    );
+    // The limit in base units (seconds of CPU per period, and the period): 0.2 CPUs.
+    let quota = common::series(&m, "proxywatch_kube_proxy_cgroup_cpu_quota_seconds").expect("quota");
+    let period = common::series(&m, "proxywatch_kube_proxy_cgroup_cpu_period_seconds").expect("period");
+    assert!((quota / period - 0.2).abs() < 1e-9, "quota {quota} / period {period}");
     assert_eq!(
         common::series(&m, "proxywatch_kube_proxy_cgroup_memory_limit_bytes"),
         Some(134_217_728.0)

@@ -337,7 +337,7 @@ fn run_hostile(what: &str, body: Vec<u8>) -> Outcome {
     while runs.len() < 3 && started.elapsed() < DEADLINE {
         if let Ok(doc) = agent.snapshot() {
             let p = &doc["probes"]["kube_proxy"];
-            let at = p["last_run_seconds"].as_f64().unwrap_or(0.0);
+            let at = p["last_run_timestamp_seconds"].as_f64().unwrap_or(0.0);
             if p["status"] == "failed" && runs.last().is_none_or(|r| r.0 != at) {
                 runs.push((
                     at,

@@ -318,7 +318,7 @@ fn serve_follows_a_fake_kube_proxy() {
         // /metrics and /readyz must describe the same kube-proxy read as the snapshot.
         let (m, ready) = (agent.metrics(), agent.readyz());
         let again = agent.snapshot().unwrap();
-        let run = |d: &Value| d["probes"]["kube_proxy"]["last_run_seconds"].clone();
+        let run = |d: &Value| d["probes"]["kube_proxy"]["last_run_timestamp_seconds"].clone();
         if run(&again) == run(&first) {
             burst = Some((first, m, ready, older));
             break;
@@ -392,9 +392,10 @@ fn serve_follows_a_fake_kube_proxy() {
         let ipvs = common::series(&m, "proxywatch_kube_proxy_mode{mode=\"ipvs\"}") == Some(1.0);
         ipvs.then_some(m.clone()).ok_or(m)
     });
+    // A state set: the mode change flips the old mode's series to 0 rather than ending it.
     assert_eq!(
         common::series(&m, "proxywatch_kube_proxy_mode{mode=\"iptables\"}"),
-        None
+        Some(0.0)
     );
     assert_eq!(agent.readyz().0, 503);
 

@@ -11,10 +11,16 @@ use std::time::{Duration, Instant};
 use common::Serve;
 
 /// Metrics that only exist after activity the fixture cannot make (kube-proxy
-/// syncing between two reads): they must at least be rendered by the agent.
+/// syncing between two reads), or on a node this one is not: they must at least be
+/// rendered by the agent, and each has a test on a node that has it.
 const NEED_ACTIVITY: &[&str] = &[
     "proxywatch_kube_proxy_sync_duration_seconds",
     "proxywatch_kube_proxy_network_programming_duration_seconds",
+    // The iptables-nft-save cross-check compares with netlink counts, which a fixture host
+    // root has none of (tests/kernel_iptables.rs runs it on a real kernel).
+    "proxywatch_iptables_count_mismatches",
+    // Two readings of kube-proxy's cgroup (tests/kube_proxy_cgroup.rs).
+    "proxywatch_kube_proxy_cpu_throttled_ratio",
 ];
 
 fn names_in(text: &str, prefix: &str) -> Vec<String> {
@@ -80,13 +86,34 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
     )
     .unwrap();
     std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // kube-proxy's nftables table (nftables panels): a stand-in nft listing a captured
+    // `table ip kube-proxy`, and no ip6 table (nft's own error).
+    let nft = bin.path().join("nft");
+    std::fs::write(
+        &nft,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *'table ip kube-proxy'*) while IFS= read -r l; do printf '%s\\n' \"$l\"; done < '{}';;\n\
+             *) echo 'Error: No such file or directory' >&2; exit 1;; esac\n",
+            fixtures.join("nft/list-table-ip-kube-proxy-pwgen-50svc-debian12-nft1.0.6.txt").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&nft, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // The IPVS node with its /proc/net/ip_vs_stats (the IPVS connection panels).
+    let root = tempfile::tempdir().unwrap();
+    common::copy_tree(&fixtures.join("nodes/ipvs-modules-loaded"), root.path());
+    std::fs::copy(
+        fixtures.join("ipvs/ip_vs_stats-node_exporter.txt"),
+        root.path().join("proc/net/ip_vs_stats"),
+    )
+    .unwrap();
     let kp = fake_kube_proxy(&fixtures);
     let kp_url = format!("http://127.0.0.1:{kp}");
     let agent = Serve::new()
         .env_clear()
         .env("PATH", bin.path())
         .arg("--host-root")
-        .arg(fixtures.join("nodes/ipvs-modules-loaded"))
+        .arg(root.path())
         .args(["--kube-proxy.metrics-url", &kp_url, "--kube-proxy.healthz-url", &kp_url])
         // A short trend window, so the time-to-full series exists quickly.
         .args(["--conntrack.interval", "100ms", "--conntrack.trend-window", "1s"])
@@ -127,6 +154,8 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
         missing.is_empty(),
         "used by the rules or dashboard but not served: {missing:?}"
     );
+    let body = agent.get("/metrics").map(|(_, b)| b).unwrap_or_default();
+    fleet_conventions(&body);
     let source = std::fs::read_to_string(repo.join("agent/expose/metrics.rs")).unwrap();
     for m in NEED_ACTIVITY {
         assert!(source.contains(&format!("\"{m}\"")), "{m} is not rendered by the agent");
@@ -155,4 +184,97 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
             "rules or dashboard select finding id {id:?}, unknown to the agent"
         );
     }
+}
+
+/// What the dashboard and the upgrade note rely on, on the real agent's scrape: state sets
+/// (every value, one 1), `family` ipv4/ipv6 only, no old names, and promtool's lint.
+fn fleet_conventions(body: &str) {
+    let samples = |name: &str| -> Vec<(String, f64)> {
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .map(|l| {
+                let (series, v) = l.rsplit_once(' ').unwrap();
+                (series.to_string(), v.parse().unwrap())
+            })
+            .collect()
+    };
+    for (name, label, values) in [
+        (
+            "proxywatch_kube_proxy_mode",
+            "mode",
+            proxywatch::expose::metrics::KUBE_PROXY_MODES,
+        ),
+        (
+            "proxywatch_iptables_backend_in_use",
+            "backend",
+            proxywatch::expose::metrics::IPTABLES_BACKENDS,
+        ),
+    ] {
+        let got = samples(name);
+        for v in values {
+            assert!(
+                got.iter().any(|(s, _)| s.contains(&format!("{label}=\"{v}\""))),
+                "{name}: no series for {v}: {got:?}"
+            );
+        }
+        assert_eq!(got.iter().filter(|(_, v)| *v == 1.0).count(), 1, "{name}: {got:?}");
+        assert!(got.iter().all(|(_, v)| *v == 0.0 || *v == 1.0), "{name}: {got:?}");
+    }
+    for l in body.lines().filter(|l| l.contains("family=\"")) {
+        assert!(l.contains("family=\"ipv4\"") || l.contains("family=\"ipv6\""), "{l}");
+    }
+    assert!(
+        body.contains("proxywatch_nftables_rules{family=\"ipv4\"}"),
+        "the nft stand-in's table"
+    );
+    assert!(!body.contains("revision=\"unknown\""), "build_info without a revision");
+    // docs/upgrading.md's renamed series: the old names are no longer served, the new ones
+    // have their README row (which tests/readme.rs holds to the binary).
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let note = std::fs::read_to_string(repo.join("docs/upgrading.md")).unwrap();
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let table = note.split("### Series").nth(1).unwrap().split("\n\n").nth(1).unwrap();
+    let mut renames = 0;
+    for row in table.lines().skip(2) {
+        let cells: Vec<&str> = row.split('|').collect();
+        let (old, new) = (names_in(cells[1], "proxywatch_"), names_in(cells[2], "proxywatch_"));
+        assert!(!old.is_empty() && !new.is_empty(), "docs/upgrading.md: {row}");
+        for o in &old {
+            let served = body
+                .lines()
+                .any(|l| l.starts_with(&format!("{o}{{")) || l.starts_with(&format!("{o} ")));
+            assert!(!served, "{o} is still served");
+            assert!(!readme.contains(&format!("| `{o}` |")), "{o} still has a README row");
+        }
+        for n in &new {
+            assert!(readme.contains(&format!("| `{n}` |")), "{n} has no README row");
+        }
+        renames += 1;
+    }
+    assert!(
+        renames >= 2,
+        "docs/upgrading.md lists {renames} renamed series: {table}"
+    );
+    if !common::can_run(&["promtool"]) {
+        return;
+    }
+    let mut child = std::process::Command::new(common::which("promtool").unwrap())
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics {}:\n{said}",
+        out.status
+    );
 }

@@ -296,7 +296,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
     .unwrap();
     s.facts.nftables = Some(nftables::NftablesFacts {
         tables: vec![nftables::NftTable {
-            family: "ip".into(),
+            family: "ipv4".into(),
             duration_seconds: 0.1,
             bytes: 1000,
             counts: nft,
@@ -344,6 +344,8 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
                 memory_limit_bytes: Some(256 << 20),
                 memory_usage_bytes: Some(60 << 20),
                 cpu_limit_cores: Some(1.0),
+                cpu_quota_seconds: Some(0.1),
+                cpu_period_seconds: Some(0.1),
                 cpu: Some(kube_proxy::cgroup::CpuStat {
                     periods_total: 1000,
                     throttled_periods_total: 10,

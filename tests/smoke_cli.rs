@@ -44,3 +44,56 @@ fn help_documents_every_flag_with_its_env_var() {
         }
     }
 }
+
+/// A bad duration set by the environment (as the DaemonSet sets every flag) is reported with
+/// the variable's name, not only the flag's; one set on the command line names the flag alone.
+/// Compound durations are accepted from both.
+#[test]
+fn a_bad_value_from_the_environment_names_the_variable() {
+    let root = common::fixtures().join("nodes/healthy-iptables");
+    let run = |env: &[(&str, &str)], args: &[&str]| {
+        let mut c = Command::new(common::binary());
+        c.arg("check")
+            .arg("--host-root")
+            .arg(&root)
+            .args(common::NO_KUBE_PROXY)
+            .args(args);
+        c.env_remove("PROXYWATCH_CONNTRACK_WINDOW");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, stderr) = run(&[("PROXYWATCH_CONNTRACK_WINDOW", "abc")], &[]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("--conntrack.window"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "note: the value came from the environment variable PROXYWATCH_CONNTRACK_WINDOW=\"abc\", which sets --conntrack.window"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("a bare number is seconds"), "{stderr}");
+    // On the command line: the flag is what the user typed; no note about the environment.
+    let (code, stderr) = run(&[], &["--conntrack.window", "abc"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("--conntrack.window") && !stderr.contains("PROXYWATCH_CONNTRACK_WINDOW=\""),
+        "{stderr}"
+    );
+    // `1m30s` is a duration, from either place.
+    let (code, stderr) = run(&[("PROXYWATCH_CONNTRACK_WINDOW", "1m30s")], &[]);
+    assert_ne!(code, Some(3), "{stderr}");
+    let (code, stderr) = run(&[], &["--conntrack.window=1m30s"]);
+    assert_ne!(code, Some(3), "{stderr}");
+    // And `--help` says how durations are written, bare numbers included.
+    for sub in [&["serve"][..], &["check"], &["compare"], &["baseline", "save"]] {
+        let out = Command::new(common::binary()).args(sub).arg("--help").output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("1m30s") && help.contains("a bare number is seconds"),
+            "{sub:?}: {help}"
+        );
+    }
+}

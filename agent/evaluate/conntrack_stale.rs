@@ -48,7 +48,7 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
                 "node_port": g.group.node_port,
                 "dead_endpoint": g.group.endpoint,
                 "entries": g.group.entries,
-                "first_seen_seconds": g.first_seen_seconds,
+                "first_seen_timestamp_seconds": g.first_seen_seconds,
                 "checks": g.checks,
             })
         })

@@ -247,7 +247,7 @@ pub fn restarted(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Findi
             ),
         )
         .evidence("restarts", k.restarts)
-        .evidence("last_restart_seconds", k.last_restart_seconds)
+        .evidence("last_restart_timestamp_seconds", k.last_restart_seconds)
         .remediation(&[
             "A restart reprograms every rule and briefly interrupts new connections; repeated restarts usually mean OOM kills or failing liveness probes.",
             "kubectl -n kube-system describe pod <kube-proxy pod>: look at Last State (OOMKilled?) and events.",

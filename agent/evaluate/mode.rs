@@ -182,7 +182,7 @@ fn leftover_items(s: &Snapshot, running: &ProxyMode) -> Vec<Value> {
         for t in s.facts.nftables.iter().flat_map(|f| &f.tables) {
             items.push(json!({
                 "what": "kube-proxy nftables table",
-                "where": format!("table {} kube-proxy", t.family),
+                "where": format!("table {} kube-proxy", t.nft_family()),
                 "count": t.counts.chains,
                 "rules": t.counts.rules,
             }));
@@ -375,7 +375,7 @@ mod tests {
         // kube-proxy's nftables table after a rollback to iptables.
         s.facts.nftables = Some(NftablesFacts {
             tables: vec![NftTable {
-                family: "ip".into(),
+                family: "ipv4".into(),
                 ..Default::default()
             }],
         });

@@ -33,6 +33,9 @@ pub struct Document {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Agent {
     pub version: String,
+    /// The commit built, as `proxywatch_build_info{revision}` says (the version outside git).
+    #[serde(default)]
+    pub revision: String,
 }
 
 impl Document {
@@ -56,6 +59,7 @@ impl Document {
             derived: s.derived.clone(),
             agent: Agent {
                 version: env!("CARGO_PKG_VERSION").to_string(),
+                revision: crate::expose::metrics::REVISION.to_string(),
             },
         }
     }
@@ -64,5 +68,60 @@ impl Document {
         let mut v = serde_json::to_vec_pretty(self).expect("document serializes");
         v.push(b'\n');
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Timestamps are named as timestamps, and documents written with the old key names
+    /// (docs/upgrading.md) still load with their values.
+    #[test]
+    fn timestamp_keys_are_named_so_and_old_names_still_load() {
+        let o = ProbeOutcome {
+            status: crate::snapshot::ProbeStatus::Ok,
+            duration_seconds: 0.5,
+            error: None,
+            last_run_seconds: 1_800_000_000.0,
+            last_success_seconds: Some(1_799_999_000.0),
+        };
+        let v = serde_json::to_value(&o).unwrap();
+        assert_eq!(v["last_run_timestamp_seconds"], 1_800_000_000.0);
+        assert_eq!(v["last_success_timestamp_seconds"], 1_799_999_000.0);
+        assert!(v.get("last_run_seconds").is_none(), "{v}");
+        let old: ProbeOutcome = serde_json::from_value(serde_json::json!({
+            "status": "ok", "duration_seconds": 0.5, "error": null,
+            "last_run_seconds": 1_800_000_000.0, "last_success_seconds": 1_799_999_000.0,
+        }))
+        .unwrap();
+        assert_eq!(old, o);
+        let count: crate::probe::counted::NetlinkCount =
+            serde_json::from_value(serde_json::json!({"generation": 7, "counted_at_seconds": 12.0,
+                "reused": false, "attempts": 1, "bytes": 0, "count_seconds": 0.0}))
+            .unwrap();
+        assert_eq!(count.counted_at_seconds, 12.0);
+        assert_eq!(serde_json::to_value(&count).unwrap()["counted_timestamp_seconds"], 12.0);
+        let cc = serde_json::to_value(crate::probe::iptables::CrossCheck {
+            at_seconds: 5.0,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(cc["timestamp_seconds"], 5.0);
+    }
+
+    /// /snapshot and /metrics name the same build.
+    #[test]
+    fn agent_revision_is_build_info_revision() {
+        let s = crate::evaluate::test_support::healthy();
+        let verdict = crate::evaluate::evaluate(&s, &crate::config::default_thresholds());
+        let doc = Document::new(&s, verdict);
+        let metrics = crate::expose::metrics::render(&s, &[]);
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("proxywatch_build_info{"))
+            .unwrap();
+        assert!(!doc.agent.revision.is_empty());
+        assert!(line.contains(&format!("revision=\"{}\"", doc.agent.revision)), "{line}");
     }
 }

@@ -23,11 +23,30 @@ const NFT_MAPS: &[&str] = &[
 ];
 type Counters = GenericCounterVec<AtomicU64>;
 
-/// Build revision, set at build time (`PROXYWATCH_REVISION=$(git rev-parse HEAD)`).
-const REVISION: &str = match option_env!("PROXYWATCH_REVISION") {
+/// Build revision: build.rs sets it from `PROXYWATCH_REVISION` or `git rev-parse HEAD`, and to
+/// the version when neither is there (a source tarball, a Docker build without the argument).
+pub const REVISION: &str = match option_env!("PROXYWATCH_REVISION") {
     Some(r) => r,
-    None => "unknown",
+    None => env!("CARGO_PKG_VERSION"),
 };
+
+/// Every backend `iptables_backend_in_use` can name (probe::iptables::detect_backend).
+pub const IPTABLES_BACKENDS: &[&str] = &["nft", "legacy", "default", "none"];
+
+/// Every mode kube-proxy's /proxyMode answers with today (ProxyMode's known variants).
+pub const KUBE_PROXY_MODES: &[&str] = &["iptables", "ipvs", "nftables", "kernelspace"];
+
+/// A state set: one series per possible value, 1 for `active` and 0 for the others, so that a
+/// change flips values instead of swapping series (and `== 1` / `== 0` both select). An
+/// `active` value outside `values` gets its own series too: unknown is shown, not dropped.
+fn state_set(g: &Gauges, values: &[&str], active: &str) {
+    for v in values {
+        g.with_label_values(&[v]).set(if *v == active { 1.0 } else { 0.0 });
+    }
+    if !values.contains(&active) {
+        g.with_label_values(&[active]).set(1.0);
+    }
+}
 
 struct Out {
     registry: Registry,
@@ -92,9 +111,14 @@ fn kube_proxy_cgroup(
         cg.memory_usage_bytes.map(|b| b as f64),
     );
     one(
-        "proxywatch_kube_proxy_cgroup_cpu_limit_cores",
-        "CPU limit of kube-proxy's cgroup in cores (CFS quota / period); absent when unlimited.",
-        cg.cpu_limit_cores,
+        "proxywatch_kube_proxy_cgroup_cpu_quota_seconds",
+        "CPU time kube-proxy's cgroup may use per CFS period (cpu.max or cpu.cfs_quota_us); quota / period is the limit in CPUs; absent when unlimited.",
+        cg.cpu_quota_seconds,
+    );
+    one(
+        "proxywatch_kube_proxy_cgroup_cpu_period_seconds",
+        "CFS enforcement period of kube-proxy's cgroup (cpu.max or cpu.cfs_period_us); absent when its CPU is unlimited.",
+        cg.cpu_period_seconds,
     );
     if let Some(cpu) = cg.cpu {
         for (name, help, v) in [
@@ -151,7 +175,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
 fn build_info(out: &Out) {
     out.gauge(
         "proxywatch_build_info",
-        "proxywatch version and revision; always 1.",
+        "proxywatch version and revision (the git commit it was built from; the version when built outside git); always 1.",
         &["version", "revision"],
     )
     .with_label_values(&[env!("CARGO_PKG_VERSION"), REVISION])
@@ -367,13 +391,12 @@ fn iptables(out: &Out, s: &Snapshot) {
             bytes.with_label_values(&[b, f]).set(r.counts.bytes as f64);
             secs.with_label_values(&[b, f]).set(r.duration_seconds);
         }
-        out.gauge(
+        let g = out.gauge(
             "proxywatch_iptables_backend_in_use",
-            "1 for the iptables backend kube-proxy's rules are in (nft, legacy, default, none).",
+            "State set: 1 for the iptables backend kube-proxy's rules are in, 0 for the others (nft, legacy, default, none).",
             &["backend"],
-        )
-        .with_label_values(&[ipt.backend_in_use.as_str()])
-        .set(1.0);
+        );
+        state_set(&g, IPTABLES_BACKENDS, &ipt.backend_in_use);
     }
 }
 
@@ -511,13 +534,12 @@ fn kube_proxy(out: &Out, s: &Snapshot) {
             if k.metrics_up { 1.0 } else { 0.0 },
         );
         if let Some(mode) = &k.mode {
-            out.gauge(
+            let g = out.gauge(
                 "proxywatch_kube_proxy_mode",
-                "1 for kube-proxy's mode, from its /proxyMode.",
+                "State set: 1 for the mode kube-proxy's /proxyMode reports, 0 for the others (iptables, ipvs, nftables, kernelspace; another reported mode gets its own series); absent while /proxyMode does not answer.",
                 &["mode"],
-            )
-            .with_label_values(&[mode.as_str()])
-            .set(1.0);
+            );
+            state_set(&g, KUBE_PROXY_MODES, mode.as_str());
         }
         let d = s.derived.kube_proxy.clone().unwrap_or_default();
         for (name, help, w) in [
@@ -613,7 +635,11 @@ fn findings(out: &Out, findings: &[Finding]) {
             .map_or(Severity::Ok, |f| f.severity);
         sev.with_label_values(&[c.id]).set(level as i32 as f64);
     }
-    let count = out.gauge("proxywatch_findings", "Active findings by severity.", &["severity"]);
+    let count = out.gauge(
+        "proxywatch_active_findings",
+        "Number of active findings by severity (info, warning, critical); each finding's own level is proxywatch_finding_severity{id}.",
+        &["severity"],
+    );
     for level in [Severity::Info, Severity::Warning, Severity::Critical] {
         let n = findings.iter().filter(|f| f.severity == level).count();
         count.with_label_values(&[level.as_str()]).set(n as f64);
@@ -731,7 +757,11 @@ mod tests {
             Some(3.0)
         );
         assert_eq!(value(&text, "proxywatch_node_ready"), Some(0.0));
-        assert_eq!(value(&text, "proxywatch_findings{severity=\"critical\"}"), Some(1.0));
+        assert_eq!(
+            value(&text, "proxywatch_active_findings{severity=\"critical\"}"),
+            Some(1.0)
+        );
+        assert!(!text.contains("proxywatch_findings{"), "the old name is gone");
         assert!(
             value(&text, "process_resident_memory_bytes").is_some_and(|v| v > 0.0),
             "own RSS missing"
@@ -740,6 +770,93 @@ mod tests {
             !text.contains("proxywatch_conntrack_seconds_to_full"),
             "no trend, no series"
         );
+    }
+
+    #[test]
+    fn backend_and_mode_are_state_sets() {
+        use crate::probe::kube_proxy::{proxy_mode::ProxyMode, KubeProxyFacts};
+        let mut s = crate::evaluate::test_support::healthy();
+        s.facts.iptables = Some(crate::probe::iptables::IptablesFacts {
+            backend_in_use: "legacy".into(),
+            ..Default::default()
+        });
+        s.facts.kube_proxy = Some(KubeProxyFacts {
+            mode: Some(ProxyMode::Ipvs),
+            ..Default::default()
+        });
+        let text = render(&s, &[]);
+        for b in IPTABLES_BACKENDS {
+            let want = if *b == "legacy" { 1.0 } else { 0.0 };
+            let series = format!("proxywatch_iptables_backend_in_use{{backend=\"{b}\"}}");
+            assert_eq!(value(&text, &series), Some(want), "{series}");
+        }
+        for m in KUBE_PROXY_MODES {
+            let want = if *m == "ipvs" { 1.0 } else { 0.0 };
+            let series = format!("proxywatch_kube_proxy_mode{{mode=\"{m}\"}}");
+            assert_eq!(value(&text, &series), Some(want), "{series}");
+        }
+        // A mode nobody listed is shown (one more series), not dropped.
+        s.facts.kube_proxy.as_mut().unwrap().mode = Some(ProxyMode::Other("userspace".into()));
+        let text = render(&s, &[]);
+        assert_eq!(
+            value(&text, "proxywatch_kube_proxy_mode{mode=\"userspace\"}"),
+            Some(1.0)
+        );
+        assert_eq!(value(&text, "proxywatch_kube_proxy_mode{mode=\"ipvs\"}"), Some(0.0));
+        let ones = text
+            .lines()
+            .filter(|l| l.starts_with("proxywatch_kube_proxy_mode{") && l.ends_with(" 1"))
+            .count();
+        assert_eq!(ones, 1, "{text}");
+        // /proxyMode unanswered: no mode series at all (unknown, not "none of them").
+        s.facts.kube_proxy.as_mut().unwrap().mode = None;
+        assert!(!render(&s, &[]).contains("proxywatch_kube_proxy_mode{"));
+    }
+
+    #[test]
+    fn family_is_ipv4_or_ipv6_for_nftables_too() {
+        use crate::probe::nftables::{NftTable, NftablesFacts};
+        let mut s = crate::evaluate::test_support::healthy();
+        s.facts.nftables = Some(NftablesFacts {
+            tables: ["ipv4", "ipv6"]
+                .map(|f| NftTable {
+                    family: f.into(),
+                    netlink: Some(Default::default()),
+                    ..Default::default()
+                })
+                .to_vec(),
+        });
+        let text = render(&s, &[]);
+        let families: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split("family=\"").nth(1))
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert_eq!(families.into_iter().collect::<Vec<_>>(), ["ipv4", "ipv6"], "{text}");
+        assert!(text.contains("proxywatch_rules_count_generation{family=\"ipv6\",probe=\"nftables\"}"));
+        assert_eq!(s.facts.nftables.as_ref().unwrap().tables[1].nft_family(), "ip6");
+    }
+
+    #[test]
+    fn build_info_names_the_commit_built() {
+        let text = render(&crate::evaluate::test_support::healthy(), &[]);
+        let line = text.lines().find(|l| l.starts_with("proxywatch_build_info{")).unwrap();
+        assert!(line.contains(&format!("revision=\"{REVISION}\"")), "{line}");
+        match option_env!("PROXYWATCH_REVISION_FROM") {
+            // build.rs read `git rev-parse HEAD` (and reruns when HEAD moves): the commit now.
+            Some("git") => {
+                let head = std::process::Command::new("git")
+                    .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+                    .output()
+                    .expect("git ran at build time");
+                assert_eq!(REVISION, String::from_utf8_lossy(&head.stdout).trim());
+                assert_eq!(REVISION.len(), 40, "{REVISION}");
+            }
+            Some("env") => assert!(!REVISION.is_empty()),
+            // Outside git and without PROXYWATCH_REVISION: the version, never "unknown".
+            _ => assert_eq!(REVISION, env!("CARGO_PKG_VERSION")),
+        }
     }
 
     #[test]

@@ -339,7 +339,7 @@ fn rules(o: &mut String, doc: &Document) {
             let _ = writeln!(
                 o,
                 "<p>nftables <code>{} kube-proxy</code>: {} rules, {} chains ({} service chains), listed in {:.0} ms.</p>",
-                esc(&t.family),
+                t.nft_family(),
                 t.counts.rules,
                 t.counts.chains,
                 t.counts.service_chains,

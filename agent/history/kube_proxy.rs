@@ -85,6 +85,7 @@ pub struct KubeProxyDerived {
     /// Restarts seen since the agent started (a changed process start time).
     pub restarts: u64,
     /// Unix time of the latest restart seen, in seconds.
+    #[serde(rename = "last_restart_timestamp_seconds", alias = "last_restart_seconds")]
     pub last_restart_seconds: Option<f64>,
     /// CPU throttling over [`THROTTLING_WINDOW_SECONDS`]; absent until two readings of the same
     /// cgroup.

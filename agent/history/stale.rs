@@ -15,6 +15,7 @@ pub struct TrackedStale {
     #[serde(flatten)]
     pub group: StaleGroup,
     /// Unix time of the first check (of this unbroken run) that saw it, in seconds.
+    #[serde(rename = "first_seen_timestamp_seconds", alias = "first_seen_seconds")]
     pub first_seen_seconds: f64,
     /// Consecutive checks that saw it, this one included.
     pub checks: u32,

@@ -27,6 +27,7 @@ pub struct NetlinkCount {
     /// The nf_tables ruleset generation every part of the count was made at.
     pub generation: u32,
     /// Unix time the count was made, in seconds (before this run when reused).
+    #[serde(rename = "counted_timestamp_seconds", alias = "counted_at_seconds")]
     pub counted_at_seconds: f64,
     /// Made by an earlier run at this same generation and reused: nothing changed since.
     pub reused: bool,

@@ -484,6 +484,7 @@ pub struct CountMismatch {
 pub struct CrossCheck {
     /// Unix time the cross-check ran, in seconds (it runs on its own interval,
     /// so it may be older than this reading).
+    #[serde(rename = "timestamp_seconds", alias = "at_seconds")]
     pub at_seconds: f64,
     /// The iptables-nft-save / ip6tables-nft-save runs: wall time and counts.
     pub saves: Vec<SaveRun>,

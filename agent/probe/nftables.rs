@@ -500,7 +500,8 @@ fn count_tables(
 /// One kube-proxy table, as counted.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NftTable {
-    /// `ip` or `ip6`.
+    /// `ipv4` or `ipv6`: the address family, as in every other metric label and key (nft
+    /// names the table's family `ip` or `ip6`: [`NftTable::nft_family`]).
     pub family: String,
     /// Wall time of reading the table (`nft list table`, or the netlink count), in seconds.
     pub duration_seconds: f64,
@@ -510,6 +511,36 @@ pub struct NftTable {
     /// For a netlink count: at which generation and when it was made, and whether reused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netlink: Option<super::counted::NetlinkCount>,
+}
+
+impl NftTable {
+    /// nft's name of the table's family (`ip`, `ip6`), as in `nft list table ip kube-proxy`.
+    pub fn nft_family(&self) -> &'static str {
+        if self.family == "ipv6" {
+            "ip6"
+        } else {
+            "ip"
+        }
+    }
+}
+
+/// The address family (`ipv4`, `ipv6`) of an nft family name (`ip`, `ip6`).
+pub fn address_family(nft_family: &str) -> &'static str {
+    if nft_family == "ip6" {
+        "ipv6"
+    } else {
+        "ipv4"
+    }
+}
+
+/// A table's `family` key as read from JSON: `ipv4`/`ipv6`, or the `ip`/`ip6` of documents
+/// written before the family vocabulary was unified (docs/upgrading.md).
+pub fn address_family_of_key(key: &str) -> &str {
+    match key {
+        "ip" => "ipv4",
+        "ip6" => "ipv6",
+        other => other,
+    }
 }
 
 /// What `facts.nftables` holds: kube-proxy's nftables-mode tables.
@@ -552,7 +583,7 @@ pub async fn probe(
     for (family, (counts, how)) in [Family::Ip, Family::Ip6].into_iter().zip(counted) {
         if let Some(counts) = counts {
             tables.push(NftTable {
-                family: family.as_str().to_string(),
+                family: address_family(family.as_str()).to_string(),
                 duration_seconds: if how.reused { elapsed } else { how.count_seconds },
                 bytes: how.bytes,
                 counts,
@@ -604,7 +635,7 @@ async fn probe_with_nft(
         crate::exec::ExecError::check_status(&spec, &fin)?;
         let counts = parse_list_table(&spec.display(), &text)?;
         tables.push(NftTable {
-            family: family.to_string(),
+            family: address_family(family).to_string(),
             duration_seconds: fin.duration.as_secs_f64(),
             bytes: fin.stdout_bytes,
             counts,

@@ -123,7 +123,7 @@ f = d["facts"][probe]
 runs = [r for r in (f["saves"] if probe == "iptables" else f["tables"]) if r.get("netlink")]
 if runs and all(r["netlink"]["reused"] for r in runs):
     p = d["probes"][probe]
-    print(p["last_run_seconds"], p["duration_seconds"] * 1000)
+    print(p["last_run_timestamp_seconds"], p["duration_seconds"] * 1000)
 PY
 		sort -u -o "$WORK/reuse" "$WORK/reuse"
 	done

@@ -138,13 +138,16 @@ PYEOF
 }
 deploy_steps() {
     local rc=0 out got
-    # manifests/ as committed: refused by both renderers, with kustomize's message.
-    local want="options.index 1 is out of bounds for value proxywatch:image-not-set--see-README-Deploy"
+    # manifests/ as committed: refused by both renderers, with kustomize's message, which is
+    # the guard's text: what to set, where, and where the steps are.
+    local want="options.index 1 is out of bounds for value the proxywatch image is not set. Set it in manifests/kustomization.yaml with an images entry"
+    local want_end="See docs/deploy.md. The image needs a tag or a digest; it is now >> proxywatch"
+    [ -f docs/deploy.md ] || { echo "the guard's message points to docs/deploy.md, which does not exist"; rc=1; }
     if [ ${#KUSTOMIZE[@]} -gt 0 ]; then
         if out=$("${KUSTOMIZE[@]}" manifests 2>&1); then
             echo "${KUSTOMIZE[*]} rendered manifests/ with the placeholder image"
             rc=1
-        elif ! grep -qF "$want" <<<"$out"; then
+        elif ! grep -qF "$want" <<<"$out" || ! grep -qF "$want_end" <<<"$out"; then
             echo "${KUSTOMIZE[*]} manifests failed otherwise: $out"
             rc=1
         else
@@ -154,7 +157,7 @@ deploy_steps() {
     if out=$("$PY" "$HERE/render_overlay.py" "$WORK/unset.yaml" --no-component 2>&1); then
         echo "render_overlay.py rendered manifests/ with the placeholder image"
         rc=1
-    elif ! grep -qF "$want" <<<"$out"; then
+    elif ! grep -qF "$want" <<<"$out" || ! grep -qF "$want_end" <<<"$out"; then
         echo "render_overlay.py failed otherwise: $out"
         rc=1
     else
@@ -209,6 +212,83 @@ PYEOF
     return $rc
 }
 step "deploy: manifests/ with the placeholder image does not render; README step 2 renders the user's image" deploy_steps
+
+# ---------------------------------------------------------------- local deploy steps (docs/deploy.md)
+# docs/deploy.md's kind/minikube path on a copy of manifests/: the tag docker builds is the one
+# kind and minikube load, its images block sets exactly that registry-less image, and both
+# renderers render it with a pull policy that uses the loaded image. An image without a tag
+# (newName only) must still be refused.
+deploy_local() {
+    local rc=0 k=$WORK/deploy-local/manifests built got
+    rm -rf "$WORK/deploy-local" && mkdir -p "$WORK/deploy-local" && cp -r manifests "$k" || return 1
+    built=$("$PY" - "$ROOT/docs/deploy.md" "$k/kustomization.yaml" <<'PYEOF'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+def block(marker, lang):
+    if marker not in text:
+        sys.exit(f"docs/deploy.md: no {marker} block")
+    return text[text.index(marker):].split(f"```{lang}\n", 1)[1].split("```", 1)[0]
+steps = block("<!-- deploy-local:", "sh")
+build = re.findall(r"^docker build -t (\S+) \.$", steps, re.M)
+loads = re.findall(r"^(?:kind load docker-image|minikube image load) (\S+)$", steps, re.M)
+if len(build) != 1 or len(loads) != 2:
+    sys.exit(f"docs/deploy.md: want one `docker build -t IMAGE .` and a kind and a minikube load, got {build} {loads}")
+if any(l != build[0] for l in loads):
+    sys.exit(f"docs/deploy.md: builds {build[0]} but loads {loads}")
+if "/" in build[0] or ":" not in build[0]:
+    sys.exit(f"docs/deploy.md: the local image {build[0]} should be registry-less and tagged")
+images = block("<!-- deploy-local-images", "yaml")
+with open(sys.argv[2], "a", encoding="utf-8") as f:
+    f.write("\n" + images)
+print(build[0])
+PYEOF
+) || return 1
+    echo "+ docs/deploy.md: docker build -t $built; kind/minikube load $built; its images block:"
+    sed -n '/^images:/,$p' "$k/kustomization.yaml"
+    # check_image FILE RENDERER: the DaemonSet runs the built image, never pulled from a registry.
+    check_image() {
+        "$PY" - "$1" "$built" "$2" <<'PYEOF'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+ds = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "proxywatch"][0]
+c = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "proxywatch"][0]
+if c["image"] != sys.argv[2]:
+    sys.exit(f"{sys.argv[3]}: the DaemonSet runs {c['image']}, docs/deploy.md built {sys.argv[2]}")
+if c.get("imagePullPolicy") not in ("IfNotPresent", "Never"):
+    sys.exit(f"{sys.argv[3]}: imagePullPolicy {c.get('imagePullPolicy')} would pull {c['image']} from a registry")
+print(f"{sys.argv[3]}: the DaemonSet runs {c['image']} ({c['imagePullPolicy']}), as loaded")
+PYEOF
+    }
+    if [ ${#KUSTOMIZE[@]} -gt 0 ]; then
+        "${KUSTOMIZE[@]}" "$k" >"$WORK/local-kustomize.yaml" || return 1
+        check_image "$WORK/local-kustomize.yaml" "${KUSTOMIZE[*]}" || rc=1
+    fi
+    "$PY" "$HERE/render_overlay.py" "$WORK/local-py.yaml" --base "$k" --no-component >/dev/null || return 1
+    check_image "$WORK/local-py.yaml" render_overlay.py || rc=1
+    if [ ${#KUSTOMIZE[@]} -gt 0 ]; then
+        "$PY" "$HERE/same_objects.py" "$WORK/local-kustomize.yaml" "$WORK/local-py.yaml" || rc=1
+    fi
+    # An image with neither tag nor digest is refused, with the guard's message.
+    local n=$WORK/deploy-notag
+    rm -rf "$n" && cp -r manifests "$n" && printf '\nimages:\n  - name: proxywatch\n    newName: registry.example.com/proxywatch\n' >>"$n/kustomization.yaml"
+    local out
+    if out=$("$PY" "$HERE/render_overlay.py" "$WORK/notag.yaml" --base "$n" --no-component 2>&1); then
+        echo "render_overlay.py rendered an image without a tag or digest"; rc=1
+    elif ! grep -qF "it is now >> registry.example.com/proxywatch" <<<"$out"; then
+        echo "render_overlay.py refused the untagged image otherwise: $out"; rc=1
+    fi
+    if [ ${#KUSTOMIZE[@]} -gt 0 ]; then
+        if out=$("${KUSTOMIZE[@]}" "$n" 2>&1); then
+            echo "${KUSTOMIZE[*]} rendered an image without a tag or digest"; rc=1
+        elif ! grep -qF "it is now >> registry.example.com/proxywatch" <<<"$out"; then
+            echo "${KUSTOMIZE[*]} refused the untagged image otherwise: $out"; rc=1
+        else
+            echo "${KUSTOMIZE[*]}: an image without a tag or digest is refused with the guard's message"
+        fi
+    fi
+    return $rc
+}
+step "deploy (local, docs/deploy.md): a registry-less tag loaded into kind/minikube renders; no tag is refused" deploy_local
 
 # ---------------------------------------------------------------- render the overlay
 OVERLAY=$WORK/overlay.yaml
@@ -279,6 +359,65 @@ test_rules() {
 step "promtool test rules tests/manifests/alerts_test.yaml" test_rules
 step "alerts: severity, summary/description, runbook anchors in docs/alerts.md, job selectors, test coverage" \
     "$PY" "$HERE/check_rules_meta.py"
+dashboard_queries() {
+    # Every query of the dashboard, as a recording rule: promtool parses each expression (the
+    # $variables sit inside label-matcher strings, so they parse as Grafana sends them).
+    "$PY" - manifests/dashboards/proxywatch.json "$RULES_DIR/dashboard-queries.yaml" <<'PYEOF' || return 1
+import json, sys, yaml
+d = json.load(open(sys.argv[1]))
+exprs = [t["expr"] for p in d["panels"] for t in p.get("targets", []) if t.get("expr")]
+rules = [{"record": f"dashboard:query_{i}", "expr": e} for i, e in enumerate(exprs)]
+yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, open(sys.argv[2], "w"))
+print(f"{len(exprs)} dashboard queries")
+PYEOF
+    "$PROMTOOL" check rules "$RULES_DIR/dashboard-queries.yaml" || return 1
+    # Some fleet queries evaluated on three nodes, with the variables as Grafana fills them
+    # (All = .*): the state sets are counted by their 1s, top-k picks the fullest node, the
+    # worst-nodes table ranks by severity, the drill-down sees one node only.
+    "$PY" - manifests/dashboards/proxywatch.json "$RULES_DIR/dashboard_test.yaml" <<'PYEOF' || return 1
+import json, sys, yaml
+d = json.load(open(sys.argv[1]))
+def expr(title, ref="A"):
+    p = [p for p in d["panels"] if p.get("title") == title]
+    assert len(p) == 1, f"no single panel {title!r}"
+    e = [t["expr"] for t in p[0]["targets"] if t["refId"] == ref][0]
+    for var, val in (("$cluster", ".*"), ("$job", "proxywatch"), ("$instance", ".*"), ("$node", "node-b")):
+        e = e.replace(var, val)
+    return e
+L = 'job="proxywatch",instance="node-%s"'
+series = []
+for n, mode, backend, entries, sev in (("a", "iptables", "nft", 100, 0), ("b", "ipvs", "legacy", 900, 3), ("c", "iptables", "nft", 500, 2)):
+    for m in ("iptables", "ipvs", "nftables", "kernelspace"):
+        series.append({"series": f'proxywatch_kube_proxy_mode{{{L % n},mode="{m}"}}', "values": "1" if m == mode else "0"})
+    for b in ("nft", "legacy", "default", "none"):
+        series.append({"series": f'proxywatch_iptables_backend_in_use{{{L % n},backend="{b}"}}', "values": "1" if b == backend else "0"})
+    series.append({"series": f"proxywatch_conntrack_entries{{{L % n}}}", "values": str(entries)})
+    series.append({"series": f"proxywatch_conntrack_entries_limit{{{L % n}}}", "values": "1000"})
+    series.append({"series": f'proxywatch_finding_severity{{{L % n},id="conntrack_table_fill"}}', "values": str(sev)})
+tests = [
+    (expr("Nodes per kube-proxy mode"), [({"mode": "iptables"}, 2), ({"mode": "ipvs"}, 1)]),
+    (expr("Nodes per iptables backend"), [({"backend": "legacy"}, 1), ({"backend": "nft"}, 2)]),
+    (expr("Conntrack table fill: top 10 nodes"), [({"job": "proxywatch", "instance": f"node-{n}"}, v) for n, v in (("a", 0.1), ("b", 0.9), ("c", 0.5))]),
+    (expr("Conntrack table fill across nodes", "A"), [({}, 0.9)]),
+    (expr("Worst nodes", "A"), [({"instance": f"node-{n}"}, v) for n, v in (("a", 0), ("b", 3), ("c", 2))]),
+    (expr("Conntrack entries and limits", "A"), [({"__name__": "proxywatch_conntrack_entries", "job": "proxywatch", "instance": "node-b"}, 900)]),
+]
+def sample(labels, v):
+    return {"labels": "{" + ",".join(f'{k}="{x}"' for k, x in sorted(labels.items())) + "}" if labels else "{}", "value": v}
+doc = {"tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [
+    {"expr": e, "eval_time": "0m", "exp_samples": [sample(l, v) for l, v in want]} for e, want in tests]}]}
+for t in doc["tests"][0]["promql_expr_test"]:
+    for s in t["exp_samples"]:
+        name = [x for x in s["labels"][1:-1].split(",") if x.startswith("__name__=")]
+        if name:
+            rest = ",".join(x for x in s["labels"][1:-1].split(",") if not x.startswith("__name__="))
+            s["labels"] = name[0].split("=", 1)[1].strip('"') + "{" + rest + "}"
+yaml.safe_dump(doc, open(sys.argv[2], "w"), sort_keys=False)
+print(f"{len(tests)} dashboard queries evaluated by promtool")
+PYEOF
+    (cd "$RULES_DIR" && "$PROMTOOL" test rules dashboard_test.yaml)
+}
+step "promtool parses every dashboard query" dashboard_queries
 
 # ---------------------------------------------------------------- metric names
 # The agent's metric names and finding ids as the README lists them (tests/readme.rs proves

@@ -17,13 +17,18 @@ usage: lint_files.py [RENDERED_OVERLAY.yaml]
     sidecar's certificate: https, no insecureSkipVerify, serverName among the
     certificate's dnsNames, the CA from the Secret the sidecar serves;
   - the Grafana dashboard is valid JSON with a datasource variable, unique panel
-    ids, and a query in every panel;
+    ids, and a query in every panel; fit for a fleet: cluster, job (default
+    proxywatch, the rules' job), instance and node variables in every selector,
+    fleet time series aggregated or top/bottom-k (never one series per node),
+    a "worst nodes" table, a drill-down row for $node, IPVS and nftables panels;
+    and it is what tests/tools/gen_dashboard.py writes;
   - the Dockerfile's ENTRYPOINT runs tini as a child subreaper (tini -s).
 Needs PyYAML and jsonschema (both in check.sh's venv).
 """
 import glob
 import json
 import os
+import re
 import sys
 
 import jsonschema
@@ -245,11 +250,68 @@ def check_dashboard(path):
             errors.append(f"{path}: panel {p.get('title')!r} has no query")
         if "gridPos" not in p:
             errors.append(f"{path}: panel {p.get('title')!r} has no gridPos")
+    check_dashboard_fleet(path, d, vars_)
     fill = [p for p in d.get("panels", []) if "conntrack_entries_limit" in json.dumps(p.get("targets", [])) and "fill" in p.get("title", "").lower()]
     steps = [s.get("value") for p in fill for s in get(p, "fieldConfig.defaults.thresholds.steps") or []]
     if not fill or 0.8 not in steps or 0.95 not in steps:
         errors.append(f"{path}: the conntrack fill panel needs 0.8 and 0.95 thresholds")
     return n
+
+
+SELECTOR_RE = re.compile(r"\b((?:proxywatch_[a-z0-9_]+)|up)\{([^}]*)\}")
+AGG_RE = re.compile(r"^\s*(sort_desc\(|sort\()?\s*(topk|bottomk|count|sum|max|min|avg|quantile)\b\s*(by\s*\(([^)]*)\))?\s*\(")
+
+
+def check_dashboard_fleet(path, d, vars_):
+    """Fit for a fleet: cluster/job/instance variables (job defaulting to the rules' job), every
+    selector filtered by them, fleet panels that aggregate or pick the top nodes instead of
+    drawing one series per node, a drill-down row for one node ($node), IPVS and nftables."""
+    for name in ("cluster", "job", "instance", "node"):
+        if vars_.get(name, {}).get("type") != "query":
+            errors.append(f"{path}: needs a '{name}' query variable")
+    if get(vars_.get("job", {}), "current.value") != "proxywatch":
+        errors.append(f"{path}: the job variable must default to proxywatch, the job the alert rules select")
+    if vars_.get("node", {}).get("multi") or vars_.get("node", {}).get("includeAll"):
+        errors.append(f"{path}: the drill-down variable 'node' must select one node")
+    drill, rows = False, []
+    for p in d.get("panels", []):
+        if p.get("type") == "row":
+            drill = "$node" in p.get("title", "")
+            rows.append(p.get("title", ""))
+            continue
+        for t in p.get("targets", []):
+            expr = t.get("expr", "")
+            sels = SELECTOR_RE.findall(expr)
+            if not sels:
+                errors.append(f"{path}: panel {p.get('title')!r}: no proxywatch selector in {expr!r}")
+            for metric, sel in sels:
+                m = sel.replace(" ", "")
+                want = ['cluster=~"$cluster"', 'job=~"$job"', 'instance="$node"' if drill else 'instance=~"$instance"']
+                for w in want:
+                    if w not in m:
+                        errors.append(f"{path}: panel {p.get('title')!r}: {metric}{{{sel}}} lacks {w}")
+            if drill or p.get("type") != "timeseries":
+                continue
+            # A fleet time series: aggregated without instance, or the top/bottom k nodes.
+            agg = AGG_RE.match(expr)
+            if not agg:
+                errors.append(f"{path}: fleet panel {p.get('title')!r} draws one series per node: {expr!r}")
+            elif agg.group(2) not in ("topk", "bottomk") and "instance" in (agg.group(4) or ""):
+                errors.append(f"{path}: fleet panel {p.get('title')!r} keeps one series per node: {expr!r}")
+    if not any("$node" in r for r in rows):
+        errors.append(f"{path}: no drill-down row (a row titled with $node)")
+    text = json.dumps(d)
+    for family in ("proxywatch_ipvs_", "proxywatch_nftables_"):
+        if family not in text:
+            errors.append(f"{path}: no panel on {family}*")
+    if not any(p.get("type") == "table" and "worst" in p.get("title", "").lower() for p in d.get("panels", [])):
+        errors.append(f"{path}: no 'worst nodes' table")
+    # The JSON is generated: it must be what tests/tools/gen_dashboard.py writes.
+    import subprocess, tempfile
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as tmp:
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tools", "gen_dashboard.py"), tmp.name], check=True)
+        if json.load(open(tmp.name)) != d:
+            errors.append(f"{path}: differs from what tests/tools/gen_dashboard.py writes (edit the generator, run it)")
 
 
 # ---------------------------------------------------------------- overlay TLS

@@ -162,19 +162,27 @@ def select(objs, sel, where):
 
 
 def part(value, options, index_value=None):
-    """kustomize's delimiter/index options: read (index_value None) or replace a part."""
+    """kustomize's delimiter/index options: read (index_value None) or replace a part.
+
+    As kustomize (api/filters/replacement): reading a part that does not exist is an
+    error; writing one past the end appends it (before the first: prepends it)."""
     delim, index = options.get("delimiter", ""), options.get("index", 0)
     if not delim:
         return value if index_value is None else index_value
     parts = value.split(delim)
+    if index_value is not None:
+        if index < 0:
+            parts.insert(0, index_value)
+        elif index >= len(parts):
+            parts.append(index_value)
+        else:
+            parts[index] = index_value
+        return delim.join(parts)
     if index < 0 or index >= len(parts):
         # kustomize's own message (api/filters/replacement), so the two renderers agree.
         print(f"Error: options.index {index} is out of bounds for value {value}", file=sys.stderr)
         raise SystemExit(1)
-    if index_value is None:
-        return parts[index]
-    parts[index] = index_value
-    return delim.join(parts)
+    return parts[index]
 
 
 def replace(objs, replacements):

@@ -67,6 +67,12 @@ pub struct CgroupFacts {
     pub memory_usage_bytes: Option<u64>,
     /// `cpu.max` / `cpu.cfs_quota_us ÷ cpu.cfs_period_us`, in cores; None when unlimited.
     pub cpu_limit_cores: Option<f64>,
+    /// The CFS quota (CPU time per period), in seconds; None when unlimited.
+    #[serde(default)]
+    pub cpu_quota_seconds: Option<f64>,
+    /// The CFS period, in seconds; None when unlimited.
+    #[serde(default)]
+    pub cpu_period_seconds: Option<f64>,
     /// `cpu.stat`'s throttling counters, when the cpu controller is there.
     pub cpu: Option<CpuStat>,
 }
@@ -186,10 +192,24 @@ pub fn parse_limit(text: &str) -> Option<u64> {
 
 /// cgroup v2 `cpu.max`: `max 100000` (no limit) or `QUOTA PERIOD`, in cores.
 pub fn parse_cpu_max(text: &str) -> Option<f64> {
+    cpu_max_micros(text).map(|(quota, period)| quota / period)
+}
+
+/// cgroup v2 `cpu.max` as (quota, period) in microseconds, as the file has them; None for
+/// `max` (no limit) or garbage.
+fn cpu_max_micros(text: &str) -> Option<(f64, f64)> {
     let mut it = text.split_whitespace();
     let quota: f64 = it.next()?.parse().ok()?;
     let period: f64 = it.next()?.parse().ok()?;
-    (period > 0.0 && quota >= 0.0).then(|| quota / period)
+    (period > 0.0 && quota >= 0.0).then_some((quota, period))
+}
+
+/// (limit in cores, quota in seconds, period in seconds) of a quota and period in microseconds.
+fn cpu_limit(micros: Option<(f64, f64)>) -> (Option<f64>, Option<f64>, Option<f64>) {
+    match micros {
+        Some((q, p)) => (Some(q / p), Some(q / 1e6), Some(p / 1e6)),
+        None => (None, None, None),
+    }
 }
 
 /// `cpu.stat`, v2 (`throttled_usec`) or v1 (`throttled_time`, ns); None without `nr_periods`.
@@ -239,11 +259,12 @@ pub fn read(host: &Host, root: &Path, pid: i32) -> Result<CgroupFacts, String> {
         let (mem_dir, found_by) = locate(&mount(mem), &mem.path, pid)
             .ok_or_else(|| format!("{pid}'s memory cgroup {:?} is not under {}", mem.path, root.display()))?;
         let cpu_dir = v1("cpu").and_then(|l| locate(&mount(l), &l.path, pid)).map(|(d, _)| d);
-        let cpu_limit_cores = cpu_dir.as_ref().and_then(|d| {
+        // Quota -1 when unlimited.
+        let (cpu_limit_cores, cpu_quota_seconds, cpu_period_seconds) = cpu_limit(cpu_dir.as_ref().and_then(|d| {
             let quota: f64 = file(d, "cpu.cfs_quota_us")?.trim().parse().ok()?;
             let period: f64 = file(d, "cpu.cfs_period_us")?.trim().parse().ok()?;
-            (quota > 0.0 && period > 0.0).then(|| quota / period)
-        });
+            (quota > 0.0 && period > 0.0).then_some((quota, period))
+        }));
         return Ok(CgroupFacts {
             version: 1,
             path: shown_path(&mem_dir),
@@ -251,6 +272,8 @@ pub fn read(host: &Host, root: &Path, pid: i32) -> Result<CgroupFacts, String> {
             memory_limit_bytes: file(&mem_dir, "memory.limit_in_bytes").and_then(|t| parse_limit(&t)),
             memory_usage_bytes: file(&mem_dir, "memory.usage_in_bytes").and_then(|t| parse_limit(&t)),
             cpu_limit_cores,
+            cpu_quota_seconds,
+            cpu_period_seconds,
             cpu: cpu_dir
                 .and_then(|d| file(&d, "cpu.stat"))
                 .and_then(|t| parse_cpu_stat(&t)),
@@ -268,13 +291,17 @@ pub fn read(host: &Host, root: &Path, pid: i32) -> Result<CgroupFacts, String> {
     };
     let (dir, found_by) = locate(&mount, &unified.path, pid)
         .ok_or_else(|| format!("{pid}'s cgroup {:?} is not under {}", unified.path, mount.display()))?;
+    let (cpu_limit_cores, cpu_quota_seconds, cpu_period_seconds) =
+        cpu_limit(file(&dir, "cpu.max").and_then(|t| cpu_max_micros(&t)));
     Ok(CgroupFacts {
         version: 2,
         path: format!("/{}", dir.strip_prefix(&mount).unwrap_or(&dir).display()),
         found_by,
         memory_limit_bytes: file(&dir, "memory.max").and_then(|t| parse_limit(&t)),
         memory_usage_bytes: file(&dir, "memory.current").and_then(|t| parse_limit(&t)),
-        cpu_limit_cores: file(&dir, "cpu.max").and_then(|t| parse_cpu_max(&t)),
+        cpu_limit_cores,
+        cpu_quota_seconds,
+        cpu_period_seconds,
         cpu: file(&dir, "cpu.stat").and_then(|t| parse_cpu_stat(&t)),
     })
 }
