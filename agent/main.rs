@@ -9,7 +9,7 @@ use clap::Parser;
 
 use proxywatch::compare;
 use proxywatch::config::{
-    BaselineAction, BaselineArgs, Cli, Command, Common, CompareArgs, CompareFormat, Format, ServeArgs,
+    BaselineAction, BaselineArgs, Cli, Command, Common, CompareArgs, CompareFormat, Format, NpdArgs, ServeArgs,
 };
 use proxywatch::evaluate::{Severity, Thresholds};
 use proxywatch::exec::Runner;
@@ -41,6 +41,7 @@ fn main() -> ExitCode {
             action: BaselineAction::Save(a),
         }) => &a.common,
         Command::Compare(a) => &a.common,
+        Command::Npd(a) => &a.common,
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
                 action: BaselineAction::Save(args),
             }) => baseline_save(&args.file, &args.common).await,
             Command::Compare(args) => compare_cmd(&args).await,
+            Command::Npd(args) => Ok(npd(&args).await),
         }
     });
     // Dropping the runtime cancels the probe tasks (their commands' groups are
@@ -204,13 +206,56 @@ async fn compare_cmd(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(c.verdict.exit_code()))
 }
 
+/// `proxywatch npd`: NPD's exit code and one line on stdout, whatever happens
+/// (an error is exit 2 with its reason as the line, never an empty message).
+async fn npd(args: &NpdArgs) -> ExitCode {
+    use proxywatch::expose::npd;
+    let (code, line) = match npd_findings(args).await {
+        Ok(findings) => npd::verdict(&findings, &args.selection(), args.severity, args.max_output_length),
+        Err(why) => (npd::EXIT_UNKNOWN, format!("unknown: {why:#}")),
+    };
+    let line = npd::cut(&line.replace(['\n', '\r'], " "), args.max_output_length);
+    let mut stdout = std::io::stdout().lock();
+    // NPD reads the exit code even when its pipe is gone; nothing else to do on a write error.
+    let _ = writeln!(stdout, "{line}");
+    ExitCode::from(code)
+}
+
+async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate::Finding>> {
+    let Some(from) = &args.from else {
+        let Setup { ctx, aggregator, .. } = setup(&args.common)?;
+        let publication = scheduler::run_once(ctx, &args.common.schedules(), aggregator).await;
+        return Ok(publication.document.findings);
+    };
+    let url = match proxywatch::fetch::split_url(from) {
+        Some((_, "/")) => proxywatch::fetch::join(from, "/findings"),
+        Some(_) => from.clone(),
+        None => anyhow::bail!("--from {from}: expected http://HOST:PORT (the agent's address)"),
+    };
+    let got = match proxywatch::fetch::get(&url, args.timeout, 16 << 20).await {
+        Ok(got) => got,
+        Err(e) if e.is_refused() => anyhow::bail!("no agent answering at {url} (connection refused)"),
+        Err(proxywatch::fetch::FetchError::Timeout { after, .. }) => {
+            anyhow::bail!("agent at {url} did not answer within {after:?}")
+        }
+        Err(e) => return Err(e.into()),
+    };
+    anyhow::ensure!(
+        got.status == 200,
+        "{url}: HTTP {}: {}",
+        got.status,
+        got.body.lines().next().unwrap_or("")
+    );
+    proxywatch::expose::npd::parse_findings(&got.body).map_err(|e| anyhow::anyhow!("{url}: {e}"))
+}
+
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let common = &args.common;
     let Setup { ctx, aggregator, node } = setup(common)?;
     let limits = args.limits(&node)?;
     proxywatch::reaper::start_if_pid1();
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
-    let latest = scheduler::spawn(ctx, common.schedules(), aggregator);
+    let latest = scheduler::spawn(ctx, common.schedules(), aggregator.log_changes());
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
     server::serve(listener, http::router(latest), limits, shutdown_signal())
         .await

@@ -11,13 +11,14 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::evaluate::{self, Thresholds};
+use crate::evaluate::{self, Severity, Thresholds};
 use crate::expose::http::Latest;
 use crate::expose::Publication;
+use crate::history::findings::{Change, FindingTracker, LogBudget, Transition};
 use crate::history::{History, HistoryConfig};
 use crate::probe::{self, panic_message, Deadline, ProbeContext, ProbeError, ProbeName, Probed, Reading};
 use crate::snapshot::{ProbeOutcome, ProbeStatus, Snapshot};
-use crate::timefmt::unix_seconds;
+use crate::timefmt::{human_duration, unix_seconds};
 
 /// Which probes run, and how often.
 #[derive(Debug, Clone)]
@@ -46,6 +47,11 @@ pub struct Aggregator {
     snapshot: Snapshot,
     thresholds: Thresholds,
     history: History,
+    /// Since when each finding is active, and its transitions (the history stage, fed verdicts).
+    findings: FindingTracker,
+    /// Log finding transitions and probe outcome changes (`serve`; `check` prints its report instead).
+    log_changes: bool,
+    log_budget: LogBudget,
     waiting_for: BTreeSet<ProbeName>,
 }
 
@@ -55,6 +61,9 @@ impl Aggregator {
             snapshot: Snapshot::new(node),
             thresholds,
             history: History::new(history),
+            findings: FindingTracker::default(),
+            log_changes: false,
+            log_budget: LogBudget::default(),
             waiting_for: probes.iter().copied().collect(),
         }
     }
@@ -63,7 +72,9 @@ impl Aggregator {
     /// `now` is the wall clock (for timestamps), `mono` a monotonic time in seconds (for windows).
     pub fn record(&mut self, report: RunReport, now: f64, mono: f64) -> Option<Publication> {
         let p = report.probe;
-        let previous_success = self.snapshot.probes.get(&p).and_then(|o| o.last_success_seconds);
+        let previous = self.snapshot.probes.get(&p);
+        let previous_success = previous.and_then(|o| o.last_success_seconds);
+        let previous_status = previous.map(|o| o.status);
         let (status, error) = match report.result {
             Ok(Probed::Present(reading)) => {
                 self.history.observe(&reading, now, mono, &mut self.snapshot.derived);
@@ -78,10 +89,12 @@ impl Aggregator {
             Err(e) => {
                 self.snapshot.facts.clear(p);
                 self.history.missed(p, &mut self.snapshot.derived);
-                tracing::warn!(probe = %p, "probe failed: {e}");
                 (ProbeStatus::Failed, Some(e.to_string()))
             }
         };
+        if self.log_changes && previous_status != Some(status) {
+            self.log_probe_change(p, previous_status, status, error.as_deref(), mono);
+        }
         let last_success_seconds = if status == ProbeStatus::Failed {
             previous_success
         } else {
@@ -102,8 +115,80 @@ impl Aggregator {
         if !self.waiting_for.is_empty() {
             return None;
         }
-        let verdict = evaluate::evaluate(&self.snapshot, &self.thresholds);
+        let mut verdict = evaluate::evaluate(&self.snapshot, &self.thresholds);
+        let transitions = self.findings.stamp(&mut verdict.findings, now);
+        if self.log_changes {
+            for t in &transitions {
+                self.log_transition(t, now, mono);
+            }
+        }
         Some(Publication::new(&self.snapshot, verdict))
+    }
+
+    /// Logs finding transitions and probe outcome changes from now on (what `serve` does).
+    pub fn log_changes(mut self) -> Self {
+        self.log_changes = true;
+        self
+    }
+
+    /// One line per finding transition, within the log budget.
+    fn log_transition(&mut self, t: &Transition, now: f64, mono: f64) {
+        let Some(left_out) = self.log_budget.admit(mono) else {
+            return;
+        };
+        let (id, severity) = (t.id.as_str(), t.severity.as_str());
+        let note = left_out_note(left_out);
+        match &t.change {
+            Change::Appeared if t.severity >= Severity::Warning => {
+                tracing::warn!(finding = id, severity, "finding appeared: {}{note}", t.summary)
+            }
+            Change::Appeared => tracing::info!(finding = id, severity, "finding appeared: {}{note}", t.summary),
+            Change::SeverityChanged { from } if t.severity > *from && t.severity >= Severity::Warning => {
+                tracing::warn!(finding = id, severity, from = from.as_str(), "finding worse: {}{note}", t.summary)
+            }
+            Change::SeverityChanged { from } => {
+                tracing::info!(finding = id, severity, from = from.as_str(), "finding better: {}{note}", t.summary)
+            }
+            Change::Cleared => tracing::info!(
+                finding = id,
+                severity,
+                "finding cleared after {} at {severity}: {}{note}",
+                human_duration(now - t.since),
+                t.summary
+            ),
+        }
+    }
+
+    /// A probe's outcome changed (failed, recovered, source absent): one line, within the log budget.
+    fn log_probe_change(
+        &mut self,
+        p: ProbeName,
+        before: Option<ProbeStatus>,
+        now: ProbeStatus,
+        error: Option<&str>,
+        mono: f64,
+    ) {
+        if before.is_none() && now == ProbeStatus::Ok {
+            return; // the first run went fine: nothing changed
+        }
+        let Some(left_out) = self.log_budget.admit(mono) else {
+            return;
+        };
+        let note = left_out_note(left_out);
+        let why = error.unwrap_or("");
+        match now {
+            ProbeStatus::Failed => tracing::warn!(probe = %p, "probe failed: {why}{note}"),
+            ProbeStatus::Absent => tracing::info!(probe = %p, "probe source absent: {why}{note}"),
+            ProbeStatus::Ok => tracing::info!(probe = %p, "probe ok again{note}"),
+        }
+    }
+}
+
+fn left_out_note(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" ({n} earlier change{} not logged: log rate limit)", if n == 1 { "" } else { "s" })
     }
 }
 

@@ -7,6 +7,7 @@
 //! lands in [`Derived`], the snapshot's part beside the readings, so a reader
 //! can tell a value read from the node from one computed over time.
 
+pub mod findings;
 pub mod kube_proxy;
 pub mod stale;
 pub mod trend;
