@@ -227,26 +227,28 @@ async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate
         let publication = scheduler::run_once(ctx, &args.common.schedules(), aggregator).await;
         return Ok(publication.document.findings);
     };
-    let url = match proxywatch::fetch::split_url(from) {
-        Some((_, "/")) => proxywatch::fetch::join(from, "/findings"),
-        Some(_) => from.clone(),
+    let (url, agent) = match proxywatch::fetch::split_url(from) {
+        Some((authority, "/")) => (proxywatch::fetch::join(from, "/findings"), authority),
+        Some((authority, _)) => (from.clone(), authority),
         None => anyhow::bail!("--from {from}: expected http://HOST:PORT (the agent's address)"),
     };
+    // Messages name the agent's address, not the whole URL: they must fit NPD's 80 bytes.
     let got = match proxywatch::fetch::get(&url, args.timeout, 16 << 20).await {
         Ok(got) => got,
-        Err(e) if e.is_refused() => anyhow::bail!("no agent answering at {url} (connection refused)"),
+        Err(e) if e.is_refused() => anyhow::bail!("agent not answering: connection refused at {agent}"),
         Err(proxywatch::fetch::FetchError::Timeout { after, .. }) => {
-            anyhow::bail!("agent at {url} did not answer within {after:?}")
+            anyhow::bail!("agent at {agent} did not answer within {after:?}")
         }
+        Err(proxywatch::fetch::FetchError::Io { message, .. }) => anyhow::bail!("agent at {agent}: {message}"),
         Err(e) => return Err(e.into()),
     };
     anyhow::ensure!(
         got.status == 200,
-        "{url}: HTTP {}: {}",
+        "agent at {agent}: HTTP {}: {}",
         got.status,
         got.body.lines().next().unwrap_or("")
     );
-    proxywatch::expose::npd::parse_findings(&got.body).map_err(|e| anyhow::anyhow!("{url}: {e}"))
+    proxywatch::expose::npd::parse_findings(&got.body).map_err(|e| anyhow::anyhow!("agent at {agent}: {e}"))
 }
 
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
