@@ -63,7 +63,13 @@ pub struct NpdArgs {
     pub severity: crate::evaluate::Severity,
 
     /// Which findings this condition covers: all, conntrack, kube-proxy, rules or kernel (README, NPD table).
-    #[arg(long, env = "PROXYWATCH_NPD_AREA", value_enum, default_value = "all", conflicts_with = "finding")]
+    #[arg(
+        long,
+        env = "PROXYWATCH_NPD_AREA",
+        value_enum,
+        default_value = "all",
+        conflicts_with = "finding"
+    )]
     pub area: crate::expose::npd::Area,
 
     /// Cover this one finding id only (for an NPD temporary rule: an Event).
@@ -71,7 +77,11 @@ pub struct NpdArgs {
     pub finding: Option<String>,
 
     /// Bytes of the stdout line at most (NPD's max_output_length); cut on a word boundary.
-    #[arg(long = "max-output-length", env = "PROXYWATCH_NPD_MAX_OUTPUT_LENGTH", default_value_t = 80)]
+    #[arg(
+        long = "max-output-length",
+        env = "PROXYWATCH_NPD_MAX_OUTPUT_LENGTH",
+        default_value_t = 80
+    )]
     pub max_output_length: usize,
 
     #[command(flatten)]

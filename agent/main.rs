@@ -25,6 +25,14 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
+            // `npd` answers NPD even here: one line on stdout, Unknown (2), never an empty message.
+            if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("npd") {
+                let first = e.to_string();
+                let first = first.lines().next().unwrap_or("").trim_start_matches("error: ");
+                println!("{}", proxywatch::expose::npd::cut(&format!("unknown: {first}"), 80));
+                let _ = e.print();
+                return ExitCode::from(proxywatch::expose::npd::EXIT_UNKNOWN);
+            }
             // --help and --version are not errors; usage errors must not look like "critical" (2).
             let _ = e.print();
             return if e.use_stderr() {

@@ -144,10 +144,22 @@ impl Aggregator {
             }
             Change::Appeared => tracing::info!(finding = id, severity, "finding appeared: {}{note}", t.summary),
             Change::SeverityChanged { from } if t.severity > *from && t.severity >= Severity::Warning => {
-                tracing::warn!(finding = id, severity, from = from.as_str(), "finding worse: {}{note}", t.summary)
+                tracing::warn!(
+                    finding = id,
+                    severity,
+                    from = from.as_str(),
+                    "finding worse: {}{note}",
+                    t.summary
+                )
             }
             Change::SeverityChanged { from } => {
-                tracing::info!(finding = id, severity, from = from.as_str(), "finding better: {}{note}", t.summary)
+                tracing::info!(
+                    finding = id,
+                    severity,
+                    from = from.as_str(),
+                    "finding better: {}{note}",
+                    t.summary
+                )
             }
             Change::Cleared => tracing::info!(
                 finding = id,
@@ -188,7 +200,10 @@ fn left_out_note(n: u64) -> String {
     if n == 0 {
         String::new()
     } else {
-        format!(" ({n} earlier change{} not logged: log rate limit)", if n == 1 { "" } else { "s" })
+        format!(
+            " ({n} earlier change{} not logged: log rate limit)",
+            if n == 1 { "" } else { "s" }
+        )
     }
 }
 
@@ -369,6 +384,56 @@ mod tests {
             .unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Critical);
         assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_conntrack_seconds_to_full 300"));
+    }
+
+    #[test]
+    fn since_holds_across_runs_and_restarts_with_the_severity() {
+        let mut a = Aggregator::new(
+            "n",
+            crate::config::default_thresholds(),
+            &[ProbeName::Conntrack],
+            history(60.0, 900.0),
+        )
+        .log_changes();
+        let fill = |entries: u64| {
+            Reading::Conntrack(ConntrackFacts {
+                entries,
+                max: 1000,
+                ..Default::default()
+            })
+        };
+        let since = |p: &Publication| {
+            let f = p.document.findings.iter().find(|f| f.id == "conntrack_table_fill");
+            f.map(|f| (f.severity, f.since))
+        };
+        let p = a.record(ok(ProbeName::Conntrack, fill(850)), 100.0, 0.0).unwrap();
+        assert_eq!(since(&p), Some((crate::evaluate::Severity::Warning, Some(100.0))));
+        for t in [105.0, 110.0, 115.0] {
+            let p = a.record(ok(ProbeName::Conntrack, fill(860)), t, t - 100.0).unwrap();
+            assert_eq!(
+                since(&p),
+                Some((crate::evaluate::Severity::Warning, Some(100.0))),
+                "at {t}"
+            );
+        }
+        let p = a.record(ok(ProbeName::Conntrack, fill(970)), 120.0, 20.0).unwrap();
+        assert_eq!(since(&p), Some((crate::evaluate::Severity::Critical, Some(120.0))));
+        // Rendered where users read it.
+        let json = String::from_utf8_lossy(&p.findings_json);
+        assert!(json.contains("\"since\": \"1970-01-01T00:02:00.000Z\""), "{json}");
+        let metrics = String::from_utf8_lossy(&p.metrics);
+        assert!(metrics.contains("proxywatch_finding_active_since_timestamp_seconds{id=\"conntrack_table_fill\"} 120"));
+        assert!(String::from_utf8_lossy(&p.page_html)
+            .contains("critical since <time datetime=\"1970-01-01T00:02:00.000Z\">"));
+        let report = crate::expose::report::render(&p.document);
+        assert!(
+            report.contains("       since: 1970-01-01T00:02:00.000Z (0 seconds at critical)"),
+            "{report}"
+        );
+        let p = a.record(ok(ProbeName::Conntrack, fill(100)), 130.0, 30.0).unwrap();
+        assert_eq!(since(&p), None);
+        assert!(!String::from_utf8_lossy(&p.metrics)
+            .contains("proxywatch_finding_active_since_timestamp_seconds{id=\"conntrack_table_fill\"}"));
     }
 
     #[test]

@@ -84,7 +84,10 @@ fn verdict_from_a_running_agent_agrees_with_check() {
     let node = Node::copy("conntrack-near-full-drops");
     let agent = node.serve();
     let r = npd(&[&from(&agent)], &[]);
-    assert_eq!((r.code, r.stdout.as_str()), (1, "critical: conntrack_table_fill 97.0%\n"));
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (1, "critical: conntrack_table_fill 97.0%\n")
+    );
     let r = npd(&[&from(&agent), "--area=conntrack"], &[]);
     assert_eq!(r.code, 1, "{}", r.stdout);
     // Other areas: nothing at critical; kube-proxy is absent here, and absent is no problem.
@@ -109,7 +112,10 @@ fn verdict_from_a_running_agent_agrees_with_check() {
     let mut direct = vec![root.as_str()];
     direct.extend(common::NO_KUBE_PROXY);
     let r = npd(&direct, &[("PATH", exec)]);
-    assert_eq!((r.code, r.stdout.as_str()), (1, "critical: conntrack_table_fill 97.0%\n"));
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (1, "critical: conntrack_table_fill 97.0%\n")
+    );
     let check = Command::new(common::binary())
         .env_clear()
         .env("PATH", exec)
@@ -124,11 +130,37 @@ fn verdict_from_a_running_agent_agrees_with_check() {
         let r = npd(&[&from(&agent)], &[]);
         (r.code == 0).then_some(()).ok_or(r.stdout)
     });
+    // The agent's log: one line when the finding appeared (not one per conntrack run
+    // since), one when it cleared.
+    let cleared = |l: &str| l.contains("finding cleared after") && l.contains("conntrack_table_fill");
+    let log = common::poll("the cleared line", Duration::from_secs(10), || {
+        let log = agent.log();
+        log.lines().any(cleared).then_some(log.clone()).ok_or(log)
+    });
+    let appeared: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("finding appeared: conntrack table 97.0% full"))
+        .collect();
+    assert_eq!(appeared.len(), 1, "{log}");
+    assert!(
+        appeared[0].contains("WARN") && appeared[0].contains("critical"),
+        "{log}"
+    );
+    let line = log.lines().find(|l| cleared(l)).unwrap();
+    assert!(line.contains("at critical: conntrack table 97.0% full"), "{log}");
     agent.stop_cleanly();
 }
 
-/// Serves each connection one fixed answer (or none: `None` accepts and stays silent).
-fn fake_agent(answer: Option<&'static str>) -> (String, std::thread::JoinHandle<()>) {
+/// An HTTP answer with its length.
+fn answer(status: &str, body: &str) -> Option<String> {
+    Some(format!(
+        "HTTP/1.1 {status}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    ))
+}
+
+/// Serves one connection one fixed answer (or none: `None` accepts and stays silent).
+fn fake_agent(answer: Option<String>) -> (String, std::thread::JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     let h = std::thread::spawn(move || {
@@ -140,7 +172,7 @@ fn fake_agent(answer: Option<&'static str>) -> (String, std::thread::JoinHandle<
             Some(a) => {
                 let _ = s.write_all(a.as_bytes());
             }
-            None => std::thread::sleep(Duration::from_secs(3)),
+            None => std::thread::sleep(Duration::from_secs(2)),
         }
     });
     (url, h)
@@ -157,14 +189,13 @@ fn an_agent_that_cannot_tell_is_unknown_never_ok() {
         format!("unknown: agent not answering: connection refused at 127.0.0.1:{port}\n")
     );
     // 503 (the agent before its first snapshot, or over its request cap).
-    let (url, h) =
-        fake_agent(Some("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 33\r\n\r\nno snapshot yet: probes running\n"));
+    let (url, h) = fake_agent(answer("503 Service Unavailable", "no snapshot yet: probes running\n"));
     let r = npd(&[&format!("--from={url}")], &[]);
     h.join().unwrap();
     assert_eq!(r.code, 2);
     assert!(r.stdout.contains(": HTTP 503: no snapshot yet"), "{}", r.stdout);
     // Garbage with a 200.
-    let (url, h) = fake_agent(Some("HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n<html>hi</html"));
+    let (url, h) = fake_agent(answer("200 OK", "<html>hi</html>"));
     let r = npd(&[&format!("--from={url}")], &[]);
     h.join().unwrap();
     assert_eq!(r.code, 2);
@@ -177,16 +208,22 @@ fn an_agent_that_cannot_tell_is_unknown_never_ok() {
     assert!(r.stdout.contains("did not answer within 300ms"), "{}", r.stdout);
     // A finding id this binary does not know: unknown, not OK forever.
     let r = npd(&[&format!("--from={url}"), "--finding=conntrack_tabel_fill"], &[]);
-    assert_ne!(r.code, 0);
-    assert_ne!(r.code, 1);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stdout.starts_with("unknown: invalid value 'conntrack_tabel_fill'"),
+        "{}",
+        r.stdout
+    );
 }
 
 // --- under the real NPD ------------------------------------------------------------------------
 
 fn npd_binary() -> Option<PathBuf> {
-    let p = std::env::var_os("PROXYWATCH_NPD_BINARY").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/node-problem-detector/node-problem-detector")
-    });
+    let p = std::env::var_os("PROXYWATCH_NPD_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/node-problem-detector/node-problem-detector")
+        });
     if p.is_file() {
         return Some(p);
     }
@@ -260,7 +297,7 @@ fn real_npd_sets_the_condition_true_then_false_then_unknown() {
     common::poll("ConntrackProblem True", wait, || {
         npd.assert_running();
         match gauge("ConntrackProblem", "ConntrackIsUnhealthy")? {
-            v if v == 1.0 => Ok(()),
+            1.0 => Ok(()),
             v => Err(format!("problem_gauge {v}")),
         }
     });

@@ -51,7 +51,11 @@ pub struct Finding {
     /// Unix time since which the finding has been active at this severity, as this
     /// agent saw it (RFC 3339 in JSON). Set by the history stage after evaluation
     /// (`history::findings`), never by a check; a restarted agent starts afresh.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::timefmt::rfc3339_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::timefmt::rfc3339_opt"
+    )]
     pub since: Option<f64>,
     /// One line, with the key number.
     pub summary: String,

@@ -200,7 +200,10 @@ pub fn verdict(findings: &[Finding], selection: &Selection, threshold: Severity,
         } else {
             String::new()
         };
-        return (EXIT_UNKNOWN, cut(&format!("unknown: probe {probe} failed{more}: {error}"), max));
+        return (
+            EXIT_UNKNOWN,
+            cut(&format!("unknown: probe {probe} failed{more}: {error}"), max),
+        );
     }
     let mut line = format!("ok: nothing at {} or above", threshold.as_str());
     if !selected.is_empty() && line.len() + 2 < max {
@@ -277,9 +280,21 @@ mod tests {
     #[test]
     fn problem_lists_the_most_severe_first_with_key_numbers() {
         let v = [
-            f("conntrack_table_fill", Severity::Critical, "conntrack table 97.0% full (254 of 262 entries)"),
-            f("kube_proxy_mode_mismatch", Severity::Critical, "kube-proxy runs in ipvs mode, iptables declared"),
-            f("kube_proxy_sync_slow", Severity::Warning, "kube-proxy sync p99 is 2.10 s over the last interval"),
+            f(
+                "conntrack_table_fill",
+                Severity::Critical,
+                "conntrack table 97.0% full (254 of 262 entries)",
+            ),
+            f(
+                "kube_proxy_mode_mismatch",
+                Severity::Critical,
+                "kube-proxy runs in ipvs mode, iptables declared",
+            ),
+            f(
+                "kube_proxy_sync_slow",
+                Severity::Warning,
+                "kube-proxy sync p99 is 2.10 s over the last interval",
+            ),
         ];
         let all = Selection::Area(Area::All);
         let (code, line) = verdict(&v, &all, Severity::Critical, 80);
@@ -293,7 +308,10 @@ mod tests {
         );
         // NPD's 80 bytes: whole items only, the rest counted.
         let (_, line) = verdict(&v, &all, Severity::Warning, 80);
-        assert_eq!(line, "critical: conntrack_table_fill 97.0%, kube_proxy_mode_mismatch +1 more");
+        assert_eq!(
+            line,
+            "critical: conntrack_table_fill 97.0%, kube_proxy_mode_mismatch +1 more"
+        );
         let (_, line) = verdict(&v, &all, Severity::Warning, 40);
         assert_eq!(line, "critical: conntrack_table_fill 97.0% +2");
         for max in 10..120 {
@@ -301,33 +319,71 @@ mod tests {
         }
         // By area: only the area's findings; a warning below the threshold is reported as ok, with its name.
         let (code, line) = verdict(&v, &Selection::Area(Area::KubeProxy), Severity::Critical, 80);
-        assert_eq!((code, line.as_str()), (EXIT_PROBLEM, "critical: kube_proxy_mode_mismatch"));
+        assert_eq!(
+            (code, line.as_str()),
+            (EXIT_PROBLEM, "critical: kube_proxy_mode_mismatch")
+        );
         let (code, line) = verdict(&v[2..], &Selection::Area(Area::KubeProxy), Severity::Critical, 80);
         assert_eq!(code, EXIT_OK);
-        assert_eq!(line, "ok: nothing at critical or above; warning: kube_proxy_sync_slow 2.10s");
+        assert_eq!(
+            line,
+            "ok: nothing at critical or above; warning: kube_proxy_sync_slow 2.10s"
+        );
         let (code, _) = verdict(&v, &Selection::Area(Area::Rules), Severity::Info, 80);
         assert_eq!(code, EXIT_OK);
         // One finding.
-        let (code, line) = verdict(&v, &Selection::Finding("kube_proxy_sync_slow".into()), Severity::Warning, 80);
-        assert_eq!((code, line.as_str()), (EXIT_PROBLEM, "warning: kube_proxy_sync_slow 2.10s"));
+        let (code, line) = verdict(
+            &v,
+            &Selection::Finding("kube_proxy_sync_slow".into()),
+            Severity::Warning,
+            80,
+        );
+        assert_eq!(
+            (code, line.as_str()),
+            (EXIT_PROBLEM, "warning: kube_proxy_sync_slow 2.10s")
+        );
     }
 
     #[test]
     fn a_failed_probe_of_the_area_is_unknown_unless_a_problem_is_seen() {
         let mut pf = f("probe_failed", Severity::Warning, "probe failed: conntrack");
-        pf.evidence.insert("conntrack".into(), "reading /proc/net/stat/nf_conntrack: timed out".into());
-        let (code, line) = verdict(std::slice::from_ref(&pf), &Selection::Area(Area::Conntrack), Severity::Critical, 80);
+        pf.evidence.insert(
+            "conntrack".into(),
+            "reading /proc/net/stat/nf_conntrack: timed out".into(),
+        );
+        let (code, line) = verdict(
+            std::slice::from_ref(&pf),
+            &Selection::Area(Area::Conntrack),
+            Severity::Critical,
+            80,
+        );
         assert_eq!(code, EXIT_UNKNOWN);
-        assert_eq!(line, "unknown: probe conntrack failed: reading /proc/net/stat/nf_conntrack: timed out");
+        assert_eq!(
+            line,
+            "unknown: probe conntrack failed: reading /proc/net/stat/nf_conntrack: timed out"
+        );
         // Another area still tells.
-        let (code, _) = verdict(std::slice::from_ref(&pf), &Selection::Area(Area::KubeProxy), Severity::Critical, 80);
+        let (code, _) = verdict(
+            std::slice::from_ref(&pf),
+            &Selection::Area(Area::KubeProxy),
+            Severity::Critical,
+            80,
+        );
         assert_eq!(code, EXIT_OK);
         // probe_failed itself is never "a problem" of the whole data plane, even at --severity warning.
-        let (code, _) = verdict(std::slice::from_ref(&pf), &Selection::Area(Area::All), Severity::Warning, 80);
+        let (code, _) = verdict(
+            std::slice::from_ref(&pf),
+            &Selection::Area(Area::All),
+            Severity::Warning,
+            80,
+        );
         assert_eq!(code, EXIT_UNKNOWN);
         let both = [f("kube_proxy_down", Severity::Critical, "kube-proxy is down"), pf];
         let (code, _) = verdict(&both, &Selection::Area(Area::All), Severity::Critical, 80);
-        assert_eq!(code, EXIT_PROBLEM, "a problem seen is a problem, whatever else is unseen");
+        assert_eq!(
+            code, EXIT_PROBLEM,
+            "a problem seen is a problem, whatever else is unseen"
+        );
     }
 
     #[test]
@@ -337,7 +393,11 @@ mod tests {
         assert_eq!(cut(long, 22), "critical: aaaa 1, bbbb");
         assert_eq!(cut(long, 24), "critical: aaaa 1, bbbb 2");
         assert_eq!(cut(long, 25), "critical: aaaa 1, bbbb 2");
-        assert_eq!(cut("x".repeat(100).as_str(), 80).len(), 80, "one long word is cut inside it");
+        assert_eq!(
+            cut("x".repeat(100).as_str(), 80).len(),
+            80,
+            "one long word is cut inside it"
+        );
         // Never inside a UTF-8 character.
         let s = format!("{}é", "a".repeat(79));
         assert_eq!(cut(&s, 80), "a".repeat(79));
@@ -348,8 +408,14 @@ mod tests {
 
     #[test]
     fn key_numbers() {
-        assert_eq!(key_number("conntrack table 97.0% full (1 of 2)").as_deref(), Some("97.0%"));
-        assert_eq!(key_number("kube-proxy sync p99 is 9.00 s ...").as_deref(), Some("9.00s"));
+        assert_eq!(
+            key_number("conntrack table 97.0% full (1 of 2)").as_deref(),
+            Some("97.0%")
+        );
+        assert_eq!(
+            key_number("kube-proxy sync p99 is 9.00 s ...").as_deref(),
+            Some("9.00s")
+        );
         assert_eq!(key_number("net.ipv4.ip_forward is 0: the node").as_deref(), Some("0"));
         assert_eq!(key_number("no number here"), None);
     }

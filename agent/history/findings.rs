@@ -17,7 +17,9 @@ use crate::evaluate::{Finding, Severity};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     Appeared,
-    SeverityChanged { from: Severity },
+    SeverityChanged {
+        from: Severity,
+    },
     /// It was active at `severity` since `since`; it is not any more.
     Cleared,
 }
@@ -160,7 +162,10 @@ mod tests {
         let tr = t.stamp(&mut v, 100.0);
         assert_eq!(v[0].since, Some(100.0));
         assert_eq!(tr.len(), 1);
-        assert_eq!((tr[0].change.clone(), tr[0].severity), (Change::Appeared, Severity::Warning));
+        assert_eq!(
+            (tr[0].change.clone(), tr[0].severity),
+            (Change::Appeared, Severity::Warning)
+        );
         // The same severity, many times over: since does not move, nothing to log.
         for now in [105.0, 110.0, 500.0] {
             let mut v = vec![finding("conntrack_table_fill", Severity::Warning)];
