@@ -341,3 +341,54 @@ fn real_npd_sets_the_condition_true_then_false_then_unknown() {
     });
     npd.stop_cleanly();
 }
+
+#[test]
+fn shipped_monitor_config_matches_the_plugin() {
+    use clap::ValueEnum;
+    use proxywatch::expose::npd::{area_of, reason, Area};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/overlays/npd/proxywatch-monitor.json");
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let conditions: Vec<&str> = config["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    let mut covered = Vec::new();
+    for rule in config["rules"].as_array().unwrap() {
+        let args: Vec<&str> = rule["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        assert_eq!(args[0], "npd", "{rule}");
+        // Every rule's arguments parse as the plugin's flags.
+        let mut argv = vec!["proxywatch"];
+        argv.extend(&args);
+        if let Err(e) = <proxywatch::config::Cli as clap::Parser>::try_parse_from(&argv) {
+            panic!("{rule}: {e}");
+        }
+        let value = |flag: &str| args.iter().find_map(|a| a.strip_prefix(&format!("--{flag}=")));
+        match rule["type"].as_str().unwrap() {
+            "permanent" => {
+                let area = Area::from_str(value("area").expect("a condition is an area"), false).unwrap();
+                assert_eq!(rule["condition"], area.condition(), "{rule}");
+                assert!(conditions.contains(&area.condition()), "{rule}: no default condition");
+                assert_eq!(value("severity"), None, "conditions use the default, critical: {rule}");
+                covered.push(area);
+            }
+            "temporary" => {
+                let id = value("finding").expect("an Event is one finding");
+                assert_eq!(rule["reason"], reason(id), "{rule}");
+            }
+            other => panic!("rule type {other}"),
+        }
+        // Below NPD's global timeout, and the plugin's own 3 s deadline below both.
+        assert_eq!(rule["timeout"], "5s");
+    }
+    assert_eq!(config["pluginConfig"]["timeout"], "5s");
+    assert_eq!(config["pluginConfig"]["max_output_length"], 80);
+    // Every finding reaches a condition.
+    for c in proxywatch::evaluate::CHECKS {
+        if let Some(area) = area_of(c.id) {
+            assert!(covered.contains(&area), "{} ({area:?}) is in no shipped condition", c.id);
+        }
+    }
+    assert_eq!(covered.len(), conditions.len(), "one rule per condition");
+}
