@@ -170,7 +170,7 @@ pub fn cut(line: &str, max: usize) -> String {
     while !line.is_char_boundary(end) {
         end -= 1;
     }
-    // The cut falls inside a word unless the next byte is a space.
+    // The cut falls inside a word unless a separator is on either side of it.
     if !line[end..].starts_with([' ', ',', ';']) && !line[..end].ends_with([' ', ',', ';']) {
         if let Some(space) = line[..end].rfind(' ') {
             end = space;
