@@ -258,20 +258,19 @@ fn problem_gauge(metrics: &str, condition: &str, reason: &str) -> Option<f64> {
     })
 }
 
-#[test]
-fn real_npd_sets_the_condition_true_then_false_then_unknown() {
-    let Some(npd_bin) = npd_binary() else { return };
-    let node = Node::copy("conntrack-near-full-drops");
-    let agent = node.serve();
+/// The real NPD with the shipped monitor config, its plugin pointed at `agent` (plus `env`);
+/// returns it, its Prometheus port and the directory of its config and log.
+fn start_npd(bin: &Path, agent: &str, env: &[(&str, &str)]) -> (Process, u16, tempfile::TempDir) {
     let dir = tempfile::Builder::new().prefix("pw-npd-run-").tempdir().unwrap();
     let config = monitor_config(dir.path());
     let (health, prom) = (common::free_port(), common::free_port());
     let log = dir.path().join("npd.log");
     let npd = Process::spawn(
         "node-problem-detector",
-        Command::new(&npd_bin)
+        Command::new(bin)
             .env_clear()
-            .env("PROXYWATCH_NPD_FROM", format!("http://{}", agent.addr()))
+            .env("PROXYWATCH_NPD_FROM", agent)
+            .envs(env.iter().copied())
             .args([
                 "--enable-k8s-exporter=false",
                 "--hostname-override=fixture",
@@ -283,6 +282,15 @@ fn real_npd_sets_the_condition_true_then_false_then_unknown() {
             .arg(format!("--config.custom-plugin-monitor={}", config.display())),
         &log,
     );
+    (npd, prom, dir)
+}
+
+#[test]
+fn real_npd_sets_the_condition_true_then_false_then_unknown() {
+    let Some(npd_bin) = npd_binary() else { return };
+    let node = Node::copy("conntrack-near-full-drops");
+    let agent = node.serve();
+    let (npd, prom, _dir) = start_npd(&npd_bin, &format!("http://{}", agent.addr()), &[]);
     let prom_addr = std::net::SocketAddr::from(([127, 0, 0, 1], prom));
     let gauge = |condition: &str, reason: &str| -> Result<f64, String> {
         let (code, body) = common::http_get(prom_addr, "/metrics")?;
@@ -356,7 +364,12 @@ fn shipped_monitor_config_matches_the_plugin() {
         .collect();
     let mut covered = Vec::new();
     for rule in config["rules"].as_array().unwrap() {
-        let args: Vec<&str> = rule["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let args: Vec<&str> = rule["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
         assert_eq!(args[0], "npd", "{rule}");
         // Every rule's arguments parse as the plugin's flags.
         let mut argv = vec!["proxywatch"];
@@ -387,8 +400,56 @@ fn shipped_monitor_config_matches_the_plugin() {
     // Every finding reaches a condition.
     for c in proxywatch::evaluate::CHECKS {
         if let Some(area) = area_of(c.id) {
-            assert!(covered.contains(&area), "{} ({area:?}) is in no shipped condition", c.id);
+            assert!(
+                covered.contains(&area),
+                "{} ({area:?}) is in no shipped condition",
+                c.id
+            );
         }
     }
     assert_eq!(covered.len(), conditions.len(), "one rule per condition");
+}
+
+/// An agent that accepts connections and never answers, slower than the plugin's
+/// --timeout (3 s: the plugin says so, exit 2) or, when the plugin is given more, than
+/// NPD's rule timeout (5 s: NPD kills it). Either way the condition goes Unknown, never False.
+#[test]
+fn real_npd_reports_a_silent_agent_unknown_whichever_timeout_cuts_first() {
+    let Some(npd_bin) = npd_binary() else { return };
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s); // kept open, never read: the agent "hangs"
+        }
+    });
+    let cases = [
+        (
+            "the plugin's 3 s",
+            vec![],
+            format!("message: \"unknown: agent at {addr} did not answer within 3s\""),
+        ),
+        (
+            "NPD's 5 s",
+            vec![("PROXYWATCH_NPD_TIMEOUT", "30s")],
+            "message: \"Timeout when running plugin".to_string(),
+        ),
+    ];
+    for (which, env, message) in cases {
+        let (npd, _, _dir) = start_npd(&npd_bin, &format!("http://{addr}"), &env);
+        let want = format!("Node condition ConntrackProblem is now: Unknown, reason: ConntrackIsHealthy, {message}");
+        common::poll(which, Duration::from_secs(60), || {
+            npd.assert_running();
+            let log = npd.log();
+            assert!(
+                !log.contains("ConntrackProblem is now: False"),
+                "{which}: went False:\n{log}"
+            );
+            log.contains(&want)
+                .then_some(())
+                .ok_or_else(|| format!("no {want:?} in:\n{log}"))
+        });
+        npd.stop_cleanly();
+    }
 }
