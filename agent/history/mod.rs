@@ -1,7 +1,8 @@
 //! History: the only stage with memory. It takes each probe's reading of one
 //! moment and derives what needs more than one reading — counter increases
 //! over a window, the conntrack growth trend and time to full, kube-proxy's
-//! latency over the last interval, its restarts and the age of its last sync.
+//! latency over the last interval, its restarts and the age of its last sync;
+//! and (`findings`), fed each verdict, since when each finding is active.
 //!
 //! Probes know nothing of the past; evaluation is pure. Everything derived here
 //! lands in [`Derived`], the snapshot's part beside the readings, so a reader
