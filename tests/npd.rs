@@ -33,17 +33,47 @@ impl Node {
         self.dir.path()
     }
 
+    /// Adds `n` to the `drop` counter of CPU 0 in the stat file (hex, the kernel's %08x, in place).
+    fn add_drops(&self, n: u64) {
+        let p = self.root().join("proc/net/stat/nf_conntrack");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let col = lines[0]
+            .split_whitespace()
+            .position(|c| c == "drop")
+            .expect("a drop column");
+        let row = &lines[1];
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        let mut at = 0;
+        for f in &fields[..col] {
+            at += row[at..].find(f).unwrap() + f.len();
+        }
+        let start = at + row[at..].find(fields[col]).unwrap();
+        let value = u64::from_str_radix(fields[col], 16).unwrap() + n;
+        let mut new = row.clone();
+        new.replace_range(start..start + 8, &format!("{value:08x}"));
+        lines[1] = new;
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    }
+
     fn set_conntrack_count(&self, n: u64) {
         let p = self.root().join("proc/sys/net/netfilter/nf_conntrack_count");
         std::fs::write(&p, format!("{n}\n")).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     }
 
-    /// The agent on this node, re-reading conntrack every second.
+    /// The agent on this node, re-reading conntrack every second; drops count over 3 s.
     fn serve(&self) -> Agent {
         Serve::new()
             .env_clear()
             .env("PATH", &self.exec)
-            .args(["--node-name", "fixture", "--conntrack.interval", "1s"])
+            .args([
+                "--node-name",
+                "fixture",
+                "--conntrack.interval",
+                "1s",
+                "--conntrack.window",
+                "3s",
+            ])
             .arg("--host-root")
             .arg(self.root())
             .args(common::NO_KUBE_PROXY)
@@ -100,12 +130,9 @@ fn verdict_from_a_running_agent_agrees_with_check() {
     let url = format!("http://{}", agent.addr());
     let r = npd(&["--area=conntrack"], &[("PROXYWATCH_NPD_FROM", &url)]);
     assert_eq!(r.code, 1);
-    // One finding, for an Event: conntrack_drops is info with a single reading, not a warning.
+    // One finding, for an Event: the drops since boot did not rise, so not even a warning.
     let r = npd(&[&from(&agent), "--finding=conntrack_drops", "--severity=warning"], &[]);
     assert_eq!(r.code, 0, "{}", r.stdout);
-    let r = npd(&[&from(&agent), "--finding=conntrack_drops", "--severity=info"], &[]);
-    assert_eq!(r.code, 1, "{}", r.stdout);
-    assert!(r.stdout.starts_with("info: conntrack_drops 1000"), "{}", r.stdout);
     // The same node read directly, as `check` does: the same verdict.
     let exec = node.exec.to_str().unwrap();
     let root = format!("--host-root={}", node.root().display());
@@ -116,6 +143,11 @@ fn verdict_from_a_running_agent_agrees_with_check() {
         (r.code, r.stdout.as_str()),
         (1, "critical: conntrack_table_fill 97.0%\n")
     );
+    // One reading: the drops since boot are info, named with their number at --severity info.
+    let mut one = direct.clone();
+    one.extend(["--finding=conntrack_drops", "--severity=info"]);
+    let r = npd(&one, &[("PATH", exec)]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, "info: conntrack_drops 1000\n"));
     let check = Command::new(common::binary())
         .env_clear()
         .env("PATH", exec)
@@ -324,6 +356,26 @@ fn real_npd_sets_the_condition_true_then_false_then_unknown() {
     ] {
         assert_eq!(gauge(c, r), Ok(0.0), "{c}");
     }
+
+    // Packets dropped: an Event (a temporary rule), reason ConntrackDrops, counted by NPD.
+    node.add_drops(50);
+    common::poll("a ConntrackDrops Event", wait, || {
+        let (_, body) = common::http_get(prom_addr, "/metrics")?;
+        let counted = body.lines().any(|l| {
+            l.starts_with("problem_counter{")
+                && l.contains("reason=\"ConntrackDrops\"")
+                && l.rsplit_once(' ')
+                    .is_some_and(|(_, v)| v.parse::<f64>().is_ok_and(|v| v >= 1.0))
+        });
+        counted
+            .then_some(())
+            .ok_or_else(|| "problem_counter ConntrackDrops not yet 1".to_string())
+    });
+    let said = npd.log();
+    assert!(
+        said.contains("Reason:ConntrackDrops Message:critical: conntrack_drops 50"),
+        "NPD's log:\n{said}"
+    );
 
     // The node recovers: False, with the default reason.
     node.set_conntrack_count(1000);
