@@ -191,7 +191,10 @@ impl Aggregator {
         match now {
             ProbeStatus::Failed => tracing::warn!(probe = %p, "probe failed: {why}{note}"),
             ProbeStatus::Absent => tracing::info!(probe = %p, "probe source absent: {why}{note}"),
-            ProbeStatus::Ok => tracing::info!(probe = %p, "probe ok again{note}"),
+            ProbeStatus::Ok if before == Some(ProbeStatus::Failed) => {
+                tracing::info!(probe = %p, "probe ok again{note}")
+            }
+            ProbeStatus::Ok => tracing::info!(probe = %p, "probe source present{note}"),
         }
     }
 }
