@@ -73,6 +73,8 @@ impl Node {
                 "1s",
                 "--conntrack.window",
                 "3s",
+                "--kube-proxy.interval",
+                "1s",
             ])
             .arg("--host-root")
             .arg(self.root())
@@ -180,6 +182,22 @@ fn verdict_from_a_running_agent_agrees_with_check() {
     );
     let line = log.lines().find(|l| cleared(l)).unwrap();
     assert!(line.contains("at critical: conntrack table 97.0% full"), "{log}");
+    // A probe's outcome is logged when it changes: kube-proxy, absent on every run, once.
+    let last_run = || -> f64 {
+        let doc: serde_json::Value = serde_json::from_str(&agent.get_ok("/snapshot")).unwrap();
+        doc["probes"]["kube_proxy"]["last_run_seconds"].as_f64().unwrap()
+    };
+    let first = last_run();
+    common::poll("three more kube_proxy runs", Duration::from_secs(20), || {
+        let t = last_run();
+        (t - first >= 2.5).then_some(()).ok_or(format!("{t}"))
+    });
+    let log = agent.log();
+    let absent = log
+        .lines()
+        .filter(|l| l.contains("probe source absent") && l.contains("probe=kube_proxy"))
+        .count();
+    assert_eq!(absent, 1, "{log}");
     agent.stop_cleanly();
 }
 
