@@ -841,6 +841,24 @@ mod tests {
     }
 
     #[test]
+    fn since_is_ignored() {
+        // The same finding, active since different times (two agents, or one restarted).
+        let mut a = finding("conntrack_table_fill", "critical");
+        a["since"] = json!("2026-01-01T00:00:00.000Z");
+        let mut b = a.clone();
+        b["since"] = json!("2026-01-01T05:00:00.000Z");
+        let c = compare(
+            "a",
+            &doc("critical", 970, json!([a])),
+            "b",
+            &doc("critical", 970, json!([b])),
+        );
+        assert_eq!(c.verdict, Verdict::Same);
+        assert!(c.appeared.is_empty() && c.resolved.is_empty() && c.severity_changed.is_empty());
+        assert!(render_text(&c).contains("findings: no change."));
+    }
+
+    #[test]
     fn severity_changes_and_info_findings() {
         let before = doc("warning", 850, json!([finding("conntrack_table_fill", "warning")]));
         let after = doc(

@@ -19,7 +19,8 @@ use crate::scheduler::Schedule;
                   `serve` runs the probes in the background and serves /metrics, /snapshot, /findings, /healthz, /readyz.\n\
                   `check` runs every probe once and prints the findings; exit code 0 ok, 1 warning, 2 critical, 3 the agent could not run.\n\
                   `baseline save FILE` records the snapshot before a change; `compare FILE` tells what changed since, \
-                  exit code 0 same or better, 1 worse, 3 could not run."
+                  exit code 0 same or better, 1 worse, 3 could not run.\n\
+                  `npd` is a node-problem-detector custom plugin: one line, exit 0 ok, 1 problem, 2 cannot tell."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -42,6 +43,71 @@ pub enum Command {
     /// verdict. Exit code: 0 same or better, 1 worse, 3 could not run (unreadable file, not a snapshot...).
     #[command(after_help = DURATIONS_HELP)]
     Compare(CompareArgs),
+    /// A node-problem-detector custom plugin: one line on stdout, exit 0 ok, 1 problem, 2 cannot tell.
+    ///
+    /// Reads a running agent's /findings (--from) or, without it, runs every probe once. Exit code
+    /// 1 when a selected finding is at or above --severity, 2 when the agent cannot tell (not
+    /// answering in --timeout, an error status, an unreadable answer, a failed probe of the area).
+    Npd(NpdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NpdArgs {
+    /// The local agent (e.g. http://127.0.0.1:9877) whose /findings are read; without it every probe runs once here.
+    #[arg(long, env = "PROXYWATCH_NPD_FROM", value_name = "URL")]
+    pub from: Option<String>,
+
+    /// Deadline of the --from request; keep it below the NPD rule's timeout.
+    #[arg(long, env = "PROXYWATCH_NPD_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// Lowest severity that makes the condition True (exit 1): info, warning or critical.
+    #[arg(long, env = "PROXYWATCH_NPD_SEVERITY", default_value = "critical", value_parser = parse_severity)]
+    pub severity: crate::evaluate::Severity,
+
+    /// Which findings this condition covers: all, conntrack, kube-proxy, rules or kernel (README, NPD table).
+    #[arg(
+        long,
+        env = "PROXYWATCH_NPD_AREA",
+        value_enum,
+        default_value = "all",
+        conflicts_with = "finding"
+    )]
+    pub area: crate::expose::npd::Area,
+
+    /// Cover this one finding id only (for an NPD temporary rule: an Event).
+    #[arg(long, env = "PROXYWATCH_NPD_FINDING", value_name = "ID", value_parser = crate::expose::npd::known_finding)]
+    pub finding: Option<String>,
+
+    /// Bytes of the stdout line at most (NPD's max_output_length); cut on a word boundary.
+    #[arg(
+        long = "max-output-length",
+        env = "PROXYWATCH_NPD_MAX_OUTPUT_LENGTH",
+        default_value_t = 80
+    )]
+    pub max_output_length: usize,
+
+    #[command(flatten)]
+    pub common: Common,
+}
+
+impl NpdArgs {
+    pub fn selection(&self) -> crate::expose::npd::Selection {
+        match &self.finding {
+            Some(id) => crate::expose::npd::Selection::Finding(id.clone()),
+            None => crate::expose::npd::Selection::Area(self.area),
+        }
+    }
+}
+
+fn parse_severity(s: &str) -> Result<crate::evaluate::Severity, String> {
+    use crate::evaluate::Severity;
+    match s {
+        "info" => Ok(Severity::Info),
+        "warning" => Ok(Severity::Warning),
+        "critical" => Ok(Severity::Critical),
+        _ => Err(format!("{s:?}: expected info, warning or critical")),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -17,6 +17,8 @@
 //!    ▼ evaluate/  pure: (snapshot, thresholds) -> Verdict { mode with its source, findings }
 //!  Verdict
 //!    │
+//!    │            (history::findings then stamps each finding's `since` and yields
+//!    │            its transitions, which `serve` logs)
 //!    ▼ expose/    rendering only, once per snapshot: /metrics, /snapshot, /findings, the
 //!                 status page, the terminal report; HTTP handlers copy the bytes
 //! ```

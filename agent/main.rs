@@ -11,7 +11,7 @@ use clap::Parser;
 
 use proxywatch::compare;
 use proxywatch::config::{
-    BaselineAction, BaselineArgs, Cli, Command, Common, CompareArgs, CompareFormat, Format, ServeArgs,
+    BaselineAction, BaselineArgs, Cli, Command, Common, CompareArgs, CompareFormat, Format, NpdArgs, ServeArgs,
 };
 use proxywatch::evaluate::{Severity, Thresholds};
 use proxywatch::exec::Runner;
@@ -28,6 +28,14 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
+            // `npd` answers NPD even here: one line on stdout, Unknown (2), never an empty message.
+            if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("npd") {
+                let first = e.to_string();
+                let first = first.lines().next().unwrap_or("").trim_start_matches("error: ");
+                println!("{}", proxywatch::expose::npd::cut(&format!("unknown: {first}"), 80));
+                let _ = e.print();
+                return ExitCode::from(proxywatch::expose::npd::EXIT_UNKNOWN);
+            }
             // --help and --version are not errors; usage errors must not look like "critical" (2).
             let _ = e.print();
             let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
@@ -48,6 +56,7 @@ fn main() -> ExitCode {
             action: BaselineAction::Save(a),
         }) => &a.common,
         Command::Compare(a) => &a.common,
+        Command::Npd(a) => &a.common,
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -74,6 +83,7 @@ fn main() -> ExitCode {
                 action: BaselineAction::Save(args),
             }) => baseline_save(&args.file, &args.common).await,
             Command::Compare(args) => compare_cmd(&args).await,
+            Command::Npd(args) => Ok(npd(&args).await),
         }
     });
     // Dropping the runtime cancels the probe tasks (their commands' groups are
@@ -211,6 +221,51 @@ async fn compare_cmd(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(c.verdict.exit_code()))
 }
 
+/// `proxywatch npd`: NPD's exit code and one line on stdout, whatever happens
+/// (an error is exit 2 with its reason as the line, never an empty message).
+async fn npd(args: &NpdArgs) -> ExitCode {
+    use proxywatch::expose::npd;
+    let (code, line) = match npd_findings(args).await {
+        Ok(findings) => npd::verdict(&findings, &args.selection(), args.severity, args.max_output_length),
+        Err(why) => (npd::EXIT_UNKNOWN, format!("unknown: {why:#}")),
+    };
+    let line = npd::cut(&line.replace(['\n', '\r'], " "), args.max_output_length);
+    let mut stdout = std::io::stdout().lock();
+    // NPD reads the exit code even when its pipe is gone; nothing else to do on a write error.
+    let _ = writeln!(stdout, "{line}");
+    ExitCode::from(code)
+}
+
+async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate::Finding>> {
+    let Some(from) = &args.from else {
+        let Setup { ctx, aggregator, .. } = setup(&args.common)?;
+        let publication = scheduler::run_once(ctx, &args.common.schedules(), aggregator).await;
+        return Ok(publication.document.findings);
+    };
+    let (url, agent) = match proxywatch::fetch::split_url(from) {
+        Some((authority, "/")) => (proxywatch::fetch::join(from, "/findings"), authority),
+        Some((authority, _)) => (from.clone(), authority),
+        None => anyhow::bail!("--from {from}: expected http://HOST:PORT (the agent's address)"),
+    };
+    // Messages name the agent's address, not the whole URL: they must fit NPD's 80 bytes.
+    let got = match proxywatch::fetch::get(&url, args.timeout, 16 << 20).await {
+        Ok(got) => got,
+        Err(e) if e.is_refused() => anyhow::bail!("agent not answering: connection refused at {agent}"),
+        Err(proxywatch::fetch::FetchError::Timeout { after, .. }) => {
+            anyhow::bail!("agent at {agent} did not answer within {after:?}")
+        }
+        Err(proxywatch::fetch::FetchError::Io { message, .. }) => anyhow::bail!("agent at {agent}: {message}"),
+        Err(e) => return Err(e.into()),
+    };
+    anyhow::ensure!(
+        got.status == 200,
+        "agent at {agent}: HTTP {}: {}",
+        got.status,
+        got.body.lines().next().unwrap_or("")
+    );
+    proxywatch::expose::npd::parse_findings(&got.body).map_err(|e| anyhow::anyhow!("agent at {agent}: {e}"))
+}
+
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let common = &args.common;
     let Setup { ctx, aggregator, node } = setup(common)?;
@@ -219,7 +274,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let schedules = common.schedules();
     let liveness = Arc::new(Liveness::new(Liveness::bound_for(&schedules)));
-    let latest = scheduler::spawn(ctx, schedules, aggregator, liveness.clone());
+    let latest = scheduler::spawn(ctx, schedules, aggregator.log_changes(), liveness.clone());
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
     let (routes, health) = (http::router(latest, liveness.clone()), http::health_only(liveness));
     server::serve(listener, routes, health, limits, shutdown_signal())

@@ -11,14 +11,15 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::evaluate::{self, Thresholds};
+use crate::evaluate::{self, Severity, Thresholds};
 use crate::expose::http::Latest;
 use crate::expose::Publication;
+use crate::history::findings::{Change, FindingTracker, LogBudget, Transition};
 use crate::history::{History, HistoryConfig};
 use crate::liveness::Liveness;
 use crate::probe::{self, panic_message, Deadline, ProbeContext, ProbeError, ProbeName, Probed, Reading};
 use crate::snapshot::{ProbeOutcome, ProbeStatus, Snapshot};
-use crate::timefmt::unix_seconds;
+use crate::timefmt::{human_duration, unix_seconds};
 
 /// Which probes run, and how often.
 #[derive(Debug, Clone)]
@@ -47,6 +48,11 @@ pub struct Aggregator {
     snapshot: Snapshot,
     thresholds: Thresholds,
     history: History,
+    /// Since when each finding is active, and its transitions (the history stage, fed verdicts).
+    findings: FindingTracker,
+    /// Log finding transitions and probe outcome changes (`serve`; `check` prints its report instead).
+    log_changes: bool,
+    log_budget: LogBudget,
     waiting_for: BTreeSet<ProbeName>,
     /// Renders the verdict (`Publication::new`; a test swaps in one that panics).
     render: fn(&Snapshot, evaluate::Verdict) -> Publication,
@@ -58,6 +64,9 @@ impl Aggregator {
             snapshot: Snapshot::new(node),
             thresholds,
             history: History::new(history),
+            findings: FindingTracker::default(),
+            log_changes: false,
+            log_budget: LogBudget::default(),
             waiting_for: probes.iter().copied().collect(),
             render: Publication::new,
         }
@@ -72,7 +81,9 @@ impl Aggregator {
     /// `now` is the wall clock (for timestamps), `mono` a monotonic time in seconds (for windows).
     pub fn record(&mut self, report: RunReport, now: f64, mono: f64) -> Option<Publication> {
         let p = report.probe;
-        let previous_success = self.snapshot.probes.get(&p).and_then(|o| o.last_success_seconds);
+        let previous = self.snapshot.probes.get(&p);
+        let previous_success = previous.and_then(|o| o.last_success_seconds);
+        let previous_status = previous.map(|o| o.status);
         let (status, error) = match report.result {
             Ok(Probed::Present(reading)) => {
                 self.history.observe(&reading, now, mono, &mut self.snapshot.derived);
@@ -87,10 +98,12 @@ impl Aggregator {
             Err(e) => {
                 self.snapshot.facts.clear(p);
                 self.history.missed(p, &mut self.snapshot.derived);
-                tracing::warn!(probe = %p, "probe failed: {e}");
                 (ProbeStatus::Failed, Some(e.to_string()))
             }
         };
+        if self.log_changes && previous_status != Some(status) {
+            self.log_probe_change(p, previous_status, status, error.as_deref(), mono);
+        }
         let last_success_seconds = if status == ProbeStatus::Failed {
             previous_success
         } else {
@@ -111,8 +124,98 @@ impl Aggregator {
         if !self.waiting_for.is_empty() {
             return None;
         }
-        let verdict = evaluate::evaluate(&self.snapshot, &self.thresholds);
+        let mut verdict = evaluate::evaluate(&self.snapshot, &self.thresholds);
+        let transitions = self.findings.stamp(&mut verdict.findings, now);
+        if self.log_changes {
+            for t in &transitions {
+                self.log_transition(t, now, mono);
+            }
+        }
         Some((self.render)(&self.snapshot, verdict))
+    }
+
+    /// Logs finding transitions and probe outcome changes from now on (what `serve` does).
+    pub fn log_changes(mut self) -> Self {
+        self.log_changes = true;
+        self
+    }
+
+    /// One line per finding transition, within the log budget.
+    fn log_transition(&mut self, t: &Transition, now: f64, mono: f64) {
+        let Some(left_out) = self.log_budget.admit(mono) else {
+            return;
+        };
+        let (id, severity) = (t.id.as_str(), t.severity.as_str());
+        let note = left_out_note(left_out);
+        match &t.change {
+            Change::Appeared if t.severity >= Severity::Warning => {
+                tracing::warn!(finding = id, severity, "finding appeared: {}{note}", t.summary)
+            }
+            Change::Appeared => tracing::info!(finding = id, severity, "finding appeared: {}{note}", t.summary),
+            Change::SeverityChanged { from } if t.severity > *from && t.severity >= Severity::Warning => {
+                tracing::warn!(
+                    finding = id,
+                    severity,
+                    from = from.as_str(),
+                    "finding worse: {}{note}",
+                    t.summary
+                )
+            }
+            Change::SeverityChanged { from } => {
+                tracing::info!(
+                    finding = id,
+                    severity,
+                    from = from.as_str(),
+                    "finding better: {}{note}",
+                    t.summary
+                )
+            }
+            Change::Cleared => tracing::info!(
+                finding = id,
+                severity,
+                "finding cleared after {} at {severity}: {}{note}",
+                human_duration(now - t.since),
+                t.summary
+            ),
+        }
+    }
+
+    /// A probe's outcome changed (failed, recovered, source absent): one line, within the log budget.
+    fn log_probe_change(
+        &mut self,
+        p: ProbeName,
+        before: Option<ProbeStatus>,
+        now: ProbeStatus,
+        error: Option<&str>,
+        mono: f64,
+    ) {
+        if before.is_none() && now == ProbeStatus::Ok {
+            return; // the first run went fine: nothing changed
+        }
+        let Some(left_out) = self.log_budget.admit(mono) else {
+            return;
+        };
+        let note = left_out_note(left_out);
+        let why = error.unwrap_or("");
+        match now {
+            ProbeStatus::Failed => tracing::warn!(probe = %p, "probe failed: {why}{note}"),
+            ProbeStatus::Absent => tracing::info!(probe = %p, "probe source absent: {why}{note}"),
+            ProbeStatus::Ok if before == Some(ProbeStatus::Failed) => {
+                tracing::info!(probe = %p, "probe ok again{note}")
+            }
+            ProbeStatus::Ok => tracing::info!(probe = %p, "probe source present{note}"),
+        }
+    }
+}
+
+fn left_out_note(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(
+            " ({n} earlier change{} not logged: log rate limit)",
+            if n == 1 { "" } else { "s" }
+        )
     }
 }
 
@@ -356,6 +459,56 @@ mod tests {
         assert!(live.check().is_ok(), "a report went through: healthy again");
         assert_eq!(p.document.facts.conntrack.as_ref().unwrap().entries, 20);
         assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_pipeline_panics_total 1"));
+    }
+
+    #[test]
+    fn since_holds_across_runs_and_restarts_with_the_severity() {
+        let mut a = Aggregator::new(
+            "n",
+            crate::config::default_thresholds(),
+            &[ProbeName::Conntrack],
+            history(60.0, 900.0),
+        )
+        .log_changes();
+        let fill = |entries: u64| {
+            Reading::Conntrack(ConntrackFacts {
+                entries,
+                max: 1000,
+                ..Default::default()
+            })
+        };
+        let since = |p: &Publication| {
+            let f = p.document.findings.iter().find(|f| f.id == "conntrack_table_fill");
+            f.map(|f| (f.severity, f.since))
+        };
+        let p = a.record(ok(ProbeName::Conntrack, fill(850)), 100.0, 0.0).unwrap();
+        assert_eq!(since(&p), Some((crate::evaluate::Severity::Warning, Some(100.0))));
+        for t in [105.0, 110.0, 115.0] {
+            let p = a.record(ok(ProbeName::Conntrack, fill(860)), t, t - 100.0).unwrap();
+            assert_eq!(
+                since(&p),
+                Some((crate::evaluate::Severity::Warning, Some(100.0))),
+                "at {t}"
+            );
+        }
+        let p = a.record(ok(ProbeName::Conntrack, fill(970)), 120.0, 20.0).unwrap();
+        assert_eq!(since(&p), Some((crate::evaluate::Severity::Critical, Some(120.0))));
+        // Rendered where users read it.
+        let json = String::from_utf8_lossy(&p.findings_json);
+        assert!(json.contains("\"since\": \"1970-01-01T00:02:00.000Z\""), "{json}");
+        let metrics = String::from_utf8_lossy(&p.metrics);
+        assert!(metrics.contains("proxywatch_finding_active_since_timestamp_seconds{id=\"conntrack_table_fill\"} 120"));
+        assert!(String::from_utf8_lossy(&p.page_html)
+            .contains("critical since <time datetime=\"1970-01-01T00:02:00.000Z\">"));
+        let report = crate::expose::report::render(&p.document);
+        assert!(
+            report.contains("       since: 1970-01-01T00:02:00.000Z (0 seconds at critical)"),
+            "{report}"
+        );
+        let p = a.record(ok(ProbeName::Conntrack, fill(100)), 130.0, 30.0).unwrap();
+        assert_eq!(since(&p), None);
+        assert!(!String::from_utf8_lossy(&p.metrics)
+            .contains("proxywatch_finding_active_since_timestamp_seconds{id=\"conntrack_table_fill\"}"));
     }
 
     #[test]

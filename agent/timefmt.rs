@@ -30,6 +30,25 @@ pub fn rfc3339(unix: f64) -> String {
     )
 }
 
+/// Serde for an optional Unix time written as RFC 3339 (`since` of a finding): readable in
+/// JSON, read back exactly to the millisecond.
+pub mod rfc3339_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_some(&super::rfc3339(*t)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|t| super::parse_timestamp(&t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
 /// A span for a sentence: `45 seconds`, `5 minutes`, `2 hours`, `3 days`
 /// (rounded to the unit; a minute or an hour from 90 seconds or 90 minutes on).
 pub fn human_duration(seconds: f64) -> String {

@@ -354,6 +354,7 @@ fn stale_counts_stay_exact_or_fail_as_changed_while_rules_churn() {
     );
 
     // Every failed run the agent logged, polled or not, failed because the rules changed.
+    // Failures are logged when the probe's outcome changes: a streak of failed runs is one line.
     let log = agent.log();
     let failures: Vec<&str> = log
         .lines()
@@ -363,7 +364,7 @@ fn stale_counts_stay_exact_or_fail_as_changed_while_rules_churn() {
         assert!(l.contains(CHANGED), "a failure that is not a change: {l}");
     }
     assert!(
-        failures.len() >= changed,
+        changed == 0 || !failures.is_empty(),
         "{changed} failures polled, {} logged:\n{log}",
         failures.len()
     );

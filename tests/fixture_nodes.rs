@@ -290,6 +290,7 @@ fn normalize_json(v: Value) -> Value {
                 .map(|(k, v)| {
                     let v = match k.as_str() {
                         "collected_at" => Value::String("<collected_at>".into()),
+                        "since" if v.is_string() => Value::String("<since>".into()),
                         // The commit built, like proxywatch_build_info's label.
                         "revision" if v.is_string() => Value::String("<revision>".into()),
                         "duration_seconds" | "last_run_timestamp_seconds" | "last_success_timestamp_seconds"
@@ -318,6 +319,8 @@ fn normalize_text(text: &str) -> String {
             if let Some(at) = line.rfind(" at ") {
                 line.replace_range(at + 4.., "<collected_at>");
             }
+        } else if line.starts_with("       since: ") {
+            line = "       since: <since>".to_string();
         } else if line == "probes:" {
             in_probes = true;
         } else if line.is_empty() {
@@ -347,6 +350,7 @@ fn normalize_metrics(text: &str) -> String {
     const TIMES: &[&str] = &[
         "proxywatch_probe_duration_seconds",
         "proxywatch_probe_last_success_timestamp_seconds",
+        "proxywatch_finding_active_since_timestamp_seconds",
         "proxywatch_iptables_save_duration_seconds",
         "proxywatch_nftables_list_duration_seconds",
     ];

@@ -430,7 +430,9 @@ fn netlink_count() -> proxywatch::probe::counted::NetlinkCount {
 
 fn full_node_metrics() -> String {
     let s = full_snapshot();
-    let verdict = proxywatch::evaluate::evaluate(&s, &proxywatch::config::default_thresholds());
+    let mut verdict = proxywatch::evaluate::evaluate(&s, &proxywatch::config::default_thresholds());
+    // As the scheduler does: the history stage stamps since when each finding is active.
+    proxywatch::history::findings::FindingTracker::default().stamp(&mut verdict.findings, s.collected_at);
     let p = proxywatch::expose::Publication::new(&s, verdict);
     String::from_utf8(p.metrics.to_vec()).unwrap()
 }

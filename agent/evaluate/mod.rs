@@ -48,6 +48,15 @@ impl Severity {
 pub struct Finding {
     pub id: String,
     pub severity: Severity,
+    /// Unix time since which the finding has been active at this severity, as this
+    /// agent saw it (RFC 3339 in JSON). Set by the history stage after evaluation
+    /// (`history::findings`), never by a check; a restarted agent starts afresh.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::timefmt::rfc3339_opt"
+    )]
+    pub since: Option<f64>,
     /// One line, with the key number.
     pub summary: String,
     /// The facts behind the finding, by name.
@@ -61,6 +70,7 @@ impl Finding {
         Finding {
             id: id.to_string(),
             severity,
+            since: None,
             summary: summary.into(),
             evidence: Map::new(),
             remediation: Vec::new(),

@@ -635,6 +635,16 @@ fn findings(out: &Out, findings: &[Finding]) {
             .map_or(Severity::Ok, |f| f.severity);
         sev.with_label_values(&[c.id]).set(level as i32 as f64);
     }
+    let since = out.gauge(
+        "proxywatch_finding_active_since_timestamp_seconds",
+        "Unix time since which each active finding has held its current severity, as this agent saw it (restarts start afresh); no series while the finding is ok.",
+        &["id"],
+    );
+    for f in findings {
+        if let Some(t) = f.since {
+            since.with_label_values(&[f.id.as_str()]).set(t);
+        }
+    }
     let count = out.gauge(
         "proxywatch_active_findings",
         "Number of active findings by severity (info, warning, critical); each finding's own level is proxywatch_finding_severity{id}.",

@@ -12,6 +12,7 @@ pub mod guard;
 pub mod http;
 pub mod json;
 pub mod metrics;
+pub mod npd;
 pub mod page;
 pub mod report;
 pub mod server;

@@ -155,6 +155,15 @@ pub fn render(doc: &Document, collected_at: f64) -> String {
             sev = f.severity.as_str().to_uppercase(),
             summary = esc(&f.summary),
         );
+        if let Some(since) = f.since {
+            let at = crate::timefmt::rfc3339(since);
+            let _ = writeln!(
+                o,
+                "<p class=\"since\">{} since <time datetime=\"{at}\">{at}</time> ({})</p>",
+                f.severity.as_str(),
+                crate::timefmt::human_duration(collected_at - since),
+            );
+        }
         if !f.evidence.is_empty() {
             o.push_str("<h4>Evidence</h4>\n<dl class=\"evidence\">");
             // Flattened as in `check`: nested keys dotted, nulls left out.

@@ -310,6 +310,7 @@ pub fn render(doc: &Document) -> String {
     let mut out = String::new();
     let count = |s: Severity| doc.findings.iter().filter(|f| f.severity == s).count();
     let _ = writeln!(out, "proxywatch check: node {} at {}", doc.node, doc.collected_at);
+    let collected_at = crate::timefmt::parse_timestamp(&doc.collected_at).unwrap_or(0.0);
     let _ = writeln!(
         out,
         "status: {} ({} critical, {} warning, {} info)",
@@ -329,6 +330,15 @@ pub fn render(doc: &Document) -> String {
     }
     for f in &doc.findings {
         wrap(&mut out, &format!("{} {}: ", tag(f.severity), f.id), 7, &f.summary);
+        if let Some(since) = f.since {
+            let _ = writeln!(
+                out,
+                "       since: {} ({} at {})",
+                crate::timefmt::rfc3339(since),
+                crate::timefmt::human_duration(collected_at - since),
+                f.severity.as_str()
+            );
+        }
         let mut ev = Vec::new();
         for (k, v) in &f.evidence {
             flatten(k, v, &mut ev);

@@ -1,13 +1,15 @@
 //! History: the only stage with memory. It takes each probe's reading of one
 //! moment and derives what needs more than one reading — counter increases
 //! over a window, the conntrack growth trend and time to full, kube-proxy's
-//! latency over the last interval, its restarts and the age of its last sync.
+//! latency over the last interval, its restarts and the age of its last sync;
+//! and (`findings`), fed each verdict, since when each finding is active.
 //!
 //! Probes derive nothing from the past (their context's `probe::Memory` only
 //! spares work, keyed by the kernel's ruleset generation); evaluation is pure. Everything derived here
 //! lands in [`Derived`], the snapshot's part beside the readings, so a reader
 //! can tell a value read from the node from one computed over time.
 
+pub mod findings;
 pub mod kube_proxy;
 pub mod series;
 pub mod stale;

@@ -321,6 +321,41 @@ render_overlay() {
 step "render manifests/ + overlays/rbac-proxy (kustomize and Python renderer)" render_overlay
 [ -s "$OVERLAY" ] || cp "$WORK/overlay-py.yaml" "$OVERLAY" 2>/dev/null || true
 
+# ---------------------------------------------------------------- render the npd component
+# overlays/npd is rendered the same way (a kustomization outside the repository
+# with the image set in the base). It uses a configMapGenerator, which the Python
+# renderer does not model: kustomize is required here, and its absence fails.
+NPD_OVERLAY=$WORK/npd-overlay.yaml
+render_npd() {
+    [ ${#KUSTOMIZE[@]} -gt 0 ] || { echo "no kubectl/kustomize: overlays/npd needs kustomize (configMapGenerator)"; return 1; }
+    [ -f "$DEPLOY/kustomization.yaml" ] || { echo "no $DEPLOY (the deploy step failed)"; return 1; }
+    local k=$WORK/kz-npd rel
+    mkdir -p "$k"
+    rel=$("$PY" -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$DEPLOY" "$k")
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s/overlays/npd\n' \
+        "$rel" "$rel" >"$k/kustomization.yaml"
+    echo "+ ${KUSTOMIZE[*]} (manifests/ with the image set + component overlays/npd)"
+    "${KUSTOMIZE[@]}" "$k" >"$NPD_OVERLAY" || return 1
+    "$PY" - "$NPD_OVERLAY" "$USER_IMAGE" "$ROOT/manifests/overlays/npd/proxywatch-monitor.json" <<'PYEOF'
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+want_image, monitor = sys.argv[2], open(sys.argv[3]).read()
+ds = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "proxywatch-node-problem-detector"][0]
+pod = ds["spec"]["template"]["spec"]
+init = [c for c in pod["initContainers"] if c["name"] == "install-proxywatch"][0]
+assert init["image"] == want_image, f"init container image {init['image']}, want {want_image} (the agent's)"
+cm_name = [v for v in pod["volumes"] if v["name"] == "config"][0]["configMap"]["name"]
+cm = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == cm_name][0]
+assert cm["data"]["proxywatch-monitor.json"] == monitor, "the ConfigMap is not proxywatch-monitor.json"
+rules = json.loads(monitor)["rules"]
+npd = [c for c in pod["containers"] if c["name"] == "node-problem-detector"][0]
+mounts = {m["name"]: m["mountPath"] for m in npd["volumeMounts"]}
+assert all(r["path"].startswith(mounts["plugin"] + "/") for r in rules), "a rule's path is outside the plugin volume"
+print(f"NPD DaemonSet: plugin from {init['image']}, ConfigMap {cm_name} = proxywatch-monitor.json ({len(rules)} rules)")
+PYEOF
+}
+step "render manifests/ + overlays/npd (kustomize; the init container runs the agent's image)" render_npd
+
 # ---------------------------------------------------------------- YAML / structure
 step "YAML/JSON syntax, labels, namespaces, DaemonSet policy, CRD schemas, dashboard structure" \
     "$PY" "$HERE/lint_files.py" "$OVERLAY"
@@ -328,17 +363,19 @@ step "YAML/JSON syntax, labels, namespaces, DaemonSet policy, CRD schemas, dashb
 # ---------------------------------------------------------------- kubernetes-validate
 BASE_FILES=(manifests/namespace.yaml manifests/serviceaccount.yaml manifests/daemonset.yaml manifests/service.yaml
     manifests/overlays/rbac-proxy/clusterrole.yaml manifests/overlays/rbac-proxy/clusterrolebinding.yaml
-    manifests/overlays/rbac-proxy/clusterrole-metrics-reader.yaml)
+    manifests/overlays/rbac-proxy/clusterrole-metrics-reader.yaml
+    manifests/overlays/npd/serviceaccount.yaml manifests/overlays/npd/clusterrole.yaml
+    manifests/overlays/npd/clusterrolebinding.yaml manifests/overlays/npd/daemonset.yaml)
 k8s_validate() {
     local v out rc=0
     echo "NOTE: ServiceMonitor, PodMonitor, PrometheusRule, Issuer and Certificate are CRDs without a schema in"
     echo "      kubernetes-validate; they are checked by lint_files.py's schemas and by promtool instead (skipped here)."
     for v in "${KUBE_VERSIONS[@]}"; do
-        echo "+ kubernetes-validate --strict --quiet -k $v ${BASE_FILES[*]} <rendered overlay>"
-        out=$(kubernetes-validate --strict --quiet -k "$v" "${BASE_FILES[@]}" "$OVERLAY" 2>&1) || rc=1
+        echo "+ kubernetes-validate --strict --quiet -k $v ${BASE_FILES[*]} <rendered overlay> <rendered npd overlay>"
+        out=$(kubernetes-validate --strict --quiet -k "$v" "${BASE_FILES[@]}" "$OVERLAY" "$NPD_OVERLAY" 2>&1) || rc=1
         echo "$out" | grep -v "Couldn't find schema for kind \(ServiceMonitor\|PodMonitor\|PrometheusRule\|Issuer\|Certificate\)" || true
         if echo "$out" | grep -q "^ERROR"; then rc=1; fi
-        echo "$((${#BASE_FILES[@]} + 1)) files validated against Kubernetes $v"
+        echo "$((${#BASE_FILES[@]} + 2)) files validated against Kubernetes $v"
     done
     return $rc
 }
@@ -462,7 +499,7 @@ step "metric_names.py self-test (/metrics file mode)" metric_names_selftest
 run_checkov() {
     # --skip-download: no calls to the Prisma Cloud API (no network in CI).
     checkov --quiet --compact --skip-download --framework kubernetes dockerfile \
-        -f manifests/*.yaml manifests/overlays/rbac-proxy/*.yaml "$OVERLAY" Dockerfile
+        -f manifests/*.yaml manifests/overlays/rbac-proxy/*.yaml manifests/overlays/npd/*.yaml "$OVERLAY" "$NPD_OVERLAY" Dockerfile
 }
 step "checkov (manifests, rendered overlay, Dockerfile; suppressions only inline)" run_checkov
 step "hadolint Dockerfile" hadolint --failure-threshold style Dockerfile

@@ -222,6 +222,32 @@ def check_daemonset(ds, where, overlay):
             errors.append(f"{where}: duplicate containerPorts under hostNetwork: {ports}")
 
 
+def check_npd_daemonset(ds, where):
+    """overlays/npd: NPD running proxywatch's plugin only, with less than NPD's own privileges."""
+    pod = ds["spec"]["template"]["spec"]
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            errors.append(f"{where}: NPD DaemonSet must not set {key}")
+    if any("hostPath" in v for v in pod.get("volumes", [])):
+        errors.append(f"{where}: NPD DaemonSet must mount no hostPath")
+    if get(pod, "securityContext.runAsNonRoot") is not True:
+        errors.append(f"{where}: NPD pod must run as non-root")
+    for c in pod.get("initContainers", []) + pod["containers"]:
+        sc, n = c.get("securityContext", {}), c["name"]
+        for key, want in (("allowPrivilegeEscalation", False), ("readOnlyRootFilesystem", True), ("runAsNonRoot", True)):
+            if sc.get(key) != want:
+                errors.append(f"{where}: container {n}: securityContext.{key} must be {want}")
+        if sc.get("privileged") or get(sc, "capabilities.add"):
+            errors.append(f"{where}: container {n} must not be privileged nor add capabilities")
+        if get(sc, "capabilities.drop") != ["ALL"] or get(sc, "seccompProfile.type") != "RuntimeDefault":
+            errors.append(f"{where}: container {n}: drop ALL capabilities, seccomp RuntimeDefault")
+        if not get(c, "resources.requests.memory") or not get(c, "resources.limits.memory"):
+            errors.append(f"{where}: container {n}: memory request and limit required")
+    init = [c for c in pod.get("initContainers", []) if c["name"] == "install-proxywatch"]
+    if not init or init[0].get("command", [None])[0] != "cp":
+        errors.append(f"{where}: the install-proxywatch init container must copy the plugin binary")
+
+
 # ---------------------------------------------------------------- dashboard
 def check_dashboard(path):
     try:
@@ -391,7 +417,9 @@ def main():
                 errors.append(f"{rel}: {kind}/{meta.get('name')}: namespace must be set explicitly to proxywatch")
             if check_crd(o, rel):
                 n_crd += 1
-            if kind == "DaemonSet":
+            if kind == "DaemonSet" and meta.get("name") == "proxywatch-node-problem-detector":
+                check_npd_daemonset(o, rel)
+            elif kind == "DaemonSet":
                 check_daemonset(o, rel, overlay=False)
     if overlay_file:
         rendered = load(overlay_file)
