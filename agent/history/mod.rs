@@ -9,6 +9,7 @@
 //! can tell a value read from the node from one computed over time.
 
 pub mod kube_proxy;
+pub mod kube_proxy_syncs;
 pub mod stale;
 pub mod trend;
 pub mod window;
@@ -28,6 +29,9 @@ pub struct Derived {
     pub conntrack: Option<ConntrackDerived>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_proxy: Option<KubeProxyDerived>,
+    /// kube-proxy's failed syncs over the last few minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_proxy_sync_failures: Option<kube_proxy_syncs::SyncFailures>,
     /// Stale conntrack entries with their first-seen times (the conntrack_stale probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack_stale: Option<stale::StaleDerived>,
@@ -76,6 +80,7 @@ pub struct History {
     conntrack_window: CounterWindow,
     conntrack_trend: TrendHistory,
     kube_proxy: KubeProxyHistory,
+    kube_proxy_syncs: kube_proxy_syncs::SyncFailureHistory,
     stale: stale::StaleHistory,
 }
 
@@ -87,6 +92,7 @@ impl History {
             conntrack_window: CounterWindow::new(c.conntrack_window_seconds, WINDOW_CAPACITY),
             conntrack_trend: TrendHistory::new(c.conntrack_trend_window_seconds, span, capacity.min(TREND_CAPACITY)),
             kube_proxy: KubeProxyHistory::default(),
+            kube_proxy_syncs: kube_proxy_syncs::SyncFailureHistory::default(),
             stale: stale::StaleHistory::default(),
         }
     }
@@ -104,7 +110,10 @@ impl History {
                 // Nothing derived yet (a first reading): no slot, as in `check`.
                 derived.conntrack = (d != ConntrackDerived::default()).then_some(d);
             }
-            Reading::KubeProxy(kp) => derived.kube_proxy = Some(self.kube_proxy.observe(kp, now)),
+            Reading::KubeProxy(kp) => {
+                derived.kube_proxy = Some(self.kube_proxy.observe(kp, now));
+                derived.kube_proxy_sync_failures = self.kube_proxy_syncs.observe(kp, mono);
+            }
             Reading::ConntrackStale(f) => derived.conntrack_stale = Some(self.stale.observe(f, now)),
             _ => {}
         }
@@ -116,7 +125,10 @@ impl History {
     pub fn missed(&mut self, probe: ProbeName, derived: &mut Derived) {
         match probe {
             ProbeName::Conntrack => derived.conntrack = None,
-            ProbeName::KubeProxy => derived.kube_proxy = None,
+            ProbeName::KubeProxy => {
+                derived.kube_proxy = None;
+                derived.kube_proxy_sync_failures = None;
+            }
             ProbeName::ConntrackStale => derived.conntrack_stale = None,
             _ => {}
         }
