@@ -480,6 +480,10 @@ pub struct Common {
     #[arg(long = "kube-proxy.queued-warning", env = "PROXYWATCH_KUBE_PROXY_QUEUED_WARNING", default_value = "60s", value_parser = parse_duration)]
     pub kube_proxy_queued_warning: Duration,
 
+    /// While kube-proxy's syncs keep failing, its last successful sync older than this is critical.
+    #[arg(long = "kube-proxy.sync-failing-critical", env = "PROXYWATCH_KUBE_PROXY_SYNC_FAILING_CRITICAL", default_value = "5m", value_parser = parse_duration)]
+    pub kube_proxy_sync_failing_critical: Duration,
+
     /// A kube-proxy restart within this long raises a warning.
     #[arg(long = "kube-proxy.restart-window", env = "PROXYWATCH_KUBE_PROXY_RESTART_WINDOW", default_value = "15m", value_parser = parse_duration)]
     pub kube_proxy_restart_window: Duration,
@@ -542,6 +546,7 @@ impl Common {
             kube_proxy_programming_critical_seconds: self.kube_proxy_programming_critical.as_secs_f64(),
             kube_proxy_queued_warning_seconds: self.kube_proxy_queued_warning.as_secs_f64(),
             kube_proxy_restart_window_seconds: self.kube_proxy_restart_window.as_secs_f64(),
+            kube_proxy_sync_failing_critical_seconds: self.kube_proxy_sync_failing_critical.as_secs_f64(),
         })
     }
 

@@ -185,7 +185,9 @@ fn verdict_from_a_running_agent_agrees_with_check() {
     // A probe's outcome is logged when it changes: kube-proxy, absent on every run, once.
     let last_run = || -> f64 {
         let doc: serde_json::Value = serde_json::from_str(&agent.get_ok("/snapshot")).unwrap();
-        doc["probes"]["kube_proxy"]["last_run_timestamp_seconds"].as_f64().unwrap()
+        doc["probes"]["kube_proxy"]["last_run_timestamp_seconds"]
+            .as_f64()
+            .unwrap()
     };
     let first = last_run();
     common::poll("three more kube_proxy runs", Duration::from_secs(20), || {

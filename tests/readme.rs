@@ -371,6 +371,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
     });
     s.derived = Derived {
         conntrack_stale: None,
+        kube_proxy_sync_failures: None,
         conntrack: Some(ConntrackDerived {
             window: Some(CounterDeltas {
                 seconds: 300.0,

@@ -212,6 +212,11 @@ pub fn process_ambiguous(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Opti
 
 pub fn sync_stale(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     kp(s)?;
+    // While syncs are failing, kube_proxy_sync_failing says so (with the queued age in
+    // its evidence): one finding for one cause, not two.
+    if super::kube_proxy_syncs::failing(s) {
+        return None;
+    }
     let k = derived(s);
     let waited = k.queued_unsynced_seconds?;
     Some(

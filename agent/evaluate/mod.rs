@@ -12,6 +12,7 @@ mod iptables;
 mod ipvs;
 mod kernel;
 mod kube_proxy;
+mod kube_proxy_syncs;
 mod mode;
 mod probes;
 
@@ -119,6 +120,8 @@ pub struct Thresholds {
     pub kube_proxy_queued_warning_seconds: f64,
     /// A restart this recent (seconds) is a warning.
     pub kube_proxy_restart_window_seconds: f64,
+    /// While syncs keep failing, a last successful sync older than this (seconds) is critical.
+    pub kube_proxy_sync_failing_critical_seconds: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -165,6 +168,8 @@ pub const CHECKS: &[Check] = &[
     Check { id: "kube_proxy_sync_slow", run: kube_proxy::sync_slow },
     Check { id: "kube_proxy_network_programming_slow", run: kube_proxy::network_programming_slow },
     Check { id: "kube_proxy_sync_stale", run: kube_proxy::sync_stale },
+    Check { id: "kube_proxy_sync_failing", run: kube_proxy_syncs::sync_failing },
+    Check { id: "kube_proxy_rules_lost", run: kube_proxy_syncs::rules_lost },
     Check { id: "kube_proxy_restarted", run: kube_proxy::restarted },
     Check { id: "kube_proxy_resources_near_limit", run: kube_proxy::resources_near_limit },
     Check { id: "kube_proxy_cpu_throttled", run: kube_proxy::cpu_throttled },

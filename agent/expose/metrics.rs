@@ -609,6 +609,27 @@ fn kube_proxy(out: &Out, s: &Snapshot) {
         )
         .with_label_values(&[] as &[&str])
         .inc_by(d.restarts);
+        if let Some(m) = &k.metrics {
+            if let Some(total) = m.sync_failures_total.filter(|v| v.is_finite() && *v >= 0.0) {
+                out.counter(
+                    "proxywatch_kube_proxy_sync_failures_total",
+                    "Failed kube-proxy syncs since it started, as it reports them (iptables restores, partial restores and nftables transactions).",
+                    &[],
+                )
+                .with_label_values(&[] as &[&str])
+                .inc_by(total as u64);
+            }
+            if !m.iptables_rules.is_empty() {
+                let g = out.gauge(
+                    "proxywatch_kube_proxy_iptables_rules",
+                    "Rules kube-proxy reports it wrote per iptables table at its last sync (kubeproxy_sync_proxy_rules_iptables_total), beside the kernel's proxywatch_iptables_rules.",
+                    &["table"],
+                );
+                for (table, v) in &m.iptables_rules {
+                    g.with_label_values(&[table.as_str()]).set(*v);
+                }
+            }
+        }
     }
 }
 

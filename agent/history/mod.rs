@@ -11,6 +11,7 @@
 
 pub mod findings;
 pub mod kube_proxy;
+pub mod kube_proxy_syncs;
 pub mod series;
 pub mod stale;
 pub mod trend;
@@ -31,6 +32,9 @@ pub struct Derived {
     pub conntrack: Option<ConntrackDerived>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_proxy: Option<KubeProxyDerived>,
+    /// kube-proxy's failed syncs over the last few minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_proxy_sync_failures: Option<kube_proxy_syncs::SyncFailures>,
     /// Stale conntrack entries with their first-seen times (the conntrack_stale probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack_stale: Option<stale::StaleDerived>,
@@ -83,6 +87,7 @@ pub struct History {
     conntrack_window: CounterWindow,
     conntrack_trend: TrendHistory,
     kube_proxy: KubeProxyHistory,
+    kube_proxy_syncs: kube_proxy_syncs::SyncFailureHistory,
     stale: stale::StaleHistory,
     /// The trend's fit window, in seconds: the shortest forecast horizon.
     conntrack_trend_window: f64,
@@ -99,6 +104,7 @@ impl History {
             conntrack_window: CounterWindow::new(c.conntrack_window_seconds, WINDOW_CAPACITY),
             conntrack_trend: TrendHistory::new(c.conntrack_trend_window_seconds, span, capacity.min(TREND_CAPACITY)),
             kube_proxy: KubeProxyHistory::default(),
+            kube_proxy_syncs: kube_proxy_syncs::SyncFailureHistory::default(),
             stale: stale::StaleHistory::default(),
             conntrack_trend_window: c.conntrack_trend_window_seconds,
             fill: series::Ring::new(span, series::CAPACITY),
@@ -136,6 +142,7 @@ impl History {
                 }
                 derived.series.kube_proxy_sync_p99_seconds = self.sync_p99.points();
                 derived.kube_proxy = Some(d);
+                derived.kube_proxy_sync_failures = self.kube_proxy_syncs.observe(kp, mono);
             }
             Reading::ConntrackStale(f) => {
                 self.stale_entries
@@ -157,7 +164,10 @@ impl History {
                 // The forecast is the current trend's, not history: it goes with it.
                 derived.series.conntrack_fill_forecast.clear();
             }
-            ProbeName::KubeProxy => derived.kube_proxy = None,
+            ProbeName::KubeProxy => {
+                derived.kube_proxy = None;
+                derived.kube_proxy_sync_failures = None;
+            }
             ProbeName::ConntrackStale => derived.conntrack_stale = None,
             _ => {}
         }

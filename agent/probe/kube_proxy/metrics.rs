@@ -23,6 +23,10 @@ pub const LAST_QUEUED_TIMESTAMP: &str = "kubeproxy_sync_proxy_rules_last_queued_
 pub const IPTABLES_TOTAL: &str = "kubeproxy_sync_proxy_rules_iptables_total";
 /// iptables-restore failures (counter, iptables and ipvs modes).
 pub const IPTABLES_RESTORE_FAILURES: &str = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
+/// Partial iptables-restore failures (counter, iptables mode, v1.28+: a sync that
+/// restored only changed chains failed, and a full sync follows).
+pub const IPTABLES_PARTIAL_RESTORE_FAILURES: &str =
+    "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total";
 /// nftables transaction failures (counter, nftables mode, v1.29+).
 pub const NFTABLES_SYNC_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total";
 /// Endpoint changes not yet synced (gauge).
@@ -48,6 +52,7 @@ const WANTED_FAMILIES: &[&str] = &[
     LAST_QUEUED_TIMESTAMP,
     IPTABLES_TOTAL,
     IPTABLES_RESTORE_FAILURES,
+    IPTABLES_PARTIAL_RESTORE_FAILURES,
     NFTABLES_SYNC_FAILURES,
     ENDPOINT_CHANGES_PENDING,
     SERVICE_CHANGES_PENDING,
@@ -98,8 +103,9 @@ pub struct KubeProxyMetrics {
     /// Number of iptables rules owned by kube-proxy, per table (`filter`, `nat`, …), summed
     /// over `ip_family`. Empty outside iptables mode or before v1.21.
     pub iptables_rules: BTreeMap<String, f64>,
-    /// Failed syncs since start (count): `…_iptables_restore_failures_total` plus
-    /// `…_nftables_sync_failures_total`, summed over `ip_family`.
+    /// Failed syncs since start (count): `…_iptables_restore_failures_total`,
+    /// `…_iptables_partial_restore_failures_total` and `…_nftables_sync_failures_total`,
+    /// summed over `ip_family`.
     pub sync_failures_total: Option<f64>,
     /// Endpoint changes received but not yet synced (count).
     pub endpoint_changes_pending: Option<f64>,
@@ -223,10 +229,11 @@ pub fn extract_from(source_name: &str, expo: &Exposition) -> Result<KubeProxyMet
     }
 
     let iptables_failures = scalar(expo, source_name, IPTABLES_RESTORE_FAILURES, Combine::Sum)?;
+    let partial_failures = scalar(expo, source_name, IPTABLES_PARTIAL_RESTORE_FAILURES, Combine::Sum)?;
     let nftables_failures = scalar(expo, source_name, NFTABLES_SYNC_FAILURES, Combine::Sum)?;
-    let sync_failures_total = match (iptables_failures, nftables_failures) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+    let sync_failures_total = match (iptables_failures, partial_failures, nftables_failures) {
+        (None, None, None) => None,
+        (a, b, c) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0) + c.unwrap_or(0.0)),
     };
 
     let version = expo.family(BUILD_INFO).and_then(|f| {
@@ -343,6 +350,8 @@ kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv6"} 999
 # TYPE kubeproxy_sync_proxy_rules_nftables_sync_failures_total counter
 kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"} 2
 kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv6"} 1
+# TYPE kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total counter
+kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total{ip_family="IPv4"} 4
 # TYPE kubeproxy_sync_proxy_rules_iptables_total gauge
 kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv4",table="nat"} 10
 kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv6",table="nat"} 7
@@ -360,7 +369,8 @@ unrelated_histogram_count 9
         let m = extract("t", text).unwrap();
         assert_eq!(m.last_sync_timestamp_seconds, Some(990.0));
         assert_eq!(m.last_queued_timestamp_seconds, Some(999.0));
-        assert_eq!(m.sync_failures_total, Some(3.0));
+        // 2 + 1 nftables transactions, 4 partial restores: every failed sync counts.
+        assert_eq!(m.sync_failures_total, Some(7.0));
         assert_eq!(m.iptables_rules.get("nat"), Some(&17.0));
         assert_eq!(m.iptables_rules.get("filter"), Some(&3.0));
         assert_eq!(m.localhost_nodeports_accepted_packets_total, Some(12.0));

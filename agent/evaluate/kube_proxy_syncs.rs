@@ -1,0 +1,225 @@
+//! kube-proxy's view against the kernel's: failing syncs, and rules that
+//! kube-proxy says it wrote but the kernel no longer holds (flushed behind its
+//! back by a firewall reload, `iptables -F` in a bootstrap script...).
+
+use super::{Finding, ModeDecision, ProxyMode, Severity, Thresholds};
+use crate::probe::ProbeName;
+use crate::snapshot::Snapshot;
+
+/// Whether kube-proxy's syncs failed within the history's window.
+pub(super) fn failing(s: &Snapshot) -> bool {
+    s.derived
+        .kube_proxy_sync_failures
+        .as_ref()
+        .is_some_and(|f| f.increase > 0)
+}
+
+pub fn sync_failing(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    s.facts.kube_proxy.as_ref()?;
+    let f = s.derived.kube_proxy_sync_failures.as_ref()?;
+    let k = s.derived.kube_proxy.clone().unwrap_or_default();
+    let age = k.last_sync_age_seconds;
+    let severity = if f.increase == 0 {
+        Severity::Ok
+    } else if age.is_some_and(|a| a >= t.kube_proxy_sync_failing_critical_seconds) {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let since = match age {
+        Some(a) => format!("; its last successful sync was {a:.0} s ago"),
+        None => String::new(),
+    };
+    Some(
+        Finding::new(
+            "kube_proxy_sync_failing",
+            severity,
+            format!(
+                "{} kube-proxy sync(s) failed in the last {:.0} s{since}",
+                f.increase, f.seconds
+            ),
+        )
+        .evidence("failures_in_window", f.increase)
+        .evidence("window_seconds", f.seconds)
+        .evidence("failures_total", f.total)
+        .evidence("last_sync_age_seconds", age)
+        .evidence("queued_unsynced_seconds", k.queued_unsynced_seconds)
+        .evidence("critical_after_seconds", t.kube_proxy_sync_failing_critical_seconds)
+        .remediation(&[
+            "Service and endpoint changes are not reaching the kernel: the rules in place are the last ones that synced.",
+            "Read why: kubectl -n kube-system logs <kube-proxy pod on this node> --since=10m | grep -iE 'fail|restore|error'.",
+            "Common causes: another process holding the xtables lock (on the node: ls -l /proc/*/fd 2>/dev/null | grep xtables.lock), iptables-restore of the other backend (see iptables_backend_mismatch), a kernel without a feature the nftables rules use.",
+            "Once the cause is gone kube-proxy recovers on its next sync; if it does not: kubectl -n kube-system delete pod <kube-proxy pod on this node> (the DaemonSet recreates it).",
+        ]),
+    )
+}
+
+/// kube-proxy's rules are compared with the kernel's only when its last
+/// successful sync ended before the kernel was read (so the kernel should hold
+/// what it reports); a share below these is a warning / critical.
+const LOST_WARNING_SHARE: f64 = 0.9;
+const LOST_CRITICAL_SHARE: f64 = 0.5;
+
+pub fn rules_lost(s: &Snapshot, _: &Thresholds, mode: &ModeDecision) -> Option<Finding> {
+    // Only kube-proxy's iptables mode reports how many rules it wrote per table (v1.21+).
+    if mode.mode != ProxyMode::Iptables {
+        return None;
+    }
+    let m = s.facts.kube_proxy.as_ref()?.metrics.as_ref()?;
+    if m.iptables_rules.values().all(|&n| n < 1.0) {
+        return None;
+    }
+    let ipt = s.facts.iptables.as_ref()?;
+    let read = s.probes.get(&ProbeName::Iptables)?;
+    let read_start = read.last_run_seconds - read.duration_seconds;
+    let last_sync = m.last_sync_timestamp_seconds?;
+    // A sync after the read began may have changed the rules: no comparison, never a guess.
+    if last_sync >= read_start {
+        return None;
+    }
+    // The backend kube-proxy's rules are in; none when no backend has KUBE rules left.
+    let backend = ipt.backend_in_use.as_str();
+    let runs: Vec<_> = ipt.saves.iter().filter(|r| r.backend == backend).collect();
+    let kube_rules: u64 = runs.iter().map(|r| r.counts.kube_rules).sum();
+    let mut worst = Severity::Ok;
+    let mut tables = serde_json::Map::new();
+    let mut lost_tables = Vec::new();
+    for (table, &reported) in &m.iptables_rules {
+        if reported < 1.0 {
+            continue;
+        }
+        let kernel: u64 = runs
+            .iter()
+            .filter_map(|r| r.counts.tables.get(table))
+            .map(|c| c.rules)
+            .sum();
+        let share = kernel as f64 / reported;
+        // The kernel's count includes every owner's rules, so a share below 1 is rules missing.
+        let severity = if kube_rules == 0 || share < LOST_CRITICAL_SHARE {
+            Severity::Critical
+        } else if share < LOST_WARNING_SHARE {
+            Severity::Warning
+        } else {
+            Severity::Ok
+        };
+        if severity > Severity::Ok {
+            lost_tables.push(format!("{table}: {kernel} of {reported:.0}"));
+        }
+        worst = worst.max(severity);
+        tables.insert(
+            table.clone(),
+            serde_json::json!({ "kube_proxy_reported": reported, "kernel": kernel }),
+        );
+    }
+    let summary = if worst == Severity::Ok {
+        "the kernel holds the rules kube-proxy reports".to_string()
+    } else if kube_rules == 0 {
+        format!(
+            "kube-proxy reports {} rules but the kernel holds no KUBE rules: Service traffic is not translated",
+            m.iptables_rules.values().sum::<f64>()
+        )
+    } else {
+        format!(
+            "the kernel holds fewer rules than kube-proxy wrote ({}): rules were removed behind its back",
+            lost_tables.join(", ")
+        )
+    };
+    Some(
+        Finding::new("kube_proxy_rules_lost", worst, summary)
+            .evidence("tables", serde_json::Value::Object(tables))
+            .evidence("backend", backend)
+            .evidence("kernel_kube_rules", kube_rules)
+            .evidence("kube_proxy_last_sync_seconds", last_sync)
+            .evidence("kernel_read_seconds", read_start)
+            .remediation(&[
+                "Something removed kube-proxy's rules after its last sync: a firewall reload (firewalld, ufw), an iptables -F or iptables-restore without --noflush in a node script, another agent.",
+                "Prove it: journalctl --since -1h | grep -iE 'firewalld|ufw|iptables' on the node, and compare iptables-save -t nat | grep -c KUBE- with kube-proxy's kubeproxy_sync_proxy_rules_iptables_total.",
+                "kube-proxy restores its rules on its next full sync (it notices a flushed KUBE-PROXY-CANARY chain); to restore them now: kubectl -n kube-system delete pod <kube-proxy pod on this node>.",
+                "Stop the cause: firewalld and ufw must not manage iptables on Kubernetes nodes, or must keep kube-proxy's chains (node bootstrap scripts: iptables-restore --noflush).",
+            ]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::default_thresholds;
+    use crate::evaluate::effective_mode;
+    use crate::probe::iptables::{IptablesFacts, SaveCounts, SaveRun, TableCounts};
+    use crate::probe::kube_proxy::metrics::KubeProxyMetrics;
+    use crate::probe::kube_proxy::KubeProxyFacts;
+    use crate::snapshot::{ProbeOutcome, ProbeStatus};
+
+    /// kube-proxy (iptables mode) reporting 100 nat rules synced at `last_sync`; the kernel
+    /// read at 1000-1001 s holding `kernel` nat rules, `kube` of them kube-proxy's.
+    fn node(last_sync: f64, kernel: u64, kube: u64) -> Snapshot {
+        let mut s = Snapshot::new("n");
+        s.facts.kube_proxy = Some(KubeProxyFacts {
+            mode: Some(ProxyMode::Iptables),
+            metrics_up: true,
+            metrics: Some(KubeProxyMetrics {
+                iptables_rules: [("nat".to_string(), 100.0)].into(),
+                last_sync_timestamp_seconds: Some(last_sync),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        s.facts.iptables = Some(IptablesFacts {
+            backend_in_use: "nft".into(),
+            saves: vec![SaveRun {
+                backend: "nft".into(),
+                family: "ipv4".into(),
+                counts: SaveCounts {
+                    tables: [(
+                        "nat".to_string(),
+                        TableCounts {
+                            chains: 10,
+                            rules: kernel,
+                        },
+                    )]
+                    .into(),
+                    kube_rules: kube,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        s.probes.insert(
+            ProbeName::Iptables,
+            ProbeOutcome {
+                status: ProbeStatus::Ok,
+                duration_seconds: 1.0,
+                error: None,
+                last_run_seconds: 1001.0,
+                last_success_seconds: Some(1001.0),
+            },
+        );
+        s
+    }
+
+    fn judge(s: &Snapshot) -> Option<Finding> {
+        let t = default_thresholds();
+        rules_lost(s, &t, &effective_mode(s, &t))
+    }
+
+    #[test]
+    fn rules_are_compared_only_after_a_sync_that_ended_before_the_read() {
+        assert_eq!(
+            judge(&node(990.0, 120, 110)).unwrap().severity,
+            Severity::Ok,
+            "intact, others' rules too"
+        );
+        assert_eq!(judge(&node(990.0, 80, 70)).unwrap().severity, Severity::Warning);
+        let f = judge(&node(990.0, 30, 20)).unwrap();
+        assert_eq!(f.severity, Severity::Critical, "{f:?}");
+        assert_eq!(f.evidence["tables"]["nat"]["kernel"], 30);
+        assert_eq!(
+            judge(&node(990.0, 95, 0)).unwrap().severity,
+            Severity::Critical,
+            "no KUBE rule left"
+        );
+        // kube-proxy synced after the kernel read began: the counts may differ, nothing is said.
+        assert!(judge(&node(1000.5, 0, 0)).is_none());
+    }
+}
