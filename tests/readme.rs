@@ -1,4 +1,4 @@
-//! The README is the user's manual: it must say exactly what the agent has,
+//! The README and docs/reference.md are the user's manual: they must say exactly what the agent has,
 //! both ways. Every flag row equals the binary's own definition (name,
 //! environment variable, default, help) and every flag has a row; every metric
 //! the agent emits has a row and every row is emitted; every finding id both ways;
@@ -9,8 +9,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use clap::CommandFactory;
 
+/// The user's manual: the README and the reference it links to (flags, endpoints, metrics).
 fn readme() -> String {
-    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    ["README.md", "docs/reference.md"]
+        .iter()
+        .map(|f| std::fs::read_to_string(root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}")))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The cells of every table row of the README whose first cell is `` `PREFIX...` ``.

@@ -10,6 +10,7 @@ the agent instead of being kept by hand. `proxywatch_conntrack_stat_<field>_tota
 is expanded with the columns of STAT_SAMPLE, a captured /proc/net/stat/nf_conntrack
 (the agent names the series after the kernel's header). Standard library only.
 """
+import os
 import re
 import sys
 
@@ -23,7 +24,9 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     readme, stat, out_metrics, out_ids = sys.argv[1:]
-    text = open(readme, encoding="utf-8").read()
+    # The README and the reference it links to (flags, endpoints, metrics).
+    reference = os.path.join(os.path.dirname(os.path.abspath(readme)), "docs", "reference.md")
+    text = open(readme, encoding="utf-8").read() + "\n" + open(reference, encoding="utf-8").read()
     fields = [f for f in open(stat, encoding="utf-8").readline().split() if f != "entries"]
     metrics = set()
     for line in text.splitlines():
