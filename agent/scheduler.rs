@@ -71,6 +71,7 @@ impl Aggregator {
                 (ProbeStatus::Ok, None)
             }
             Ok(Probed::Absent(why)) => {
+                self.history.absent(p, now, &mut self.snapshot.derived);
                 self.snapshot.facts.clear(p);
                 self.history.missed(p, &mut self.snapshot.derived);
                 (ProbeStatus::Absent, Some(why))
@@ -104,6 +105,12 @@ impl Aggregator {
         }
         let verdict = evaluate::evaluate(&self.snapshot, &self.thresholds);
         Some(Publication::new(&self.snapshot, verdict))
+    }
+
+    /// The probe whose next reading the verdict waits on, and in how long (see `evaluate::recheck`).
+    pub fn recheck(&self) -> Option<(ProbeName, Duration)> {
+        let (p, secs) = evaluate::recheck(&self.snapshot, &self.thresholds)?;
+        Some((p, Duration::from_secs_f64(secs.clamp(0.0, 86_400.0))))
     }
 }
 
@@ -187,6 +194,29 @@ pub async fn run_once(ctx: Arc<ProbeContext>, schedules: &[Schedule], mut aggreg
     for r in reports {
         let now = unix_seconds(SystemTime::now());
         last = aggregator.record(r, now, origin.elapsed().as_secs_f64()).or(last);
+    }
+    // A verdict that depends on time (kube-proxy gone, within its grace): read that probe again on
+    // its interval until the wait is over, so that a restart is not called down, nor a death fine.
+    // Bounded by the monotonic clock, whatever the wall clock does.
+    let mut give_up: Option<Instant> = None;
+    while let Some((probe, wait)) = aggregator.recheck() {
+        let Some(s) = schedules.iter().find(|s| s.probe == probe) else {
+            break;
+        };
+        let limit = *give_up.get_or_insert_with(|| Instant::now() + wait + s.interval + s.timeout);
+        if Instant::now() >= limit {
+            break;
+        }
+        tokio::time::sleep(wait.min(s.interval)).await;
+        let started = Instant::now();
+        let result = run_isolated(s.probe, &ctx, s.timeout).await;
+        let report = RunReport {
+            probe,
+            result,
+            duration: started.elapsed(),
+        };
+        let now = unix_seconds(SystemTime::now());
+        last = aggregator.record(report, now, origin.elapsed().as_secs_f64()).or(last);
     }
     last.expect("every probe reported")
 }

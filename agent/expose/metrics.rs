@@ -66,6 +66,59 @@ impl Out {
     }
 }
 
+/// A summary family registered as is: kube-proxy's latency histograms, exposed the way a
+/// client_golang summary is (quantiles over a recent window, `_count` and `_sum` cumulative).
+#[derive(Clone)]
+struct Fixed {
+    desc: Vec<prometheus::core::Desc>,
+    family: prometheus::proto::MetricFamily,
+}
+
+impl Collector for Fixed {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.desc.iter().collect()
+    }
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        vec![self.family.clone()]
+    }
+}
+
+impl Out {
+    /// A summary without labels: `quantiles` (those known), and the cumulative count and sum.
+    fn summary(&self, name: &str, help: &str, quantiles: &[(f64, Option<f64>)], count: f64, sum: f64) {
+        use prometheus::proto::{Metric, MetricFamily, MetricType, Quantile, Summary};
+        let Ok(desc) = prometheus::core::Desc::new(name.into(), help.into(), vec![], Default::default()) else {
+            tracing::error!("invalid summary name {name}");
+            return;
+        };
+        let mut summary = Summary::default();
+        summary.set_sample_count(count.max(0.0) as u64);
+        summary.set_sample_sum(sum);
+        summary.set_quantile(
+            quantiles
+                .iter()
+                .filter_map(|(q, v)| {
+                    let mut x = Quantile::default();
+                    x.set_quantile(*q);
+                    x.set_value((*v)?);
+                    Some(x)
+                })
+                .collect(),
+        );
+        let mut metric = Metric::default();
+        metric.set_summary(summary);
+        let mut family = MetricFamily::default();
+        family.set_name(name.into());
+        family.set_help(help.into());
+        family.set_field_type(MetricType::SUMMARY);
+        family.set_metric(vec![metric]);
+        self.register(Fixed {
+            desc: vec![desc],
+            family,
+        });
+    }
+}
+
 /// kube-proxy's cgroup: its limits and usage as read, its throttling counters as counters, and
 /// the share of periods throttled over the history's window.
 fn kube_proxy_cgroup(
@@ -492,17 +545,32 @@ fn ipvs(out: &Out, s: &Snapshot) {
     }
 }
 
+/// `proxywatch_kube_proxy_up`: 1 when kube-proxy's /metrics answered, 0 when it did not or
+/// nothing of kube-proxy is on the node (the probe found it absent); absent only while the probe
+/// fails (unknown, never a false 0). Whether a 0 matters (kube-proxy belongs here) is the
+/// kube_proxy_down finding's call.
+fn kube_proxy_up(out: &Out, s: &Snapshot) {
+    let up = match (&s.facts.kube_proxy, s.probes.get(&crate::probe::ProbeName::KubeProxy)) {
+        (Some(k), _) => k.metrics_up,
+        (None, Some(o)) if o.status == ProbeStatus::Absent => false,
+        _ => return,
+    };
+    out.gauge(
+        "proxywatch_kube_proxy_up",
+        "1 when kube-proxy's /metrics answered; 0 when it did not or no kube-proxy is on the node (see proxywatch_finding_severity{id=\"kube_proxy_down\"} for whether it belongs here); absent while the kube_proxy probe fails.",
+        &[],
+    )
+    .with_label_values(&[] as &[&str])
+    .set(if up { 1.0 } else { 0.0 });
+}
+
 /// kube-proxy itself.
 fn kube_proxy(out: &Out, s: &Snapshot) {
+    kube_proxy_up(out, s);
     if let Some(k) = &s.facts.kube_proxy {
         let one = |name: &str, help: &str, v: f64| {
             out.gauge(name, help, &[]).with_label_values(&[] as &[&str]).set(v);
         };
-        one(
-            "proxywatch_kube_proxy_up",
-            "1 when kube-proxy's /metrics answered, 0 when it did not.",
-            if k.metrics_up { 1.0 } else { 0.0 },
-        );
         if let Some(mode) = &k.mode {
             out.gauge(
                 "proxywatch_kube_proxy_mode",
@@ -513,27 +581,26 @@ fn kube_proxy(out: &Out, s: &Snapshot) {
             .set(1.0);
         }
         let d = s.derived.kube_proxy.clone().unwrap_or_default();
-        for (name, help, w) in [
+        let m = k.metrics.as_ref();
+        for (name, help, w, h) in [
             (
                 "proxywatch_kube_proxy_sync_duration_seconds",
-                "kube-proxy rule sync duration quantiles over the window since the previous read.",
+                "kube-proxy rule sync duration: p50/p99 over the window since the agent's previous read of kube-proxy (from kubeproxy_sync_proxy_rules_duration_seconds' buckets), count and sum since kube-proxy started.",
                 &d.sync,
+                m.and_then(|m| m.sync_duration.as_ref()),
             ),
             (
                 "proxywatch_kube_proxy_network_programming_duration_seconds",
-                "kube-proxy network programming latency quantiles over the window since the previous read.",
+                "kube-proxy network programming latency: p50/p99 over the window since the agent's previous read of kube-proxy (from kubeproxy_network_programming_duration_seconds' buckets), count and sum since kube-proxy started.",
                 &d.network_programming,
+                m.and_then(|m| m.network_programming.as_ref()),
             ),
         ] {
-            if let Some(w) = w {
-                let g = out.gauge(name, help, &["quantile"]);
-                // No sync in the window: no value, rather than a misleading 0.
-                if let Some(v) = w.p50 {
-                    g.with_label_values(&["0.5"]).set(v);
-                }
-                if let Some(v) = w.p99 {
-                    g.with_label_values(&["0.99"]).set(v);
-                }
+            // A summary, as client_golang's are: promtool accepts a `quantile` label only there.
+            // No window yet, or no event in it: no quantile line, rather than a misleading 0.
+            if let Some(h) = h {
+                let (p50, p99) = w.as_ref().map_or((None, None), |w| (w.p50, w.p99));
+                out.summary(name, help, &[(0.5, p50), (0.99, p99)], h.count, h.sum);
             }
         }
         if let Some(age) = d.last_sync_age_seconds {

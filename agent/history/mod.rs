@@ -27,6 +27,10 @@ pub struct Derived {
     pub conntrack: Option<ConntrackDerived>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_proxy: Option<KubeProxyDerived>,
+    /// Whether kube-proxy was seen and since when it is gone: kept while the kube-proxy probe
+    /// finds it absent (see `kube_proxy::KubeProxyPresence`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_proxy_presence: Option<kube_proxy::KubeProxyPresence>,
     /// Stale conntrack entries with their first-seen times (the conntrack_stale probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack_stale: Option<stale::StaleDerived>,
@@ -103,9 +107,21 @@ impl History {
                 // Nothing derived yet (a first reading): no slot, as in `check`.
                 derived.conntrack = (d != ConntrackDerived::default()).then_some(d);
             }
-            Reading::KubeProxy(kp) => derived.kube_proxy = Some(self.kube_proxy.observe(kp, now)),
+            Reading::KubeProxy(kp) => {
+                derived.kube_proxy = Some(self.kube_proxy.observe(kp, now));
+                derived.kube_proxy_presence = Some(self.kube_proxy.presence());
+            }
             Reading::ConntrackStale(f) => derived.conntrack_stale = Some(self.stale.observe(f, now)),
             _ => {}
+        }
+    }
+
+    /// A probe found its source absent at `now` (Unix seconds); `missed` follows. Only kube-proxy's
+    /// absence is remembered: a node should have it or not, and whether it was seen matters.
+    pub fn absent(&mut self, probe: ProbeName, now: f64, derived: &mut Derived) {
+        if probe == ProbeName::KubeProxy {
+            self.kube_proxy.absent(now);
+            derived.kube_proxy_presence = Some(self.kube_proxy.presence());
         }
     }
 
