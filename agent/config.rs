@@ -414,8 +414,8 @@ pub struct Common {
     #[arg(long = "kube-proxy.restart-window", env = "PROXYWATCH_KUBE_PROXY_RESTART_WINDOW", default_value = "15m", value_parser = parse_duration)]
     pub kube_proxy_restart_window: Duration,
 
-    /// How long kube-proxy may be gone (nothing on its ports, no process) where the evidence says it belongs before kube_proxy_down is critical: a restart shorter than this is not down (kubelet restarts a crashed container after 10 s, then 20 s, 40 s...). `check` waits up to this long, re-reading kube-proxy, before it says down.
-    #[arg(long = "kube-proxy.down-grace", env = "PROXYWATCH_KUBE_PROXY_DOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    /// How long kube-proxy may be gone (nothing on its ports, no process) where the evidence says it belongs before kube_proxy_down is critical: a restart shorter than this is not down (kubelet restarts a crashed container after 10 s, then 20 s, 40 s...). `check` waits up to this long, re-reading kube-proxy, before it says down; 0s: down at once.
+    #[arg(long = "kube-proxy.down-grace", env = "PROXYWATCH_KUBE_PROXY_DOWN_GRACE", default_value = "30s", value_parser = parse_duration_or_zero)]
     pub kube_proxy_down_grace: Duration,
 
     /// Cap on one command's output (rule-set dumps), in bytes; beyond it the command is killed. Output held whole (ipvsadm, nft, conntrack -S) is capped at 16 MiB at most.
@@ -554,6 +554,14 @@ fn parse_interval_or_never(s: &str) -> Result<Every, String> {
 }
 
 /// Parses `500ms`, `5s`, `2m`, `1h` (a bare number means seconds).
+/// A duration, or `0s` (`--kube-proxy.down-grace 0s`: no grace at all).
+fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    match s.trim() {
+        "0" | "0s" | "0ms" => Ok(Duration::ZERO),
+        _ => parse_duration(s),
+    }
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());

@@ -393,6 +393,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
                 seconds: 300.0,
             }),
         }),
+        ..Default::default()
     };
     for &p in PROBES {
         s.probes.insert(

@@ -109,6 +109,13 @@ pub struct KubeProxyPresence {
     pub last_sync_seconds: Option<f64>,
 }
 
+impl KubeProxyPresence {
+    /// No presence known, or kube-proxy never seen answering (nothing worth a place in /snapshot).
+    pub fn never_seen(p: &Option<KubeProxyPresence>) -> bool {
+        p.as_ref().is_none_or(|p| p.last_seen_seconds.is_none())
+    }
+}
+
 /// What is remembered of kube-proxy between readings.
 #[derive(Debug, Default)]
 pub struct KubeProxyHistory {

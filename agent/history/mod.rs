@@ -28,8 +28,9 @@ pub struct Derived {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_proxy: Option<KubeProxyDerived>,
     /// Whether kube-proxy was seen and since when it is gone: kept while the kube-proxy probe
-    /// finds it absent (see `kube_proxy::KubeProxyPresence`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// finds it absent (see `kube_proxy::KubeProxyPresence`). Left out of the document until
+    /// kube-proxy was seen (kube_proxy_down's evidence has the rest).
+    #[serde(default, skip_serializing_if = "kube_proxy::KubeProxyPresence::never_seen")]
     pub kube_proxy_presence: Option<kube_proxy::KubeProxyPresence>,
     /// Stale conntrack entries with their first-seen times (the conntrack_stale probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -37,8 +38,17 @@ pub struct Derived {
 }
 
 impl Derived {
+    /// Nothing derived worth showing (a presence that never saw kube-proxy counts as nothing).
     pub fn is_empty(&self) -> bool {
-        *self == Derived::default()
+        let presence = if kube_proxy::KubeProxyPresence::never_seen(&self.kube_proxy_presence) {
+            None
+        } else {
+            self.kube_proxy_presence.clone()
+        };
+        Derived {
+            kube_proxy_presence: presence,
+            ..self.clone()
+        } == Derived::default()
     }
 }
 

@@ -212,12 +212,16 @@ impl Drop for SysctlGuard {
     }
 }
 
-/// Flags that point the kube-proxy probe at a closed port (9, discard): no kube-proxy here.
+/// Flags that point the kube-proxy probe at a closed port (9, discard): no kube-proxy here. Where
+/// the evidence says one belongs (a declared mode), `kube_proxy_down` is then said at once
+/// (no grace: `check` would otherwise wait 30 s for it to come back).
 pub const NO_KUBE_PROXY: &[&str] = &[
     "--kube-proxy.metrics-url",
     "http://127.0.0.1:9",
     "--kube-proxy.healthz-url",
     "http://127.0.0.1:9",
+    "--kube-proxy.down-grace",
+    "0s",
 ];
 
 /// Generates kube-proxy's iptables-mode rule set (tests/tools/gen_kube_rules.py)
