@@ -135,7 +135,7 @@ fn a_node_with_kube_proxy_syncing_passes_promtool_check_metrics() {
     common::poll("a first read of kube-proxy", Duration::from_secs(10), || {
         let t = agent.get_ok("/metrics");
         match common::series(&t, "proxywatch_kube_proxy_sync_duration_seconds_count") {
-            Some(c) if c == 100.0 => Ok(()),
+            Some(100.0) => Ok(()),
             other => Err(format!("{other:?}")),
         }
     });
