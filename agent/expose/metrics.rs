@@ -830,4 +830,73 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn kube_proxy_up_is_0_when_absent_and_missing_only_while_the_probe_fails() {
+        use crate::probe::ProbeName;
+        use crate::snapshot::ProbeOutcome;
+        let outcome = |status| ProbeOutcome {
+            status,
+            duration_seconds: 0.0,
+            error: None,
+            last_run_seconds: 0.0,
+            last_success_seconds: None,
+        };
+        let mut s = crate::evaluate::test_support::healthy();
+        s.probes.insert(ProbeName::KubeProxy, outcome(ProbeStatus::Absent));
+        assert_eq!(value(&render(&s, &[]), "proxywatch_kube_proxy_up"), Some(0.0));
+        s.probes.insert(ProbeName::KubeProxy, outcome(ProbeStatus::Failed));
+        assert_eq!(
+            value(&render(&s, &[]), "proxywatch_kube_proxy_up"),
+            None,
+            "unknown, not 0"
+        );
+        s.probes.insert(ProbeName::KubeProxy, outcome(ProbeStatus::Ok));
+        s.facts.kube_proxy = Some(crate::probe::kube_proxy::KubeProxyFacts {
+            metrics_up: true,
+            ..Default::default()
+        });
+        assert_eq!(value(&render(&s, &[]), "proxywatch_kube_proxy_up"), Some(1.0));
+    }
+
+    #[test]
+    fn latency_is_a_summary_with_window_quantiles_and_cumulative_count() {
+        use crate::history::kube_proxy::{KubeProxyDerived, LatencyWindow};
+        use crate::promtext::Histogram;
+        let mut s = crate::evaluate::test_support::healthy();
+        let h = Histogram {
+            buckets: vec![(1.0, 90.0), (f64::INFINITY, 100.0)],
+            count: 100.0,
+            sum: 42.5,
+        };
+        s.facts.kube_proxy = Some(crate::probe::kube_proxy::KubeProxyFacts {
+            metrics_up: true,
+            metrics: Some(crate::probe::kube_proxy::metrics::KubeProxyMetrics {
+                sync_duration: Some(h),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        // No window yet: count and sum, no quantile line.
+        let text = render(&s, &[]);
+        let name = "proxywatch_kube_proxy_sync_duration_seconds";
+        assert!(text.contains(&format!("# TYPE {name} summary")), "{text}");
+        assert_eq!(value(&text, &format!("{name}_count")), Some(100.0));
+        assert_eq!(value(&text, &format!("{name}_sum")), Some(42.5));
+        assert!(!text.contains(&format!("{name}{{quantile")), "{text}");
+        s.derived.kube_proxy = Some(KubeProxyDerived {
+            sync: Some(LatencyWindow {
+                p50: Some(0.2),
+                p99: Some(3.5),
+                count: 10.0,
+                seconds: 15.0,
+            }),
+            ..Default::default()
+        });
+        let text = render(&s, &[]);
+        assert_eq!(value(&text, &format!("{name}{{quantile=\"0.99\"}}")), Some(3.5));
+        assert_eq!(value(&text, &format!("{name}{{quantile=\"0.5\"}}")), Some(0.2));
+        // No network-programming histogram from kube-proxy: no family at all.
+        assert!(!text.contains("proxywatch_kube_proxy_network_programming_duration_seconds"));
+    }
 }
