@@ -10,7 +10,8 @@
 //!   `proxywatch_node_ready 0`, `check` exits 2 with it, and a real Prometheus evaluating the
 //!   shipped rules (manifests/prometheusrule.yaml) fires ProxywatchKubeProxyDown with the agent's
 //!   severity;
-//! - restarted, everything resolves;
+//! - restarted, everything resolves; a `check` started while it is gone and ended by its return
+//!   within the grace does not call it down;
 //! - the same namespace without kube-proxy's state and without a declared mode: no finding;
 //!   with `--kube-proxy.mode iptables` declared: kube_proxy_down.
 //!
@@ -121,8 +122,14 @@ fn kube_proxy_flags(port: u16, grace: &str) -> Vec<String> {
 
 /// `proxywatch check --format json` in `ns`: the document and the exit code.
 fn check(ns: &Netns, extra: &[String]) -> (Value, i32) {
-    let out = ns
-        .command(OWN_PIDS[0], &OWN_PIDS[1..])
+    check_in(&ns.name, extra)
+}
+
+/// The same by the namespace's name (from another thread).
+fn check_in(ns: &str, extra: &[String]) -> (Value, i32) {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(OWN_PIDS)
         .arg(common::binary())
         .args(["check", "--format", "json", "--node-name", NODE])
         .args(extra)
@@ -358,6 +365,19 @@ fn dead_kube_proxy_is_critical_everywhere_and_resolves_on_restart() {
         }
         Ok(())
     });
+    // `check` during a restart: it waits, kube-proxy comes back within the grace, not down.
+    drop(kp);
+    let (ns_name, flags) = (ns.name.clone(), kube_proxy_flags(port, &format!("{GRACE_S}s")));
+    let during = std::thread::spawn(move || check_in(&ns_name, &flags));
+    std::thread::sleep(Duration::from_secs(2));
+    let kp = FakeKubeProxy::start_at(Some(&ns.name), port);
+    let (doc, _) = during.join().unwrap();
+    assert!(
+        finding(&doc, "kube_proxy_down").is_none_or(|f| f["severity"] != "critical"),
+        "{:#}",
+        doc["findings"]
+    );
+    assert_eq!(doc["probes"]["kube_proxy"]["status"], "ok", "read again once back");
     drop(kp);
     // unshare waits for the agent and ignores SIGTERM: the agent (its child) gets it, and
     // unshare exits with it.
