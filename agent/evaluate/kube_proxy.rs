@@ -856,4 +856,44 @@ mod tests {
         assert_eq!(left.severity, Severity::Warning, "{left:#?}");
         assert_eq!(judge(crate::evaluate::mode::mismatch, &rules, &none), None);
     }
+
+    #[test]
+    fn its_nftables_table_and_ipvs_state_are_evidence_too() {
+        use crate::probe::ipvs::{IpvsFacts, IpvsInterface};
+        use crate::probe::nftables::{NftTable, NftablesFacts};
+        let t = crate::config::default_thresholds();
+        let mut s = kube_proxy_rules_absent_since(1_000.0);
+        s.facts.iptables = None;
+        s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
+            absent_since_seconds: Some(1_000.0),
+            ..Default::default()
+        });
+        assert_eq!(judge(down, &s, &t), None, "nothing left to say kube-proxy belongs");
+        let mut nft = s.clone();
+        let mut table = NftTable {
+            family: "ip".into(),
+            ..Default::default()
+        };
+        table.counts.service_chains = 7;
+        nft.facts.nftables = Some(NftablesFacts { tables: vec![table] });
+        let f = judge(down, &nft, &t).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(
+            f.evidence["expected_because"][0],
+            "kube-proxy's nftables table ip kube-proxy exists (7 service chains)"
+        );
+        assert_eq!(f.evidence["services_programmed"]["nftables ip service chains"], 7);
+        // IPVS virtual servers count only with kube-ipvs0 (keepalived's alone are not kube-proxy's).
+        let mut ipvs = s.clone();
+        ipvs.facts.ipvs = Some(IpvsFacts {
+            virtual_servers: 4,
+            ..Default::default()
+        });
+        assert_eq!(judge(down, &ipvs, &t), None);
+        ipvs.facts.ipvs.as_mut().unwrap().interface = Some(IpvsInterface {
+            exists: true,
+            addresses: vec!["10.96.0.1".into()],
+        });
+        assert_eq!(judge(down, &ipvs, &t).unwrap().severity, Severity::Critical);
+    }
 }
