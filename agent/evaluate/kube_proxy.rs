@@ -439,12 +439,17 @@ pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let gone = (s.collected_at - since).max(0.0);
     let services = services_programmed(s);
     let total: u64 = services.values().filter_map(|v| v.as_u64()).max().unwrap_or(0);
+    let frozen = if total > 0 {
+        format!("the rules of {total} services are frozen as it last wrote them")
+    } else {
+        "no Service is programmed on this node".to_string()
+    };
     let (severity, summary) = if gone >= grace {
         (
             Severity::Critical,
             format!(
                 "kube-proxy is down: nothing answers on its ports and no kube-proxy process for {gone:.0} s \
-                 (grace {grace:.0} s), while {}; the rules of {total} services are frozen as it last wrote them",
+                 (grace {grace:.0} s), while {}; {frozen}",
                 why[0]
             ),
         )
