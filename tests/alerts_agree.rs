@@ -6,9 +6,15 @@
 //! ProxywatchNodeNotReady when a finding is critical; ProxywatchProbeFailing per failed probe;
 //! nothing for info or ok. `/findings` and `proxywatch_finding_severity` must agree too.
 //!
-//! Alerts whose state no scenario here reaches (conntrack counters rising over time, stale
-//! conntrack entries, iptables rule-set sizes...) are covered by tests/manifests/alerts_test.yaml
-//! on the same `proxywatch_finding_severity` series, and by the end-to-end tests of their findings.
+//! Reached from the binary here: ProxywatchConntrackTableFilling and -Full,
+//! -ConntrackMaxBelowRecommended, -SysctlMisconfigured (both severities), -IPVSModulesMissing,
+//! -KubeProxyDown, -KubeProxySyncSlow and -NetworkProgrammingSlow (critical), -KubeProxySyncStale,
+//! -KubeProxyRestarting, -KubeProxyModeMismatch, -ProxyModeLeftovers, -ProbeFailing,
+//! -NodeNotReady. The others (conntrack counters and trends that need time, stale conntrack
+//! entries, iptables rule-set sizes and backends) read the same `proxywatch_finding_severity`
+//! series: tests/manifests/alerts_test.yaml tests their rules, and the end-to-end tests of their
+//! findings the agent's side (tests/e2e_prometheus.rs fires ProxywatchConntrackDropping in a real
+//! Prometheus).
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -182,7 +188,10 @@ fn state(name: &str, agent: &common::Agent) -> State {
 }
 
 fn fixture_state(node: &str, extra: &[&str]) -> State {
-    let root = common::fixtures().join("nodes").join(node);
+    root_state(node, &common::fixtures().join("nodes").join(node), extra)
+}
+
+fn root_state(node: &str, root: &Path, extra: &[&str]) -> State {
     let agent = common::Serve::new()
         .env_clear()
         .env("PATH", root.join("exec"))
@@ -309,6 +318,64 @@ fn kube_proxy_metrics(n: u64) -> String {
     s
 }
 
+/// The agent on the healthy-iptables fixture, pointed at a stand-in kube-proxy that says `mode`
+/// and serves `first`, then `then` once read: the state once `ready` holds of `/metrics`.
+fn kube_proxy_state(name: &str, mode: &str, first: String, then: String, extra: &[&str], ready: &str) -> State {
+    let kp = FakeKubeProxy::start();
+    kp.set("/proxyMode", Reply::ok(mode.to_string()));
+    kp.set("/metrics", Reply::ok(first));
+    let root = common::fixtures().join("nodes/healthy-iptables");
+    let agent = common::Serve::new()
+        .env_clear()
+        .env("PATH", root.join("exec"))
+        .args(["--node-name", "fixture", "--kube-proxy.interval", "2s"])
+        .arg("--host-root")
+        .arg(&root)
+        .args([
+            "--kube-proxy.metrics-url",
+            &kp.url(),
+            "--kube-proxy.healthz-url",
+            &kp.url(),
+        ])
+        .args(ONE_ROUND)
+        .args(extra)
+        .start();
+    kp.set("/metrics", Reply::ok(then));
+    common::poll(&format!("{name}: {ready}"), Duration::from_secs(10), || {
+        let t = agent.get_ok("/metrics");
+        if t.lines().any(|l| l == ready) {
+            Ok(())
+        } else {
+            Err(t
+                .lines()
+                .filter(|l| l.starts_with("proxywatch_finding_severity"))
+                .collect::<Vec<_>>()
+                .join("\n"))
+        }
+    });
+    let s = state(name, &agent);
+    agent.stop_cleanly();
+    s
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// kube-proxy's start time and its last sync and queued-change times.
+fn kube_proxy_times(start: f64, last_sync: f64, last_queued: f64) -> String {
+    format!(
+        "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {start}\n\
+         # TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\n\
+         kubeproxy_sync_proxy_rules_last_timestamp_seconds {last_sync}\n\
+         # TYPE kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds gauge\n\
+         kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds {last_queued}\n"
+    )
+}
+
 #[test]
 fn the_alerts_fire_exactly_as_the_agent_says() {
     if !common::can_run(&["promtool", "python3"]) {
@@ -358,12 +425,68 @@ fn the_alerts_fire_exactly_as_the_agent_says() {
     });
     states.push(state("kube-proxy syncing slowly", &agent));
     agent.stop_cleanly();
+    let now = unix_now();
+    // Changes queued two minutes ago, never synced since.
+    let stale = kube_proxy_times(now - 3600.0, now - 200.0, now - 120.0);
+    states.push(kube_proxy_state(
+        "kube-proxy not syncing its queued changes",
+        "iptables",
+        stale.clone(),
+        stale,
+        &[],
+        "proxywatch_finding_severity{id=\"kube_proxy_sync_stale\"} 2",
+    ));
+    // A new start time between two reads: a restart.
+    states.push(kube_proxy_state(
+        "kube-proxy restarted",
+        "iptables",
+        kube_proxy_times(now - 3600.0, now, now),
+        kube_proxy_times(now - 5.0, now, now),
+        &[],
+        "proxywatch_finding_severity{id=\"kube_proxy_restarted\"} 2",
+    ));
+    // IPVS running where iptables is declared (and this node has no IPVS modules).
+    let ok = kube_proxy_times(now - 3600.0, now, now);
+    states.push(kube_proxy_state(
+        "kube-proxy in another mode than declared",
+        "ipvs",
+        ok.clone(),
+        ok.clone(),
+        &["--kube-proxy.mode", "iptables"],
+        "proxywatch_finding_severity{id=\"kube_proxy_mode_mismatch\"} 3",
+    ));
+    // A table 85% full (the near-full node with fewer entries): a warning.
+    let copy = tempfile::tempdir().unwrap();
+    common::copy_tree(&common::fixtures().join("nodes/conntrack-near-full-drops"), copy.path());
+    let max: u64 = std::fs::read_to_string(copy.path().join("proc/sys/net/netfilter/nf_conntrack_max"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::fs::write(
+        copy.path().join("proc/sys/net/netfilter/nf_conntrack_count"),
+        format!("{}\n", max * 85 / 100),
+    )
+    .unwrap();
+    states.push(root_state("conntrack table 85% full", copy.path(), &[]));
+    // IPVS state where kube-proxy is declared absent: leftovers, not down.
+    states.push(fixture_state("ipvs-mode-sysctls-off", &["--kube-proxy.mode", "none"]));
 
     // The scenarios reach these alerts at least (so the test cannot pass on nothing).
     let ids: BTreeSet<&str> = states
         .iter()
         .flat_map(|s| s.findings.keys().map(String::as_str))
         .collect();
+    let warned: BTreeSet<&str> = states
+        .iter()
+        .flat_map(|s| {
+            s.findings
+                .iter()
+                .filter(|(_, v)| *v == "warning")
+                .map(|(k, _)| k.as_str())
+        })
+        .collect();
+    assert!(warned.contains("conntrack_table_fill"), "{warned:?}");
     for id in [
         "conntrack_table_fill",
         "sysctl_ip_forward",
@@ -373,6 +496,10 @@ fn the_alerts_fire_exactly_as_the_agent_says() {
         "kube_proxy_sync_slow",
         "kube_proxy_network_programming_slow",
         "probe_failed",
+        "kube_proxy_sync_stale",
+        "kube_proxy_restarted",
+        "kube_proxy_mode_mismatch",
+        "proxy_mode_leftovers",
     ] {
         assert!(ids.contains(id), "no scenario has {id}: {ids:?}");
     }
