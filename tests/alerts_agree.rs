@@ -197,7 +197,7 @@ fn root_state(node: &str, root: &Path, extra: &[&str]) -> State {
         .env("PATH", root.join("exec"))
         .args(["--node-name", "fixture", "--kube-proxy.interval", "1h"])
         .arg("--host-root")
-        .arg(&root)
+        .arg(root)
         .args(common::NO_KUBE_PROXY)
         .args(ONE_ROUND)
         .args(extra)
