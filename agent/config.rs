@@ -414,7 +414,7 @@ pub struct Common {
     #[arg(long = "kube-proxy.restart-window", env = "PROXYWATCH_KUBE_PROXY_RESTART_WINDOW", default_value = "15m", value_parser = parse_duration)]
     pub kube_proxy_restart_window: Duration,
 
-    /// How long kube-proxy may be gone (nothing on its ports, no process) where the evidence says it belongs before kube_proxy_down is critical: a restart shorter than this is not down (kubelet restarts a crashed container after 10 s, then 20 s, 40 s...). `check` waits up to this long, re-reading kube-proxy, before it says down; 0s: down at once.
+    /// How long kube-proxy may be gone (nothing on its ports, no process) where the evidence says it belongs before kube_proxy_down is critical: a restart shorter than this is not down (kubelet restarts a crashed container after 10 s, then 20 s, 40 s...). `check` (and `baseline save`) wait up to this long, re-reading kube-proxy, before they say down; 0s: down at once.
     #[arg(long = "kube-proxy.down-grace", env = "PROXYWATCH_KUBE_PROXY_DOWN_GRACE", default_value = "30s", value_parser = parse_duration_or_zero)]
     pub kube_proxy_down_grace: Duration,
 
