@@ -339,4 +339,54 @@ mod tests {
         assert!(o.error.as_deref().unwrap().contains("timed out"));
         assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_probe_success{probe=\"conntrack\"} 0"));
     }
+
+    #[test]
+    fn a_kube_proxy_gone_where_it_belongs_is_rechecked_until_the_grace_decides() {
+        use crate::probe::iptables::{IptablesFacts, SaveRun};
+        let probes = [ProbeName::Iptables, ProbeName::KubeProxy];
+        let mut a = Aggregator::new("n", crate::config::default_thresholds(), &probes, history(60.0, 900.0));
+        let mut run = SaveRun {
+            backend: "nft".into(),
+            family: "ipv4".into(),
+            ..Default::default()
+        };
+        run.counts.proxy_canary = true;
+        let rules = Reading::Iptables(IptablesFacts {
+            saves: vec![run],
+            ..Default::default()
+        });
+        let absent = || RunReport {
+            probe: ProbeName::KubeProxy,
+            result: Ok(Probed::Absent("nothing listens".into())),
+            duration: Duration::ZERO,
+        };
+        a.record(ok(ProbeName::Iptables, rules), 100.0, 0.0);
+        let p = a.record(absent(), 100.0, 0.0).unwrap();
+        let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+        assert_eq!(f.severity, crate::evaluate::Severity::Info);
+        assert_eq!(a.recheck(), Some((ProbeName::KubeProxy, Duration::from_secs(30))));
+        a.record(absent(), 115.0, 15.0);
+        assert_eq!(a.recheck(), Some((ProbeName::KubeProxy, Duration::from_secs(15))));
+        let p = a.record(absent(), 130.0, 30.0).unwrap();
+        assert_eq!(a.recheck(), None, "decided: down");
+        assert!(p.readiness().is_err());
+        // A failed run in between says nothing new: still down (no false 0), not rechecked.
+        let failed = RunReport {
+            probe: ProbeName::KubeProxy,
+            result: Err(ProbeError::Timeout(Duration::from_secs(2))),
+            duration: Duration::from_secs(2),
+        };
+        let p = a.record(failed, 145.0, 45.0).unwrap();
+        let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+        assert_eq!(f.severity, crate::evaluate::Severity::Critical);
+        assert!(f.evidence["latest_run_failed"].as_str().unwrap().contains("timed out"));
+        assert_eq!(a.recheck(), None);
+        // Back: cleared.
+        let back = Reading::KubeProxy(Box::new(crate::probe::kube_proxy::KubeProxyFacts {
+            metrics_up: true,
+            ..Default::default()
+        }));
+        let p = a.record(ok(ProbeName::KubeProxy, back), 160.0, 60.0).unwrap();
+        assert!(p.document.findings.iter().all(|f| f.id != "kube_proxy_down"));
+    }
 }

@@ -425,10 +425,15 @@ fn ruleset_unchanged_since(s: &Snapshot) -> Option<f64> {
 pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let outcome = s.probes.get(&ProbeName::KubeProxy)?;
     let why = expected_because(s, t);
-    if why.is_empty() || outcome.status == ProbeStatus::Failed {
+    if why.is_empty() {
         return None;
     }
     let presence = s.derived.kube_proxy_presence.clone().unwrap_or_default();
+    // A failed run is unknown: it neither starts an absence nor ends one (the verdict of the
+    // last run that knew stays, rather than a false 0 for a probe that timed out once).
+    if outcome.status == ProbeStatus::Failed && presence.absent_since_seconds.is_none() {
+        return None;
+    }
     let grace = t.kube_proxy_down_grace_seconds;
     if outcome.status == ProbeStatus::Ok {
         return Some(
@@ -473,7 +478,10 @@ pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
             .evidence("kube_proxy_last_sync_seconds", presence.last_sync_seconds)
             .evidence("ruleset_unchanged_since_seconds", ruleset_unchanged_since(s))
             .evidence("services_programmed", services)
-            .evidence("probe_absent_because", outcome.error.clone())
+            .evidence(
+                if outcome.status == ProbeStatus::Failed { "latest_run_failed" } else { "probe_absent_because" },
+                outcome.error.clone(),
+            )
             .remediation_owned(vec![
                 format!("Find kube-proxy's pod on this node and its state: kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide --field-selector spec.nodeName={node}"),
                 "Then, with that pod's name: kubectl -n kube-system describe pod POD (Last State, Reason, Events) and kubectl -n kube-system logs POD --previous --tail=100 (the crashed container's last words).".to_string(),
@@ -812,9 +820,17 @@ mod tests {
         );
         assert!(f.remediation[0].contains("spec.nodeName=node-a"), "{:?}", f.remediation);
         assert_eq!(down_recheck(&s, &t, &crate::evaluate::effective_mode(&s, &t)), None);
-        // A failed probe run says nothing: unknown is not absent.
+        // A failed run after the absence keeps the verdict (no false 0); without a known
+        // absence it says nothing: unknown is not absent.
         let mut failed = s.clone();
         probed(&mut failed, ProbeStatus::Failed);
+        assert_eq!(judge(down, &failed, &t).unwrap().severity, Severity::Critical);
+        failed
+            .derived
+            .kube_proxy_presence
+            .as_mut()
+            .unwrap()
+            .absent_since_seconds = None;
         assert_eq!(judge(down, &failed, &t), None);
         // kube-proxy present: ok.
         let mut back = s.clone();
