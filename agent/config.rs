@@ -324,7 +324,7 @@ pub struct Common {
     #[arg(long, env = "PROXYWATCH_NODE_NAME")]
     pub node_name: Option<String>,
 
-    /// The mode kube-proxy is meant to run in: auto, iptables, ipvs or nftables. Judges the node when kube-proxy and the data plane show no mode; a different mode running is a critical finding.
+    /// The mode kube-proxy is meant to run in: auto, iptables, ipvs, nftables, or none (no kube-proxy on this node, on purpose: its state in the data plane is left over, never a kube-proxy down). Judges the node when kube-proxy and the data plane show no mode; a different mode running is a critical finding; a declared mode also says kube-proxy belongs here (kube_proxy_down).
     #[arg(long = "kube-proxy.mode", env = "PROXYWATCH_KUBE_PROXY_MODE", default_value = "auto", value_parser = parse_mode)]
     pub kube_proxy_mode: ProxyMode,
 
@@ -488,6 +488,10 @@ pub struct Common {
     #[arg(long = "kube-proxy.restart-window", env = "PROXYWATCH_KUBE_PROXY_RESTART_WINDOW", default_value = "15m", value_parser = parse_duration)]
     pub kube_proxy_restart_window: Duration,
 
+    /// How long kube-proxy may be gone (nothing on its ports, no process) where the evidence says it belongs before kube_proxy_down is critical: a restart shorter than this is not down (kubelet restarts a crashed container after 10 s, then 20 s, 40 s...). `check` (and `baseline save`) wait up to this long, re-reading kube-proxy, before they say down; 0s: down at once.
+    #[arg(long = "kube-proxy.down-grace", env = "PROXYWATCH_KUBE_PROXY_DOWN_GRACE", default_value = "30s", value_parser = parse_duration_or_zero)]
+    pub kube_proxy_down_grace: Duration,
+
     /// Cap on one command's output (rule-set dumps), in bytes; beyond it the command is killed. Output held whole (ipvsadm, nft, conntrack -S) is capped at 16 MiB at most.
     // 64 MiB: the largest output measured, iptables-save at 10,000 services x 5 endpoints,
     // is 27,304,934 bytes (docs/benchmarks.md); streamed, it is never held whole.
@@ -547,6 +551,7 @@ impl Common {
             kube_proxy_queued_warning_seconds: self.kube_proxy_queued_warning.as_secs_f64(),
             kube_proxy_restart_window_seconds: self.kube_proxy_restart_window.as_secs_f64(),
             kube_proxy_sync_failing_critical_seconds: self.kube_proxy_sync_failing_critical.as_secs_f64(),
+            kube_proxy_down_grace_seconds: self.kube_proxy_down_grace.as_secs_f64(),
         })
     }
 
@@ -621,6 +626,14 @@ fn parse_interval_or_never(s: &str) -> Result<Every, String> {
         return Ok(Every(None));
     }
     parse_duration(s).map(|d| Every(Some(d)))
+}
+
+/// A duration, or `0s` (`--kube-proxy.down-grace 0s`: no grace at all).
+fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    match s.trim() {
+        "0" | "0s" | "0ms" => Ok(Duration::ZERO),
+        _ => parse_duration(s),
+    }
 }
 
 /// The end of each command's `--help`.

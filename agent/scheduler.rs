@@ -91,6 +91,7 @@ impl Aggregator {
                 (ProbeStatus::Ok, None)
             }
             Ok(Probed::Absent(why)) => {
+                self.history.absent(p, now, &mut self.snapshot.derived);
                 self.snapshot.facts.clear(p);
                 self.history.missed(p, &mut self.snapshot.derived);
                 (ProbeStatus::Absent, Some(why))
@@ -206,6 +207,12 @@ impl Aggregator {
             ProbeStatus::Ok => tracing::info!(probe = %p, "probe source present{note}"),
         }
     }
+
+    /// The probe whose next reading the verdict waits on, and in how long (see `evaluate::recheck`).
+    pub fn recheck(&self) -> Option<(ProbeName, Duration)> {
+        let (p, secs) = evaluate::recheck(&self.snapshot, &self.thresholds)?;
+        Some((p, Duration::from_secs_f64(secs.clamp(0.0, 86_400.0))))
+    }
 }
 
 fn left_out_note(n: u64) -> String {
@@ -244,6 +251,7 @@ pub fn step(
             None
         }
     }
+
 }
 
 /// Runs a probe in its own task until its deadline, so a panic is caught and a hang is cut.
@@ -331,6 +339,29 @@ pub async fn run_once(ctx: Arc<ProbeContext>, schedules: &[Schedule], mut aggreg
     for r in reports {
         let now = unix_seconds(SystemTime::now());
         last = aggregator.record(r, now, origin.elapsed().as_secs_f64()).or(last);
+    }
+    // A verdict that depends on time (kube-proxy gone, within its grace): read that probe again on
+    // its interval until the wait is over, so that a restart is not called down, nor a death fine.
+    // Bounded by the monotonic clock, whatever the wall clock does.
+    let mut give_up: Option<Instant> = None;
+    while let Some((probe, wait)) = aggregator.recheck() {
+        let Some(s) = schedules.iter().find(|s| s.probe == probe) else {
+            break;
+        };
+        let limit = *give_up.get_or_insert_with(|| Instant::now() + wait + s.interval + s.timeout);
+        if Instant::now() >= limit {
+            break;
+        }
+        tokio::time::sleep(wait.min(s.interval)).await;
+        let started = Instant::now();
+        let result = run_isolated(s.probe, &ctx, s.timeout).await;
+        let report = RunReport {
+            probe,
+            result,
+            duration: started.elapsed(),
+        };
+        let now = unix_seconds(SystemTime::now());
+        last = aggregator.record(report, now, origin.elapsed().as_secs_f64()).or(last);
     }
     last.expect("every probe reported")
 }
@@ -533,5 +564,55 @@ mod tests {
         assert_eq!(o.last_success_seconds, Some(100.0));
         assert!(o.error.as_deref().unwrap().contains("timed out"));
         assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_probe_success{probe=\"conntrack\"} 0"));
+    }
+
+    #[test]
+    fn a_kube_proxy_gone_where_it_belongs_is_rechecked_until_the_grace_decides() {
+        use crate::probe::iptables::{IptablesFacts, SaveRun};
+        let probes = [ProbeName::Iptables, ProbeName::KubeProxy];
+        let mut a = Aggregator::new("n", crate::config::default_thresholds(), &probes, history(60.0, 900.0));
+        let mut run = SaveRun {
+            backend: "nft".into(),
+            family: "ipv4".into(),
+            ..Default::default()
+        };
+        run.counts.proxy_canary = true;
+        let rules = Reading::Iptables(IptablesFacts {
+            saves: vec![run],
+            ..Default::default()
+        });
+        let absent = || RunReport {
+            probe: ProbeName::KubeProxy,
+            result: Ok(Probed::Absent("nothing listens".into())),
+            duration: Duration::ZERO,
+        };
+        a.record(ok(ProbeName::Iptables, rules), 100.0, 0.0);
+        let p = a.record(absent(), 100.0, 0.0).unwrap();
+        let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+        assert_eq!(f.severity, crate::evaluate::Severity::Info);
+        assert_eq!(a.recheck(), Some((ProbeName::KubeProxy, Duration::from_secs(30))));
+        a.record(absent(), 115.0, 15.0);
+        assert_eq!(a.recheck(), Some((ProbeName::KubeProxy, Duration::from_secs(15))));
+        let p = a.record(absent(), 130.0, 30.0).unwrap();
+        assert_eq!(a.recheck(), None, "decided: down");
+        assert!(p.readiness().is_err());
+        // A failed run in between says nothing new: still down (no false 0), not rechecked.
+        let failed = RunReport {
+            probe: ProbeName::KubeProxy,
+            result: Err(ProbeError::Timeout(Duration::from_secs(2))),
+            duration: Duration::from_secs(2),
+        };
+        let p = a.record(failed, 145.0, 45.0).unwrap();
+        let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+        assert_eq!(f.severity, crate::evaluate::Severity::Critical);
+        assert!(f.evidence["latest_run_failed"].as_str().unwrap().contains("timed out"));
+        assert_eq!(a.recheck(), None);
+        // Back: cleared.
+        let back = Reading::KubeProxy(Box::new(crate::probe::kube_proxy::KubeProxyFacts {
+            metrics_up: true,
+            ..Default::default()
+        }));
+        let p = a.record(ok(ProbeName::KubeProxy, back), 160.0, 60.0).unwrap();
+        assert!(p.document.findings.iter().all(|f| f.id != "kube_proxy_down"));
     }
 }

@@ -707,10 +707,11 @@ fn ipvs_mode_with_modules_missing_is_critical() {
         .filter(|f| f["severity"] == "critical")
         .map(|f| &f["id"])
         .collect();
+    // Besides the modules: the declared mode says kube-proxy belongs here, and none answers.
     assert_eq!(
         critical,
-        [&Value::from("ipvs_modules_missing")],
-        "the only critical finding"
+        [&Value::from("ipvs_modules_missing"), &Value::from("kube_proxy_down")],
+        "the only critical findings"
     );
 
     // Without the declared mode nothing shows IPVS mode: the same node is only worth a mention.

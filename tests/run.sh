@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps chromium python3-yaml
-    qemu-system-x86 busybox-static cpio kmod binutils xz-utils)
+    qemu-system-x86 busybox-static cpio kmod binutils xz-utils prometheus-alertmanager)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -14,9 +14,9 @@ pub fn recommended_conntrack_max(cpus: u32) -> u64 {
 
 const RAISE_MAX: &[&str] = &[
     "Raise the limit now: sysctl -w net.netfilter.nf_conntrack_max=<value> (e.g. 1048576; each entry costs ~300 bytes of kernel memory).",
-    "Persist it: echo 'net.netfilter.nf_conntrack_max=<value>' > /etc/sysctl.d/90-conntrack.conf, or set kube-proxy's conntrack.maxPerCore / conntrack.min so kube-proxy sets it at start.",
+    "Persist it, or set kube-proxy's conntrack.maxPerCore / conntrack.min so kube-proxy sets it at start: first see who sets it (grep -r nf_conntrack_max /etc/sysctl.conf /etc/sysctl.d/), then change that line, or add one to a file of its own, appending, never replacing: echo 'net.netfilter.nf_conntrack_max = <value>' | sudo tee -a /etc/sysctl.d/90-proxywatch-conntrack.conf (a file later in name order wins).",
     "Find who creates the connections (conntrack -L | awk '{print $4}' | sort | uniq -c | sort -rn | head) and reduce churn; IPVS mode tracks fewer entries than iptables mode.",
-    "Roll back: sysctl -w net.netfilter.nf_conntrack_max=<previous value> and remove the sysctl.d file.",
+    "Roll back: sysctl -w net.netfilter.nf_conntrack_max=<previous value> and remove the line you added.",
 ];
 
 pub fn table_fill(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {

@@ -114,9 +114,35 @@ pub fn count_mismatch(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<
     Some(f)
 }
 
+/// Removes kube-proxy's iptables-mode chains from one table, naming each (never a table-wide
+/// `-F`/`-X`, which would take the CNI's masquerade rules with them). `{ipt}` is the command of the
+/// backend and family to clean.
+pub(crate) fn per_chain_cleanup(ipt: &str) -> String {
+    format!(
+        "By hand, naming only kube-proxy's chains (nat table; the same for -t filter, and ip6tables for IPv6): \
+         {ipt} -t nat -F KUBE-SERVICES; {ipt} -t nat -F KUBE-NODEPORTS; \
+         for c in $({ipt} -t nat -S | awk '/^-N KUBE-(SVC|SEP|EXT|FW|SVL)-/ {{print $2}}'); do {ipt} -t nat -F \"$c\"; done; \
+         for c in $({ipt} -t nat -S | awk '/^-N KUBE-(SVC|SEP|EXT|FW|SVL)-/ {{print $2}}'); do {ipt} -t nat -X \"$c\"; done"
+    )
+}
+
 pub fn backend_mismatch(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let ipt: &IptablesFacts = s.facts.iptables.as_ref()?;
     let both = ipt.is_mismatch();
+    // The stale set is the one without kube-proxy's canary; legacy when nothing tells.
+    let stale = ipt
+        .saves
+        .iter()
+        .find(|r| {
+            let k = &r.counts.kube;
+            k.svc + k.sep + k.ext + k.fw + k.svl > 0 && !r.counts.proxy_canary
+        })
+        .map_or("legacy", |r| r.backend.as_str());
+    let ipt_cmd = if stale == "nft" {
+        "iptables-nft"
+    } else {
+        "iptables-legacy"
+    };
     Some(
         Finding::new(
             "iptables_backend_mismatch",
@@ -129,10 +155,10 @@ pub fn backend_mismatch(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Optio
         .evidence("backends_with_kube_rules", ipt.backends_with_kube_rules.clone())
         .evidence("backend_in_use", ipt.backend_in_use.as_str())
         .evidence("reason", ipt.backend_reason.as_str())
-        .remediation(&[
-            "Some component on the node (a CNI plugin, kubelet, a host firewall) uses a different iptables backend than kube-proxy; its image's iptables must match the host (kubernetes-sigs/iptables-wrappers picks the backend by the KUBE-IPTABLES-HINT chain).",
-            "Find the stale set: iptables-legacy-save | grep -c KUBE- and iptables-nft-save | grep -c KUBE-; the one without KUBE-PROXY-CANARY is stale.",
-            "Flush the stale backend's KUBE chains in a maintenance window (iptables-legacy -t nat -F / -X on KUBE-* chains, or kube-proxy --cleanup with the wrong backend's binary), then restart kube-proxy.",
+        .remediation_owned(vec![
+            "Some component on the node (a CNI plugin, kubelet, a host firewall) uses a different iptables backend than kube-proxy; its image's iptables must match the host (kubernetes-sigs/iptables-wrappers picks the backend by the KUBE-IPTABLES-HINT chain).".to_string(),
+            "Find the stale set: iptables-legacy-save | grep -c KUBE- and iptables-nft-save | grep -c KUBE-; the one without KUBE-PROXY-CANARY is stale.".to_string(),
+            format!("Remove the stale backend's kube-proxy chains in a maintenance window, then restart kube-proxy: kube-proxy --cleanup with the stale backend's binary, or {}", per_chain_cleanup(ipt_cmd)),
         ]),
     )
 }
@@ -159,7 +185,7 @@ pub fn stale_kube_rules(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Optio
         )
         .evidence("backends", stale.clone())
         .remediation(&[
-            "If kube-proxy was replaced (e.g. by Cilium or nftables mode), clean the old rules: kube-proxy --cleanup on the node, or flush the KUBE-* chains in a maintenance window.",
+            "If kube-proxy was replaced (e.g. by Cilium or nftables mode), clean the old rules: kube-proxy --cleanup on the node, or, in a maintenance window, flush and delete the KUBE-* chains one by one, by name (see proxy_mode_leftovers for the commands).",
             "If kube-proxy should be running here, check its pod: kubectl -n kube-system get pods -o wide | grep kube-proxy.",
         ]),
     )

@@ -16,7 +16,7 @@ pub fn ip_forward(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Find
         .evidence("expected", 1)
         .remediation(&[
             "Enable it now: sysctl -w net.ipv4.ip_forward=1",
-            "Persist it: echo 'net.ipv4.ip_forward=1' > /etc/sysctl.d/90-kubernetes.conf; find what turned it off (a sysctl.d file, a firewall or security baseline).",
+            "Find what turned it off first: grep -rE 'ip_forward' /etc/sysctl.conf /etc/sysctl.d/ /usr/lib/sysctl.d/ (a sysctl.d file, a firewall or security baseline) and fix that line; or persist it in a file of its own, appending, never replacing: echo 'net.ipv4.ip_forward = 1' | sudo tee -a /etc/sysctl.d/90-proxywatch-ip-forward.conf (a file later in name order wins).",
         ]),
     )
 }

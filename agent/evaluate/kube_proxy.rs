@@ -4,7 +4,9 @@
 use super::{grade, Finding, ModeDecision, Severity, Thresholds};
 use crate::history::kube_proxy::{KubeProxyDerived, LatencyWindow};
 use crate::probe::kube_proxy::{KubeProxyFacts, Latency};
-use crate::snapshot::Snapshot;
+use crate::probe::ProbeName;
+use crate::snapshot::{ProbeStatus, Snapshot};
+use crate::timefmt::rfc3339;
 
 fn kp(s: &Snapshot) -> Option<&KubeProxyFacts> {
     s.facts.kube_proxy.as_ref()
@@ -331,6 +333,183 @@ pub fn cpu_throttled(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<F
     )
 }
 
+/// Why kube-proxy belongs on this node, each piece of evidence in words: a declared mode, its own
+/// state in the data plane (canary chain, KUBE-SVC chains, its nftables table, IPVS virtual servers
+/// with kube-ipvs0), or this agent having seen it answer. Empty when nothing says so (a Cilium
+/// node, `--kube-proxy.mode none`): its absence is then no finding. (kubelet's KUBE-KUBELET-CANARY
+/// is no evidence: kubelet makes it on nodes without kube-proxy too.)
+pub fn expected_because(s: &Snapshot, t: &Thresholds) -> Vec<String> {
+    use super::ProxyMode;
+    let mut why = Vec::new();
+    if t.proxy_mode == ProxyMode::NoKubeProxy {
+        return why;
+    }
+    if t.proxy_mode.is_linux_mode() {
+        why.push(format!("--kube-proxy.mode {} is declared", t.proxy_mode));
+    }
+    for r in s.facts.iptables.iter().flat_map(|f| &f.saves) {
+        let at = format!("iptables {} {}", r.backend, r.family);
+        // The canary is kube-proxy's own (KUBE-SVC chains without it are another backend's stale
+        // copy: iptables_stale_kube_rules).
+        if r.counts.proxy_canary {
+            why.push(format!(
+                "kube-proxy's KUBE-PROXY-CANARY chain is in {at} ({} KUBE-SVC chains)",
+                r.counts.kube.svc
+            ));
+        }
+    }
+    for t in s.facts.nftables.iter().flat_map(|f| &f.tables) {
+        why.push(format!(
+            "kube-proxy's nftables table {} kube-proxy exists ({} service chains)",
+            t.family, t.counts.service_chains
+        ));
+    }
+    if let Some(ipvs) = &s.facts.ipvs {
+        if ipvs.virtual_servers > 0 && ipvs.interface.as_ref().is_some_and(|i| i.exists) {
+            why.push(format!(
+                "{} IPVS virtual servers and kube-ipvs0 exist",
+                ipvs.virtual_servers
+            ));
+        }
+    }
+    if let Some(seen) = s.derived.kube_proxy_presence.as_ref().and_then(|p| p.last_seen_seconds) {
+        why.push(format!("this agent saw kube-proxy answer at {}", rfc3339(seen)));
+    }
+    why
+}
+
+/// Services whose rules kube-proxy left in the data plane, by where they are.
+fn services_programmed(s: &Snapshot) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    for r in s.facts.iptables.iter().flat_map(|f| &f.saves) {
+        if r.counts.kube.svc > 0 {
+            m.insert(
+                format!("iptables {} {} KUBE-SVC chains", r.backend, r.family),
+                r.counts.kube.svc.into(),
+            );
+        }
+    }
+    for t in s.facts.nftables.iter().flat_map(|f| &f.tables) {
+        m.insert(
+            format!("nftables {} service chains", t.family),
+            t.counts.service_chains.into(),
+        );
+    }
+    if let Some(ipvs) = s.facts.ipvs.as_ref().filter(|i| i.virtual_servers > 0) {
+        m.insert("IPVS virtual servers".into(), ipvs.virtual_servers.into());
+    }
+    m
+}
+
+/// The oldest time the rule counts were made at an unchanged nf_tables generation: the ruleset
+/// has not changed since then at least (netlink counts only; legacy iptables has no generation).
+fn ruleset_unchanged_since(s: &Snapshot) -> Option<f64> {
+    let iptables = s
+        .facts
+        .iptables
+        .iter()
+        .flat_map(|f| &f.saves)
+        .filter_map(|r| r.netlink.as_ref());
+    let nftables = s
+        .facts
+        .nftables
+        .iter()
+        .flat_map(|f| &f.tables)
+        .filter_map(|t| t.netlink.as_ref());
+    iptables
+        .chain(nftables)
+        .map(|n| n.counted_at_seconds)
+        .min_by(|a, b| a.total_cmp(b))
+}
+
+/// kube-proxy gone where it belongs: the probe found nothing on its ports and no process, for
+/// longer than `--kube-proxy.down-grace`, while the evidence ([`expected_because`]) says this node
+/// runs it. Its rules stay as it last wrote them: Services route to endpoints that may be gone,
+/// and no change is applied until it is back. Info while within the grace (a restart); nothing at
+/// all where nothing says kube-proxy belongs. A failed probe run says nothing either way.
+pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    let outcome = s.probes.get(&ProbeName::KubeProxy)?;
+    let why = expected_because(s, t);
+    if why.is_empty() {
+        return None;
+    }
+    let presence = s.derived.kube_proxy_presence.clone().unwrap_or_default();
+    // A failed run is unknown: it neither starts an absence nor ends one (the verdict of the
+    // last run that knew stays, rather than a false 0 for a probe that timed out once).
+    if outcome.status == ProbeStatus::Failed && presence.absent_since_seconds.is_none() {
+        return None;
+    }
+    let grace = t.kube_proxy_down_grace_seconds;
+    if outcome.status == ProbeStatus::Ok {
+        return Some(
+            Finding::new("kube_proxy_down", Severity::Ok, "kube-proxy is present").evidence("expected_because", why),
+        );
+    }
+    let since = presence.absent_since_seconds.unwrap_or(s.collected_at);
+    let gone = (s.collected_at - since).max(0.0);
+    let services = services_programmed(s);
+    let total: u64 = services.values().filter_map(|v| v.as_u64()).max().unwrap_or(0);
+    let frozen = if total > 0 {
+        format!("the rules of {total} services are frozen as it last wrote them")
+    } else {
+        "no Service is programmed on this node".to_string()
+    };
+    let (severity, summary) = if gone >= grace {
+        (
+            Severity::Critical,
+            format!(
+                "kube-proxy is down: nothing answers on its ports and no kube-proxy process for {gone:.0} s \
+                 (grace {grace:.0} s), while {}; {frozen}",
+                why[0]
+            ),
+        )
+    } else {
+        (
+            Severity::Info,
+            format!(
+                "kube-proxy has not answered for {gone:.0} s (a restart?); down after {grace:.0} s, since {}",
+                why[0]
+            ),
+        )
+    };
+    let node = &s.node;
+    Some(
+        Finding::new("kube_proxy_down", severity, summary)
+            .evidence("expected_because", why)
+            .evidence("absent_since_seconds", since)
+            .evidence("absent_for_seconds", gone)
+            .evidence("grace_seconds", grace)
+            .evidence("last_seen_seconds", presence.last_seen_seconds)
+            .evidence("kube_proxy_last_sync_seconds", presence.last_sync_seconds)
+            .evidence("ruleset_unchanged_since_seconds", ruleset_unchanged_since(s))
+            .evidence("services_programmed", services)
+            .evidence(
+                if outcome.status == ProbeStatus::Failed { "latest_run_failed" } else { "probe_absent_because" },
+                outcome.error.clone(),
+            )
+            .remediation_owned(vec![
+                format!("Find kube-proxy's pod on this node and its state: kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide --field-selector spec.nodeName={node}"),
+                "Then, with that pod's name: kubectl -n kube-system describe pod POD (Last State, Reason, Events) and kubectl -n kube-system logs POD --previous --tail=100 (the crashed container's last words).".to_string(),
+                "CrashLoopBackOff causes: a bad kube-proxy ConfigMap (a YAML error, an unknown field, a mode this kernel cannot run: ipvs without its modules, nftables below kernel 5.13); OOMKilled (raise the DaemonSet's memory limit); 'Another app is currently holding the xtables lock'; an API server it cannot reach (its kubeconfig or certificates).".to_string(),
+                format!("No pod at all: kubectl -n kube-system get ds kube-proxy (DESIRED against READY), and the node's taints and labels against the DaemonSet's tolerations and nodeSelector: kubectl describe node {node}"),
+                "If the ConfigMap was changed: restore the backup taken before the change (the runbook's kubectl -n kube-system get configmap kube-proxy -o yaml > kube-proxy-config-backup-$(date +%Y%m%d).yaml) with kubectl apply -f kube-proxy-config-backup-YYYYMMDD.yaml, then kubectl -n kube-system rollout restart daemonset kube-proxy and kubectl -n kube-system rollout status daemonset kube-proxy.".to_string(),
+                "Meanwhile do not flush the rules: Services keep working to the endpoints that still exist; only changes are not applied.".to_string(),
+                "If kube-proxy was removed from this node on purpose (a CNI replaces it): remove its state once (kube-proxy --cleanup, from the kube-proxy image, on the node), or declare --kube-proxy.mode none so that what is left is reported as proxy_mode_leftovers.".to_string(),
+            ]),
+    )
+}
+
+/// How long `check` should wait before reading kube-proxy again: while kube-proxy is gone where it
+/// belongs but within the grace, the verdict depends on whether it comes back.
+pub fn down_recheck(s: &Snapshot, t: &Thresholds, m: &ModeDecision) -> Option<(ProbeName, f64)> {
+    let f = down(s, t, m)?;
+    if f.severity != Severity::Info {
+        return None;
+    }
+    let gone = f.evidence["absent_for_seconds"].as_f64()?;
+    Some((ProbeName::KubeProxy, (t.kube_proxy_down_grace_seconds - gone).max(0.0)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::healthy;
@@ -576,5 +755,171 @@ mod tests {
             judge(process_ambiguous, &with(named_only), &t).unwrap().severity,
             Severity::Info
         );
+    }
+
+    fn probed(s: &mut Snapshot, status: crate::snapshot::ProbeStatus) {
+        s.probes.insert(
+            ProbeName::KubeProxy,
+            crate::snapshot::ProbeOutcome {
+                status,
+                duration_seconds: 0.01,
+                error: None,
+                last_run_seconds: s.collected_at,
+                last_success_seconds: Some(s.collected_at),
+            },
+        );
+    }
+
+    /// A node whose data plane holds kube-proxy's iptables state (its canary, 50 KUBE-SVC chains),
+    /// with the kube-proxy probe finding nothing since `since`.
+    fn kube_proxy_rules_absent_since(since: f64) -> Snapshot {
+        use crate::probe::iptables::{IptablesFacts, SaveRun};
+        let mut s = healthy();
+        s.collected_at = 10_000.0;
+        let mut run = SaveRun {
+            backend: "nft".into(),
+            family: "ipv4".into(),
+            ..Default::default()
+        };
+        run.counts.proxy_canary = true;
+        run.counts.kube.svc = 50;
+        s.facts.iptables = Some(IptablesFacts {
+            saves: vec![run],
+            ..Default::default()
+        });
+        probed(&mut s, ProbeStatus::Absent);
+        s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
+            absent_since_seconds: Some(since),
+            last_seen_seconds: Some(since - 15.0),
+            last_sync_seconds: Some(since - 20.0),
+        });
+        s
+    }
+
+    #[test]
+    fn kube_proxy_down_after_the_grace_where_its_rules_are() {
+        let t = crate::config::default_thresholds();
+        assert_eq!(t.kube_proxy_down_grace_seconds, 30.0);
+        // Gone 10 s: a restart, maybe; info, and `check` waits the 20 s left.
+        let s = kube_proxy_rules_absent_since(9_990.0);
+        let f = judge(down, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Info, "{f:#?}");
+        assert_eq!(
+            down_recheck(&s, &t, &crate::evaluate::effective_mode(&s, &t)),
+            Some((ProbeName::KubeProxy, 20.0))
+        );
+        // Gone 30 s: down, with why and what is frozen.
+        let s = kube_proxy_rules_absent_since(9_970.0);
+        let f = judge(down, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Critical, "{f:#?}");
+        assert!(f.summary.contains("50 services"), "{}", f.summary);
+        let why = f.evidence["expected_because"].as_array().unwrap();
+        assert!(why[0].as_str().unwrap().contains("KUBE-PROXY-CANARY"), "{why:?}");
+        assert!(why
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with("this agent saw kube-proxy")));
+        assert_eq!(f.evidence["kube_proxy_last_sync_seconds"], 9_950.0);
+        assert_eq!(
+            f.evidence["services_programmed"]["iptables nft ipv4 KUBE-SVC chains"],
+            50
+        );
+        assert!(f.remediation[0].contains("spec.nodeName=node-a"), "{:?}", f.remediation);
+        assert_eq!(down_recheck(&s, &t, &crate::evaluate::effective_mode(&s, &t)), None);
+        // A failed run after the absence keeps the verdict (no false 0); without a known
+        // absence it says nothing: unknown is not absent.
+        let mut failed = s.clone();
+        probed(&mut failed, ProbeStatus::Failed);
+        assert_eq!(judge(down, &failed, &t).unwrap().severity, Severity::Critical);
+        failed
+            .derived
+            .kube_proxy_presence
+            .as_mut()
+            .unwrap()
+            .absent_since_seconds = None;
+        assert_eq!(judge(down, &failed, &t), None);
+        // kube-proxy present: ok.
+        let mut back = s.clone();
+        probed(&mut back, ProbeStatus::Ok);
+        assert_eq!(judge(down, &back, &t).unwrap().severity, Severity::Ok);
+    }
+
+    #[test]
+    fn no_evidence_no_kube_proxy_down() {
+        let t = crate::config::default_thresholds();
+        // A Cilium node: nothing of kube-proxy in the data plane, nothing declared, never seen.
+        let mut s = healthy();
+        s.collected_at = 10_000.0;
+        probed(&mut s, ProbeStatus::Absent);
+        s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
+            absent_since_seconds: Some(1_000.0),
+            ..Default::default()
+        });
+        assert_eq!(judge(down, &s, &t), None);
+        // Svc chains without kube-proxy's canary (another backend's stale copy): not evidence.
+        let mut stale = kube_proxy_rules_absent_since(1_000.0);
+        stale.derived.kube_proxy_presence = s.derived.kube_proxy_presence.clone();
+        stale.facts.iptables.as_mut().unwrap().saves[0].counts.proxy_canary = false;
+        assert_eq!(judge(down, &stale, &t), None);
+        // A declared mode is evidence on its own.
+        let declared = Thresholds {
+            proxy_mode: crate::evaluate::ProxyMode::Iptables,
+            ..t.clone()
+        };
+        let f = judge(down, &s, &declared).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(
+            f.evidence["expected_because"][0],
+            "--kube-proxy.mode iptables is declared"
+        );
+        // Removed on purpose (--kube-proxy.mode none): its rules are leftovers, not a kube-proxy down.
+        let none = Thresholds {
+            proxy_mode: crate::evaluate::ProxyMode::NoKubeProxy,
+            ..t.clone()
+        };
+        let rules = kube_proxy_rules_absent_since(1_000.0);
+        assert_eq!(judge(down, &rules, &none), None);
+        let left = judge(crate::evaluate::mode::leftovers, &rules, &none).unwrap();
+        assert_eq!(left.severity, Severity::Warning, "{left:#?}");
+        assert_eq!(judge(crate::evaluate::mode::mismatch, &rules, &none), None);
+    }
+
+    #[test]
+    fn its_nftables_table_and_ipvs_state_are_evidence_too() {
+        use crate::probe::ipvs::{IpvsFacts, IpvsInterface};
+        use crate::probe::nftables::{NftTable, NftablesFacts};
+        let t = crate::config::default_thresholds();
+        let mut s = kube_proxy_rules_absent_since(1_000.0);
+        s.facts.iptables = None;
+        s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
+            absent_since_seconds: Some(1_000.0),
+            ..Default::default()
+        });
+        assert_eq!(judge(down, &s, &t), None, "nothing left to say kube-proxy belongs");
+        let mut nft = s.clone();
+        let mut table = NftTable {
+            family: "ip".into(),
+            ..Default::default()
+        };
+        table.counts.service_chains = 7;
+        nft.facts.nftables = Some(NftablesFacts { tables: vec![table] });
+        let f = judge(down, &nft, &t).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(
+            f.evidence["expected_because"][0],
+            "kube-proxy's nftables table ip kube-proxy exists (7 service chains)"
+        );
+        assert_eq!(f.evidence["services_programmed"]["nftables ip service chains"], 7);
+        // IPVS virtual servers count only with kube-ipvs0 (keepalived's alone are not kube-proxy's).
+        let mut ipvs = s.clone();
+        ipvs.facts.ipvs = Some(IpvsFacts {
+            virtual_servers: 4,
+            ..Default::default()
+        });
+        assert_eq!(judge(down, &ipvs, &t), None);
+        ipvs.facts.ipvs.as_mut().unwrap().interface = Some(IpvsInterface {
+            exists: true,
+            addresses: vec!["10.96.0.1".into()],
+        });
+        assert_eq!(judge(down, &ipvs, &t).unwrap().severity, Severity::Critical);
     }
 }

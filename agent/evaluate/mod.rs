@@ -87,6 +87,12 @@ impl Finding {
         self.remediation = steps.iter().map(|s| s.to_string()).collect();
         self
     }
+
+    /// Steps built at run time (naming the node, so that they run as written).
+    fn remediation_owned(mut self, steps: Vec<String>) -> Self {
+        self.remediation = steps;
+        self
+    }
 }
 
 pub use crate::probe::kube_proxy::proxy_mode::ProxyMode;
@@ -122,6 +128,8 @@ pub struct Thresholds {
     pub kube_proxy_restart_window_seconds: f64,
     /// While syncs keep failing, a last successful sync older than this (seconds) is critical.
     pub kube_proxy_sync_failing_critical_seconds: f64,
+    /// Seconds kube-proxy may be gone where it belongs before kube_proxy_down is critical.
+    pub kube_proxy_down_grace_seconds: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -163,6 +171,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "ipvs_virtual_servers_without_backends", run: ipvs::without_backends },
     Check { id: "ipvs_interface_out_of_sync", run: ipvs::interface_out_of_sync },
     Check { id: "ipvs_scheduler", run: ipvs::scheduler },
+    Check { id: "kube_proxy_down", run: kube_proxy::down },
     Check { id: "kube_proxy_unhealthy", run: kube_proxy::unhealthy },
     Check { id: "kube_proxy_process_ambiguous", run: kube_proxy::process_ambiguous },
     Check { id: "kube_proxy_sync_slow", run: kube_proxy::sync_slow },
@@ -203,6 +212,13 @@ pub fn evaluate(snapshot: &Snapshot, thresholds: &Thresholds) -> Verdict {
         .collect();
     findings.sort_by(|a, b| b.severity.cmp(&a.severity).then_with(|| a.id.cmp(&b.id)));
     Verdict { mode, findings }
+}
+
+/// A verdict that waits on time: the probe to read again, and in how many seconds, before the
+/// verdict is final (kube-proxy gone within its grace: back, or down?). `check` waits for it;
+/// `serve` reads on its intervals anyway.
+pub fn recheck(snapshot: &Snapshot, thresholds: &Thresholds) -> Option<(crate::probe::ProbeName, f64)> {
+    kube_proxy::down_recheck(snapshot, thresholds, &effective_mode(snapshot, thresholds))
 }
 
 /// The node's overall status: the worst finding, where info counts as ok.

@@ -79,6 +79,10 @@ pub fn effective_mode(s: &Snapshot, t: &Thresholds) -> ModeDecision {
     let declared = (t.proxy_mode != ProxyMode::Unknown).then(|| t.proxy_mode.clone());
     let observed = observe(s);
     let (mode, source) = match (&observed, &declared) {
+        // No kube-proxy here on purpose: what the data plane shows of one is left over.
+        (Some(o), Some(ProxyMode::NoKubeProxy)) if o.source != "kube-proxy" => {
+            (ProxyMode::NoKubeProxy, "flag".to_string())
+        }
         (Some(o), _) => (o.mode.clone(), o.source.clone()),
         (None, Some(d)) => (d.clone(), "flag".to_string()),
         (None, None) => (ProxyMode::Unknown, "unknown".to_string()),
@@ -116,6 +120,9 @@ fn kernel(s: &Snapshot) -> Option<(String, (u32, u32))> {
 pub fn mismatch(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Finding> {
     let declared = m.declared.as_ref()?;
     let observed = m.observed.as_ref()?;
+    if *declared == ProxyMode::NoKubeProxy && observed.source != "kube-proxy" {
+        return None; // its state without kube-proxy: proxy_mode_leftovers
+    }
     let differs = *declared != observed.mode;
     let missing = missing_ipvs_modules(s);
     let cause = match (declared, &observed.mode) {
@@ -192,8 +199,9 @@ fn leftover_items(s: &Snapshot, running: &ProxyMode) -> Vec<Value> {
 }
 
 pub fn leftovers(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Finding> {
-    // Without knowing what runs, nothing can be called left over.
-    if !m.mode.is_linux_mode() {
+    // Without knowing what runs, nothing can be called left over; with no kube-proxy declared
+    // (`--kube-proxy.mode none`), all of its state is.
+    if !m.mode.is_linux_mode() && m.mode != ProxyMode::NoKubeProxy {
         return None;
     }
     let items = leftover_items(s, &m.mode);
@@ -216,11 +224,14 @@ pub fn leftovers(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Findi
         )
         .evidence("mode", m.mode.as_str())
         .evidence("leftovers", items)
-        .remediation(&[
-            "State left by a previous mode keeps intercepting traffic (IPVS virtual servers, KUBE-SVC chains) or costs memory and sync time: clean it once the new mode is confirmed healthy.",
-            "First make sure it is not in use: the running mode is the one above (kube-proxy's /proxyMode); nothing else on the node (a CNI, a former kube-proxy DaemonSet) should own these rules.",
-            "Clean up with the old mode's own tool: kube-proxy --cleanup (run once on the node, from the kube-proxy image), or by hand in a maintenance window: ipvsadm -C and ip link del kube-ipvs0; iptables -t nat -F / -X on the KUBE-SVC/SEP chains; nft delete table ip kube-proxy.",
-            "Then compare with the baseline saved before the switch: proxywatch compare BASELINE.",
+        .remediation_owned(vec![
+            "State left by a previous mode keeps intercepting traffic (IPVS virtual servers, KUBE-SVC chains) or costs memory and sync time: clean it once the new mode is confirmed healthy.".to_string(),
+            "First make sure it is not in use: the running mode is the one above (kube-proxy's /proxyMode, or none declared); nothing else on the node (a CNI, a former kube-proxy DaemonSet) should own these rules.".to_string(),
+            "Clean up with the old mode's own tool: kube-proxy --cleanup (run once on the node, from the kube-proxy image). By hand, in a maintenance window, only what the evidence lists:".to_string(),
+            "IPVS: delete kube-proxy's virtual servers one by one (ipvsadm -Ln lists them; ipvsadm -D -t <service IP>:<port> for each), then ip link del kube-ipvs0. Warning: ipvsadm -C clears every virtual server on the node, keepalived's or kube-vip's included; use it only when ipvsadm -Ln shows nothing but Service IPs.".to_string(),
+            format!("iptables: {}.", super::iptables::per_chain_cleanup("iptables")),
+            "nftables: nft delete table ip kube-proxy (and nft delete table ip6 kube-proxy): kube-proxy's own tables, nothing else.".to_string(),
+            "Then compare with the baseline saved before the switch: proxywatch compare BASELINE.".to_string(),
         ]),
     )
 }

@@ -93,9 +93,34 @@ pub struct KubeProxyDerived {
     pub cpu_throttling: Option<CpuThrottling>,
 }
 
+/// Whether kube-proxy was seen, and since when it has not been: what lets evaluation tell a node
+/// whose kube-proxy died (seen minutes ago, gone since) from one that never had it. Kept while the
+/// kube-proxy probe finds it absent, unlike [`KubeProxyDerived`]; a failed probe run changes nothing
+/// (unknown is not absent).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KubeProxyPresence {
+    /// Unix time of the latest reading in which kube-proxy answered on its ports (/metrics or
+    /// /healthz), in seconds; None when this agent never saw it answer.
+    pub last_seen_seconds: Option<f64>,
+    /// Unix time of the first reading of the current absence (nothing listening on kube-proxy's
+    /// ports and no process that looks like it), in seconds; None while it is present.
+    pub absent_since_seconds: Option<f64>,
+    /// kube-proxy's last successful sync as its /metrics last reported it
+    /// (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`), Unix seconds: when it last wrote rules.
+    pub last_sync_seconds: Option<f64>,
+}
+
+impl KubeProxyPresence {
+    /// No presence known, or kube-proxy never seen answering (nothing worth a place in /snapshot).
+    pub fn never_seen(p: &Option<KubeProxyPresence>) -> bool {
+        p.as_ref().is_none_or(|p| p.last_seen_seconds.is_none())
+    }
+}
+
 /// What is remembered of kube-proxy between readings.
 #[derive(Debug, Default)]
 pub struct KubeProxyHistory {
+    presence: KubeProxyPresence,
     previous: Option<(f64, KubeProxyMetrics)>,
     start_time: Option<f64>,
     restarts: u64,
@@ -108,6 +133,14 @@ pub struct KubeProxyHistory {
 impl KubeProxyHistory {
     /// Takes a reading made at `now` (wall clock, Unix seconds).
     pub fn observe(&mut self, facts: &KubeProxyFacts, now: f64) -> KubeProxyDerived {
+        self.presence.absent_since_seconds = None;
+        let answered = facts.metrics_up || facts.healthz.as_ref().is_some_and(|h| h.status_code != 0);
+        if answered {
+            self.presence.last_seen_seconds = Some(now);
+        }
+        if let Some(t) = facts.metrics.as_ref().and_then(|m| m.last_sync_timestamp_seconds) {
+            self.presence.last_sync_seconds = Some(t);
+        }
         // A restart: the process or its metrics report a new start time.
         let start = facts
             .process
@@ -150,6 +183,16 @@ impl KubeProxyHistory {
         }
         d.cpu_throttling = self.throttling(facts, now);
         d
+    }
+
+    /// The kube-proxy probe found nothing of kube-proxy at `now` (Unix seconds).
+    pub fn absent(&mut self, now: f64) {
+        self.presence.absent_since_seconds.get_or_insert(now);
+    }
+
+    /// What is known of kube-proxy's presence so far.
+    pub fn presence(&self) -> KubeProxyPresence {
+        self.presence.clone()
     }
 
     fn throttling(&mut self, facts: &KubeProxyFacts, now: f64) -> Option<CpuThrottling> {
@@ -202,6 +245,49 @@ mod tests {
             metrics: Some(m),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn presence_remembers_when_kube_proxy_was_seen_and_since_when_it_is_gone() {
+        use crate::probe::kube_proxy::HealthzFacts;
+        let mut h = KubeProxyHistory::default();
+        h.absent(100.0);
+        h.absent(115.0);
+        assert_eq!(
+            h.presence(),
+            KubeProxyPresence {
+                absent_since_seconds: Some(100.0),
+                ..Default::default()
+            },
+            "never seen: absent since the first absent reading"
+        );
+        let answering = KubeProxyFacts {
+            metrics_up: true,
+            ..facts(metrics_with_sync(&[(f64::INFINITY, 1.0)], 50.0))
+        };
+        h.observe(&answering, 130.0);
+        let p = h.presence();
+        assert_eq!(
+            (p.last_seen_seconds, p.absent_since_seconds, p.last_sync_seconds),
+            (Some(130.0), None, Some(990.0))
+        );
+        // A process that answers on neither port is present, not seen answering.
+        let silent = KubeProxyFacts {
+            healthz: Some(HealthzFacts {
+                refused: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        h.observe(&silent, 145.0);
+        assert_eq!(h.presence().last_seen_seconds, Some(130.0));
+        h.absent(160.0);
+        h.absent(175.0);
+        let p = h.presence();
+        assert_eq!(
+            (p.last_seen_seconds, p.absent_since_seconds),
+            (Some(130.0), Some(160.0))
+        );
     }
 
     #[test]

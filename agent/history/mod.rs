@@ -35,6 +35,11 @@ pub struct Derived {
     /// kube-proxy's failed syncs over the last few minutes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_proxy_sync_failures: Option<kube_proxy_syncs::SyncFailures>,
+    /// Whether kube-proxy was seen and since when it is gone: kept while the kube-proxy probe
+    /// finds it absent (see `kube_proxy::KubeProxyPresence`). Left out of the document until
+    /// kube-proxy was seen (kube_proxy_down's evidence has the rest).
+    #[serde(default, skip_serializing_if = "kube_proxy::KubeProxyPresence::never_seen")]
+    pub kube_proxy_presence: Option<kube_proxy::KubeProxyPresence>,
     /// Stale conntrack entries with their first-seen times (the conntrack_stale probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack_stale: Option<stale::StaleDerived>,
@@ -45,8 +50,17 @@ pub struct Derived {
 }
 
 impl Derived {
+    /// Nothing derived worth showing (a presence that never saw kube-proxy counts as nothing).
     pub fn is_empty(&self) -> bool {
-        *self == Derived::default()
+        let presence = if kube_proxy::KubeProxyPresence::never_seen(&self.kube_proxy_presence) {
+            None
+        } else {
+            self.kube_proxy_presence.clone()
+        };
+        Derived {
+            kube_proxy_presence: presence,
+            ..self.clone()
+        } == Derived::default()
     }
 }
 
@@ -143,6 +157,7 @@ impl History {
                 derived.series.kube_proxy_sync_p99_seconds = self.sync_p99.points();
                 derived.kube_proxy = Some(d);
                 derived.kube_proxy_sync_failures = self.kube_proxy_syncs.observe(kp, mono);
+                derived.kube_proxy_presence = Some(self.kube_proxy.presence());
             }
             Reading::ConntrackStale(f) => {
                 self.stale_entries
@@ -151,6 +166,15 @@ impl History {
                 derived.conntrack_stale = Some(self.stale.observe(f, now));
             }
             _ => {}
+        }
+    }
+
+    /// A probe found its source absent at `now` (Unix seconds); `missed` follows. Only kube-proxy's
+    /// absence is remembered: a node should have it or not, and whether it was seen matters.
+    pub fn absent(&mut self, probe: ProbeName, now: f64, derived: &mut Derived) {
+        if probe == ProbeName::KubeProxy {
+            self.kube_proxy.absent(now);
+            derived.kube_proxy_presence = Some(self.kube_proxy.presence());
         }
     }
 

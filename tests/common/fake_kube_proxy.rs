@@ -69,6 +69,11 @@ impl FakeKubeProxy {
     /// The same, on 127.0.0.1 inside the network namespace `netns` (`/run/netns/<name>`):
     /// the accept thread enters it before it binds, for an agent running in it.
     pub fn start_in(netns: Option<&str>) -> FakeKubeProxy {
+        FakeKubeProxy::start_at(netns, 0)
+    }
+
+    /// The same on a given port of 127.0.0.1 (0: any): a kube-proxy restarted where it was.
+    pub fn start_at(netns: Option<&str>, port: u16) -> FakeKubeProxy {
         let routes: Routes = Arc::new(Mutex::new(HashMap::new()));
         let hits = Arc::new(Mutex::new(HashMap::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -81,7 +86,7 @@ impl FakeKubeProxy {
                     let f = std::fs::File::open(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
                     nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
                 }
-                let listener = TcpListener::bind("127.0.0.1:0").expect("bind the fake kube-proxy");
+                let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind the fake kube-proxy");
                 tx.send(listener.local_addr().unwrap()).unwrap();
                 // Polled, so that drop stops it without a connection from inside the namespace.
                 listener.set_nonblocking(true).unwrap();
@@ -110,6 +115,10 @@ impl FakeKubeProxy {
         fake.set("/proxyMode", Reply::ok(kube_proxy_fixture("iptables.txt")));
         fake.set("/healthz", Reply::ok(kube_proxy_fixture(HEALTHZ_FIXTURE)));
         fake
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
     }
 
     pub fn url(&self) -> String {

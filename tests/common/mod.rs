@@ -212,12 +212,16 @@ impl Drop for SysctlGuard {
     }
 }
 
-/// Flags that point the kube-proxy probe at a closed port (9, discard): no kube-proxy here.
+/// Flags that point the kube-proxy probe at a closed port (9, discard): no kube-proxy here. Where
+/// the evidence says one belongs (a declared mode), `kube_proxy_down` is then said at once
+/// (no grace: `check` would otherwise wait 30 s for it to come back).
 pub const NO_KUBE_PROXY: &[&str] = &[
     "--kube-proxy.metrics-url",
     "http://127.0.0.1:9",
     "--kube-proxy.healthz-url",
     "http://127.0.0.1:9",
+    "--kube-proxy.down-grace",
+    "0s",
 ];
 
 /// Generates kube-proxy's iptables-mode rule set (tests/tools/gen_kube_rules.py)
@@ -460,6 +464,19 @@ fn exchange(netns: Option<&str>, addr: SocketAddr, request: &[u8]) -> Result<Vec
     })
     .join()
     .expect("HTTP thread panicked")
+}
+
+/// `POST path` of a JSON body from inside `ns`: the status code and the body.
+pub fn http_post_json_in(ns: &Netns, addr: SocketAddr, path: &str, json: &str) -> Result<(u16, String), String> {
+    let request = format!(
+        "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{json}",
+        json.len()
+    );
+    let raw = exchange(Some(&ns.name), addr, request.as_bytes()).map_err(|e| format!("POST {path}: {e}"))?;
+    let resp = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((code, body.to_string()))
 }
 
 /// `GET path` with extra header lines (each ending in CRLF): the status code and the body.

@@ -25,6 +25,10 @@ pub enum ProxyMode {
     Nftables,
     /// Windows' kernelspace (HNS) mode.
     KernelSpace,
+    /// `--kube-proxy.mode none`: this node runs without kube-proxy on purpose (a CNI replaces it,
+    /// or it was removed); kube-proxy's state in the data plane is then left over, not a kube-proxy
+    /// that should be running. Never what kube-proxy itself reports.
+    NoKubeProxy,
     /// Anything else (e.g. the removed `userspace`), as printed.
     Other(String),
 }
@@ -37,6 +41,7 @@ impl ProxyMode {
             ProxyMode::Ipvs => "ipvs",
             ProxyMode::Nftables => "nftables",
             ProxyMode::KernelSpace => "kernelspace",
+            ProxyMode::NoKubeProxy => "none",
             ProxyMode::Other(s) => s,
         }
     }
@@ -56,6 +61,7 @@ impl From<String> for ProxyMode {
             "ipvs" => ProxyMode::Ipvs,
             "nftables" => ProxyMode::Nftables,
             "kernelspace" => ProxyMode::KernelSpace,
+            "none" => ProxyMode::NoKubeProxy,
             _ => ProxyMode::Other(s),
         }
     }
@@ -77,7 +83,8 @@ impl ProxyMode {
     }
 }
 
-/// `--kube-proxy.mode`: `auto` (or `unknown`), `iptables`, `ipvs` or `nftables`.
+/// `--kube-proxy.mode`: `auto` (or `unknown`), `iptables`, `ipvs`, `nftables`, or `none` (no
+/// kube-proxy on this node, on purpose).
 impl std::str::FromStr for ProxyMode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -86,8 +93,9 @@ impl std::str::FromStr for ProxyMode {
             "iptables" => Ok(ProxyMode::Iptables),
             "ipvs" => Ok(ProxyMode::Ipvs),
             "nftables" => Ok(ProxyMode::Nftables),
+            "none" => Ok(ProxyMode::NoKubeProxy),
             other => Err(format!(
-                "unknown proxy mode {other:?}: expected auto, iptables, ipvs or nftables"
+                "unknown proxy mode {other:?}: expected auto, iptables, ipvs, nftables or none"
             )),
         }
     }
