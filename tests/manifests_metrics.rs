@@ -245,10 +245,16 @@ fn fleet_conventions(body: &str) {
                 .lines()
                 .any(|l| l.starts_with(&format!("{o}{{")) || l.starts_with(&format!("{o} ")));
             assert!(!served, "{o} is still served");
-            assert!(!readme.contains(&format!("| `{o}` |")), "{o} still has a row in docs/reference.md");
+            assert!(
+                !readme.contains(&format!("| `{o}` |")),
+                "{o} still has a row in docs/reference.md"
+            );
         }
         for n in &new {
-            assert!(readme.contains(&format!("| `{n}` |")), "{n} has no row in docs/reference.md");
+            assert!(
+                readme.contains(&format!("| `{n}` |")),
+                "{n} has no row in docs/reference.md"
+            );
         }
         renames += 1;
     }
