@@ -1,6 +1,6 @@
 //! kube-proxy's view against the kernel's: failing syncs, and rules that
 //! kube-proxy says it wrote but the kernel no longer holds (flushed behind its
-//! back by a firewall reload, `iptables -F` in a bootstrap script...).
+//! back by a firewall reload, a node script that flushes a whole table...).
 
 use super::{Finding, ModeDecision, ProxyMode, Severity, Thresholds};
 use crate::probe::ProbeName;
@@ -132,7 +132,7 @@ pub fn rules_lost(s: &Snapshot, _: &Thresholds, mode: &ModeDecision) -> Option<F
             .evidence("kube_proxy_last_sync_seconds", last_sync)
             .evidence("kernel_read_seconds", read_start)
             .remediation(&[
-                "Something removed kube-proxy's rules after its last sync: a firewall reload (firewalld, ufw), an iptables -F or iptables-restore without --noflush in a node script, another agent.",
+                "Something removed kube-proxy's rules after its last sync: a firewall reload (firewalld, ufw), a node script that flushes a whole table or runs iptables-restore without --noflush, another agent.",
                 "Prove it: journalctl --since -1h | grep -iE 'firewalld|ufw|iptables' on the node, and compare iptables-save -t nat | grep -c KUBE- with kube-proxy's kubeproxy_sync_proxy_rules_iptables_total.",
                 "kube-proxy restores its rules on its next full sync (it notices a flushed KUBE-PROXY-CANARY chain); to restore them now: kubectl -n kube-system delete pod <kube-proxy pod on this node>.",
                 "Stop the cause: firewalld and ufw must not manage iptables on Kubernetes nodes, or must keep kube-proxy's chains (node bootstrap scripts: iptables-restore --noflush).",
