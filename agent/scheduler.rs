@@ -251,7 +251,6 @@ pub fn step(
             None
         }
     }
-
 }
 
 /// Runs a probe in its own task until its deadline, so a panic is caught and a hang is cut.
