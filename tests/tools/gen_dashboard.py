@@ -236,9 +236,10 @@ timeseries(f"kube-proxy network programming p99: top {TOP} nodes", "Service chan
 timeseries(f"kube-proxy last sync age: top {TOP} nodes", "Seconds since kube-proxy's last successful sync.",
            [(top(f"proxywatch_kube_proxy_last_sync_age_seconds{{{S}}}"), "{{instance}}")], unit="s")
 timeseries("kube-proxy down, throttled, restarted (nodes)",
-           "Nodes where kube-proxy's /metrics does not answer, whose kube-proxy is CPU-throttled in more than 10% of periods, "
+           "Nodes where kube-proxy is down where it belongs (kube_proxy_down critical; a node without kube-proxy is not counted), "
+           "whose kube-proxy is CPU-throttled in more than 10% of periods, "
            "or restarted in the last hour.",
-           [(f"count(proxywatch_kube_proxy_up{{{S}}} == 0) or vector(0)", "down"),
+           [(f"count(proxywatch_finding_severity{{{S}, id=\"kube_proxy_down\"}} == 3) or vector(0)", "down"),
             (f"count(proxywatch_kube_proxy_cpu_throttled_ratio{{{S}}} > 0.1) or vector(0)", "throttled > 10%"),
             (f"count(increase(proxywatch_kube_proxy_restarts_total{{{S}}}[1h]) > 0) or vector(0)", "restarted (1h)")])
 
