@@ -150,8 +150,9 @@ class Pod:
             flags.append(f"--volume={host}:{m['mountPath']}:{'ro' if m.get('readOnly') else 'rw'}")
             self.mounts[m["mountPath"]] = host
         lim = (ctr.get("resources") or {}).get("limits") or {}
-        if "memory" in lim:
-            flags.append(f"--memory={k8s_bytes(lim['memory'])}b")
+        self.memory = k8s_bytes(lim["memory"]) if "memory" in lim else None
+        if self.memory is not None:
+            flags.append(f"--memory={self.memory}b")
         if "cpu" in lim:
             flags.append(f"--cpus={k8s_cpu(lim['cpu'])}")
         # The kubelet ignores the image's HEALTHCHECK (and podman would want systemd timers).
@@ -220,12 +221,16 @@ class Containers:
 
 
 # ------------------------------------------------------------------ comparing checks
+# Timings and timestamps; and what a running process uses from one moment to the next
+# (a kube-proxy process, or another test's stand-in named kube-proxy, seen through hostPID).
 VOLATILE = re.compile(r"(^collected_at$|_seconds$|^at_seconds$)")
+LIVE_USAGE = {"cpu_seconds_total", "resident_memory_bytes", "memory_usage_bytes", "threads", "periods_total",
+              "throttled_periods_total"}
 
 
 def strip_times(v):
     if isinstance(v, dict):
-        return {k: strip_times(x) for k, x in v.items() if not VOLATILE.search(k)}
+        return {k: strip_times(x) for k, x in v.items() if not VOLATILE.search(k) and k not in LIVE_USAGE}
     if isinstance(v, list):
         return [strip_times(x) for x in v]
     return v
@@ -252,7 +257,10 @@ def diff(a, b, path=""):
 def compare_checks(where, pod, cts, host_bin, network, netns):
     """Host binary vs container, same env; retried once, since the node is shared."""
     for attempt in (1, 2):
-        host_cmd = ([] if netns is None else ["ip", "netns", "exec", netns]) + [host_bin, "check", "--format", "json"]
+        # nsenter, not `ip netns exec`: that one mounts a new /sys, which hides the
+        # host's /sys/fs/cgroup (the container has it at /host/sys/fs/cgroup).
+        host_cmd = ([] if netns is None else ["nsenter", f"--net=/run/netns/{netns}"]) + [
+            host_bin, "check", "--format", "json"]
         h = run(host_cmd, check_rc=False, env=pod.host_env())
         c = cts.run(pod.flags(network=network), ["check", "--format", "json"])
         try:
@@ -294,6 +302,18 @@ def proc_status(pid):
         k, _, v = line.partition(":")
         st[k] = v.strip()
     return st
+
+
+def memory_limit(pid):
+    """The memory limit of pid's cgroup (v1 memory controller or v2), in bytes."""
+    for line in open(f"/proc/{pid}/cgroup"):
+        _, ctrls, path = line.rstrip("\n").split(":", 2)
+        for f in ([f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"] if "memory" in ctrls.split(",") else
+                  [f"/sys/fs/cgroup{path}/memory.max"] if ctrls == "" else []):
+            if os.path.exists(f):
+                v = open(f).read().strip()
+                return None if v == "max" else int(v)
+    return None
 
 
 def http(netns, path):
@@ -393,7 +413,11 @@ def tests(pod, cts, host_bin, netns, tmp):
               f"NoNewPrivs {st.get('NoNewPrivs')}")
         check(st.get("Seccomp") == "2", "serve: agent runs under a seccomp filter (Seccomp 2)",
               f"Seccomp {st.get('Seccomp')} (0 none, 1 strict, 2 filter)")
-        print(f"# agent RSS {st.get('VmRSS')}, peak {st.get('VmHWM')} (with the manifest's memory limit)")
+        if pod.memory is not None:
+            limit = memory_limit(agent)
+            check(limit == pod.memory, f"serve: the agent's cgroup has the manifest's memory limit ({pod.memory} bytes)",
+                  f"got {limit}")
+        print(f"# agent RSS {st.get('VmRSS')}, peak {st.get('VmHWM')}")
     t = time.monotonic()
     stop = run(["podman", "stop", f"--time={pod.grace}", cid], check_rc=False, timeout=pod.grace + 30)
     took = time.monotonic() - t
