@@ -20,12 +20,14 @@
 # Env: PROXYWATCH_IMAGE_WORK (work folder, default /var/tmp/proxywatch-image),
 #      PROXYWATCH_IMAGE (tag, default localhost/proxywatch:ci),
 #      PROXYWATCH_IMAGE_DOCKERFILE (default: the repository's Dockerfile; the
-#      self-test points it at broken copies), PROXYWATCH_IMAGE_WORK_MAX_MB (4096).
+#      self-test points it at broken copies), PROXYWATCH_IMAGE_WORK_MAX_MB (4096),
+#      PROXYWATCH_IMAGE_MAX_MB (100: the runtime image's size budget, 10^6 bytes).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DOCKERFILE=${PROXYWATCH_IMAGE_DOCKERFILE:-$REPO/Dockerfile}
 MAX_MB=${PROXYWATCH_IMAGE_WORK_MAX_MB:-4096}
+IMAGE_MAX_MB=${PROXYWATCH_IMAGE_MAX_MB:-100}
 
 [ "$(id -u)" = 0 ] || die "run as root (debootstrap and rootful podman)"
 need=()
@@ -233,3 +235,7 @@ fi
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 echo "=== tests/image: $IMAGE $((size / 1000000)) MB ($size bytes), work folder $mb MB"
 podman history --format '    {{.Size}}\t{{.CreatedBy}}' "$IMAGE" | cut -c1-150
+# The runtime image's budget (docs/image.md): a dependency that drags in a toolchain
+# or a forgotten apt cache fails here, not on the nodes' disks.
+[ "$size" -le $((IMAGE_MAX_MB * 1000000)) ] \
+    || die "image $IMAGE is $((size / 1000000)) MB, over its budget of $IMAGE_MAX_MB MB (docs/image.md)"
