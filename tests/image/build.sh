@@ -229,7 +229,7 @@ podman image prune --force >/dev/null
 mb=$(du -sm "$WORK" | cut -f1)
 if [ "$mb" -gt "$MAX_MB" ]; then
     echo "=== tests/image: $WORK is $mb MB > $MAX_MB MB: dropping the build cache mounts"
-    rm -rf "$TMPDIR"/buildah-cache-*
+    rm -rf "$TMPDIR"/buildah-cache*
     mb=$(du -sm "$WORK" | cut -f1)
 fi
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")

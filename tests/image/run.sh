@@ -15,6 +15,12 @@ exec 9>"$WORK/lock"
 flock 9
 podman_setup
 podman image exists "$IMAGE" || die "no image $IMAGE in $WORK: run tests/image/build.sh first"
+# The store is this work folder's own: a container still in it was left by a run that
+# was killed before its clean-up. Remove those, by ID.
+for id in $(podman ps --all --quiet --no-trunc); do
+    echo "# removing container $id, left by an earlier run"
+    podman rm --force --time=0 "$id" >/dev/null
+done
 host_bin=${PROXYWATCH_IMAGE_HOST_BINARY:-}
 if [ -z "$host_bin" ]; then
     (cd "$REPO" && cargo build --quiet --locked --bin proxywatch)
