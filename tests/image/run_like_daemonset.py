@@ -50,12 +50,15 @@ CAP_NAMES = [
 failures = []
 
 
+T0 = time.monotonic()
+
+
 def ok(what):
-    print(f"ok - {what}", flush=True)
+    print(f"ok - {what} [{time.monotonic() - T0:.1f} s]", flush=True)
 
 
 def fail(what):
-    print(f"FAIL - {what}", flush=True)
+    print(f"FAIL - {what} [{time.monotonic() - T0:.1f} s]", flush=True)
     failures.append(what)
 
 
@@ -164,10 +167,10 @@ class Pod:
         if ctr.get("command"):
             raise SystemExit(f"{path}: container command overrides the image entrypoint (tini); not reproduced")
 
-    def flags(self, network=None, caps=True):
+    def flags(self, network=None, caps=None):
+        """caps: the capabilities to add, the manifest's when None."""
         f = [f"--network={network or self.network}"] + self.base_flags
-        if caps:
-            f += [f"--cap-add={c.lower()}" for c in self.cap_add]
+        f += [f"--cap-add={c.lower()}" for c in (self.cap_add if caps is None else caps)]
         for k, v in self.env.items():
             f.append(f"--env={k}={v}")
         return f
@@ -236,6 +239,16 @@ def strip_times(v):
     return v
 
 
+def strip_saves(doc):
+    """iptables-save's output size: it prints packet counters, which grow with each
+    check's own connection attempts to kube-proxy's ports in that namespace."""
+    ipt = (doc.get("facts") or {}).get("iptables") or {}
+    for save in (ipt.get("saves") or []) + ((ipt.get("cross_check") or {}).get("saves") or []):
+        if save.get("command") != "netlink":
+            (save.get("counts") or {}).pop("bytes", None)
+    return doc
+
+
 def diff(a, b, path=""):
     if type(a) is not type(b):
         return [f"{path or '/'}: {json.dumps(a)[:120]} != {json.dumps(b)[:120]}"]
@@ -269,7 +282,7 @@ def compare_checks(where, pod, cts, host_bin, network, netns):
             fail(f"{where}: check --format json: host exit {h.returncode} ({h.stderr.strip()[-300:]}), "
                  f"container exit {c.returncode} ({c.stderr.strip()[-600:]})")
             return None
-        d = diff(strip_times(hj), strip_times(cj))
+        d = diff(strip_saves(strip_times(hj)), strip_saves(strip_times(cj)))
         if h.returncode != c.returncode:
             d.insert(0, f"exit code host {h.returncode} != container {c.returncode}")
         if not d or attempt == 2:
@@ -340,14 +353,21 @@ def main():
     before = host_rules()
     tmp = tempfile.mkdtemp(prefix="pw-image-")
     cts = Containers(a.image, tmp)
-    netns = f"pwimg-{os.getpid()}"
+    netns = {kind: f"pwimg-{kind}-{os.getpid()}" for kind in ("nft", "legacy", "nftables")}
     try:
-        run(["ip", "netns", "add", netns])
-        run(["ip", "-n", netns, "link", "set", "lo", "up"])
-        tests(pod, cts, a.host_binary, netns, tmp)
+        for ns in netns.values():
+            run(["ip", "netns", "add", ns])
+            run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        try:
+            tests(pod, cts, a.host_binary, netns, tmp)
+        except Exception as e:  # a broken step is a failure to report, after the clean-up
+            import traceback
+            traceback.print_exc()
+            fail(f"the run stopped: {type(e).__name__}: {e}")
     finally:
         cts.remove_all()
-        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+        for ns in netns.values():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         after = host_rules()
         changed = [k for k in before if before[k] != after[k]]
         check(not changed, "the host's iptables and nftables rules are unchanged (counters aside)",
@@ -361,37 +381,54 @@ def main():
 
 
 def tests(pod, cts, host_bin, netns, tmp):
-    netns_net = f"ns:/run/netns/{netns}"
+    net = {k: f"ns:/run/netns/{ns}" for k, ns in netns.items()}
+    gen = os.path.join(REPO, "tests/tools")
 
     # 1. The node as it is.
     compare_checks("node netns", pod, cts, host_bin, None, None)
 
-    # 2. A namespace with kube-proxy's iptables-mode rules (nft backend).
-    rules = run([sys.executable, os.path.join(REPO, "tests/tools/gen_kube_rules.py"), "--services", "40",
-                 "--endpoints", "3", "--expected", os.path.join(tmp, "expected.json")]).stdout
-    run(["ip", "netns", "exec", netns, "iptables-nft-restore"], input=rules)
-    expected = json.load(open(os.path.join(tmp, "expected.json")))
-    cj = compare_checks("kube-proxy netns", pod, cts, host_bin, netns_net, netns)
+    # 2. kube-proxy-shaped namespaces: iptables mode in each backend, nftables mode.
+    for kind, restore in (("nft", ["iptables-nft-restore"]), ("legacy", ["iptables-legacy-restore"])):
+        exp = os.path.join(tmp, f"{kind}.json")
+        rules = run([sys.executable, f"{gen}/gen_kube_rules.py", "--services", "40", "--endpoints", "3",
+                     "--expected", exp]).stdout
+        run(["ip", "netns", "exec", netns[kind]] + restore, input=rules)
+        expected = json.load(open(exp))["kube"]
+        where = f"iptables-{kind} netns"
+        cj = compare_checks(where, pod, cts, host_bin, net[kind], netns[kind])
+        if cj is not None:
+            ipt = cj["facts"].get("iptables") or {}
+            saves = [x for x in ipt.get("saves") or [] if x["backend"] == kind and x["family"] == "ipv4"]
+            got = saves[0]["counts"]["kube"] if saves else None
+            check(got == expected, f"{where}: the container counts the generated chains {expected}"
+                  + (f" ({saves[0]['command']})" if saves else ""), f"got {got}")
+    exp = os.path.join(tmp, "nftables.json")
+    table = run([sys.executable, f"{gen}/gen_kube_nft.py", "--services", "40", "--endpoints", "3",
+                 "--expected", exp]).stdout
+    run(["ip", "netns", "exec", netns["nftables"], "nft", "-f", "-"], input=table)
+    expected = json.load(open(exp))
+    cj = compare_checks("nftables netns", pod, cts, host_bin, net["nftables"], netns["nftables"])
     if cj is not None:
-        saves = [s for s in cj["facts"]["iptables"]["saves"] if s["backend"] == "nft" and s["family"] == "ipv4"]
-        got = saves[0]["counts"]["kube"] if saves else None
-        check(got == expected["kube"], f"kube-proxy netns: the container counts the generated chains {expected['kube']}",
-              f"got {got}")
+        tables = [t for t in (cj["facts"]["nftables"] or {}).get("tables", []) if t["family"] == "ip"]
+        keys = ("chains", "base_chains", "rules", "service_chains", "endpoint_chains", "external_chains", "sets", "maps")
+        got = {k: tables[0]["counts"].get(k) for k in keys} if tables else None
+        want = {k: expected[k] for k in keys}
+        check(got == want, f"nftables netns: the container counts kube-proxy's table {want}", f"got {got}")
 
-    # 3. serve, as the DaemonSet runs it (its args), in that namespace.
-    p = cts.run(pod.flags(network=netns_net), pod.args, detach=True)
+    # 3. serve, as the DaemonSet runs it (its args), in the iptables-nft namespace.
+    p = cts.run(pod.flags(network=net["nft"]), pod.args, detach=True)
     if p.returncode != 0:
         fail(f"serve: podman run exited {p.returncode}: {p.stderr.strip()[-600:]}")
         return
     cid = p.stdout.strip()
     code, deadline = 0, time.monotonic() + 30
     while time.monotonic() < deadline:
-        code, body = http(netns, "/healthz")
+        code, body = http(netns["nft"], "/healthz")
         if code == 200:
             break
         time.sleep(0.2)
     check(code == 200, "serve: /healthz answers 200", f"last answer {code}; logs: {podman_logs(cid)[-600:]}")
-    code, body = http(netns, "/metrics")
+    code, body = http(netns["nft"], "/metrics")
     check(code == 200 and re.search(r"^proxywatch_probe_success\{", body, re.M) is not None,
           "serve: /metrics answers 200 with proxywatch_probe_success", f"{code} {body[:200]}")
     tini = int(run(["podman", "inspect", "--format", "{{.State.Pid}}", cid]).stdout.strip())
@@ -430,22 +467,37 @@ def tests(pod, cts, host_bin, netns, tmp):
     warn = [l for l in logs.splitlines() if re.search(r"tini", l, re.I)]
     check(not warn, "serve: tini prints no warning", " | ".join(warn[:3]))
 
-    # 4. Without the two capabilities, the netlink probes fail and say why.
-    c = cts.run(pod.flags(network=netns_net, caps=False), ["check", "--format", "json"])
+    # 4. Without the two capabilities (in the nftables-mode namespace, which has a
+    # table for every netlink probe to read), the netlink probes fail and say why.
+    probes = probes_of(cts, pod.flags(network=net["nftables"], caps=[]), "no capabilities")
+    if probes is not None:
+        # The probes that read the kernel over netlink (nf_tables, ctnetlink); the others
+        # read /proc and /sys, which need no capability.
+        netlink = ["iptables", "nftables", "conntrack_stale"]
+        bad = {k: probes[k] for k in netlink
+               if probes[k]["status"] != "failed" or "CAP_NET_ADMIN" not in (probes[k]["error"] or "")}
+        check(not bad, f"no capabilities: the netlink probes ({', '.join(netlink)}) fail naming CAP_NET_ADMIN",
+              f"{bad}")
+        silent = {k: p["error"] for k, p in probes.items() if p["status"] == "failed" and "CAP_" not in (p["error"] or "")}
+        check(not silent, "no capabilities: every failing probe names the capability it lacks", f"{silent}")
+
+    # 5. Without NET_RAW, iptables-legacy-save cannot read the legacy rules.
+    probes = probes_of(cts, pod.flags(network=net["legacy"], caps=["NET_ADMIN"]), "NET_ADMIN only")
+    if probes is not None:
+        ipt = probes["iptables"]
+        check(ipt["status"] == "failed" and "CAP_NET_RAW" in (ipt["error"] or ""),
+              "NET_ADMIN only: the iptables probe fails on the legacy rules naming CAP_NET_RAW", f"{ipt}")
+        others = {k: p["status"] for k, p in probes.items() if k != "iptables" and p["status"] not in ("ok", "absent")}
+        check(not others, "NET_ADMIN only: every other probe ok or absent", f"{others}")
+
+
+def probes_of(cts, flags, where):
+    c = cts.run(flags, ["check", "--format", "json"])
     try:
-        probes = json.loads(c.stdout)["probes"]
+        return json.loads(c.stdout)["probes"]
     except json.JSONDecodeError:
-        fail(f"no capabilities: check --format json exited {c.returncode}: {c.stderr.strip()[-600:]}")
-        return
-    # The probes that read the kernel over netlink (nf_tables, ctnetlink); the others
-    # read /proc and /sys, which need no capability.
-    netlink = ["iptables", "nftables", "conntrack_stale"]
-    bad = {k: probes[k] for k in netlink
-           if probes[k]["status"] != "failed" or "CAP_NET_ADMIN" not in (probes[k]["error"] or "")}
-    check(not bad, f"no capabilities: the netlink probes ({', '.join(netlink)}) fail naming CAP_NET_ADMIN",
-          f"{bad}")
-    silent = {k: p["error"] for k, p in probes.items() if p["status"] == "error" and "CAP_" not in (p["error"] or "")}
-    check(not silent, "no capabilities: every failing probe names the capability it lacks", f"{silent}")
+        fail(f"{where}: check --format json exited {c.returncode}: {c.stderr.strip()[-600:]}")
+        return None
 
 
 def podman_logs(cid):
