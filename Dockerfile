@@ -2,8 +2,8 @@
 #
 # proxywatch node agent image.
 #   docker build -t ghcr.io/proxywatch/proxywatch:0.1.0 .
-# Checked by tests/manifests/check.sh (hadolint + checkov); there is no Docker
-# engine in CI, so the image itself is not built there.
+# Linted by tests/manifests/check.sh (hadolint + checkov); built unchanged with
+# podman and run with the DaemonSet's settings by tests/image/ (docs/image.md).
 
 # ---------------------------------------------------------------- build stage
 FROM rust:1.95-slim-bookworm AS build

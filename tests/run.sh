@@ -16,13 +16,25 @@
 #                        (fuzz/ci.sh; installs cargo-fuzz, pinned)
 #   5. manifests         tests/manifests/check.sh (promtool rules tests,
 #                        kubernetes-validate, checkov, hadolint, dashboard)
-# Set PROXYWATCH_SKIP_FUZZ=1 or PROXYWATCH_SKIP_MANIFESTS=1 to skip a stage
-# when iterating locally.
+#   6. image             tests/image/: builds the Dockerfile unchanged with podman
+#                        (runc, debootstrapped base images, no registry), runs it
+#                        with the flags manifests/daemonset.yaml gives it and checks
+#                        it, then checks that deliberate breaks are caught; work
+#                        folder /var/tmp/proxywatch-image (PROXYWATCH_IMAGE_WORK)
+# Set PROXYWATCH_SKIP_FUZZ=1, PROXYWATCH_SKIP_MANIFESTS=1 or PROXYWATCH_SKIP_IMAGE=1
+# to skip a stage when iterating locally (the image stage refuses to be skipped
+# under CI=true).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+if [ "${PROXYWATCH_SKIP_IMAGE:-}" = 1 ] && [ "${CI:-}" = true ]; then
+    echo "tests/run.sh: PROXYWATCH_SKIP_IMAGE=1 under CI=true: the image stage is never skipped in CI" >&2
+    exit 1
+fi
+
 PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps chromium python3-yaml
-    qemu-system-x86 busybox-static cpio kmod binutils xz-utils prometheus-alertmanager)
+    qemu-system-x86 busybox-static cpio kmod binutils xz-utils prometheus-alertmanager
+    podman runc debootstrap curl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -69,4 +81,11 @@ fi
 if [ "${PROXYWATCH_SKIP_MANIFESTS:-}" != 1 ]; then
     echo "=== manifests, Dockerfile, alert rules"
     bash tests/manifests/check.sh
+fi
+
+if [ "${PROXYWATCH_SKIP_IMAGE:-}" != 1 ]; then
+    echo "=== image: build the Dockerfile, run it like the DaemonSet"
+    bash tests/image/build.sh
+    bash tests/image/run.sh
+    bash tests/image/selftest.sh
 fi
