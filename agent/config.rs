@@ -298,6 +298,14 @@ pub struct Common {
     #[arg(long = "sysctls.interval", env = "PROXYWATCH_SYSCTLS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub sysctls_interval: Duration,
 
+    /// How often the node_ports probe compares the NodePorts the data plane serves with the ephemeral port range; 0: never.
+    #[arg(long = "node-ports.interval", env = "PROXYWATCH_NODE_PORTS_INTERVAL", default_value = "60s", value_parser = parse_interval_or_never)]
+    pub node_ports_interval: Every,
+
+    /// Deadline of one node_ports run (its NodePort chains and maps over netlink, /proc/net/ip_vs).
+    #[arg(long = "node-ports.timeout", env = "PROXYWATCH_NODE_PORTS_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub node_ports_timeout: Duration,
+
     /// How often the kernel modules probe runs.
     #[arg(long = "modules.interval", env = "PROXYWATCH_MODULES_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub modules_interval: Duration,
@@ -494,6 +502,7 @@ impl Common {
                     ProbeName::Conntrack => (self.conntrack_interval, self.probe_timeout),
                     ProbeName::ConntrackStale => (self.conntrack_stale_interval.0?, self.conntrack_stale_timeout),
                     ProbeName::Sysctls => (self.sysctls_interval, self.probe_timeout),
+                    ProbeName::NodePorts => (self.node_ports_interval.0?, self.node_ports_timeout),
                     ProbeName::Iptables => (self.iptables_interval, self.iptables_timeout),
                     ProbeName::Nftables => (self.nftables_interval, self.nftables_timeout),
                     ProbeName::Ipvs => (self.ipvs_interval, self.ipvs_timeout),

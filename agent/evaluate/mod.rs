@@ -13,6 +13,7 @@ mod ipvs;
 mod kernel;
 mod kube_proxy;
 mod mode;
+mod node_ports;
 mod probes;
 
 use serde::{Deserialize, Serialize};
@@ -138,6 +139,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "sysctl_ip_forward", run: kernel::ip_forward },
     Check { id: "sysctl_bridge_nf_call_iptables", run: kernel::bridge_nf_call_iptables },
     Check { id: "sysctl_conntrack_tcp_timeouts", run: kernel::conntrack_tcp_timeouts },
+    Check { id: "node_ports_in_ephemeral_range", run: node_ports::in_ephemeral_range },
     Check { id: "ipvs_modules_missing", run: kernel::ipvs_modules_missing },
     Check { id: "iptables_backend_mismatch", run: iptables::backend_mismatch },
     Check { id: "iptables_rules_large", run: iptables::rules_large },

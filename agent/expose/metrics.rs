@@ -137,6 +137,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     node(&out, s);
     modules(&out, s);
     sysctls(&out, s);
+    node_ports(&out, s);
     iptables(&out, s);
     nftables(&out, s);
     netlink_counts(&out, s);
@@ -300,6 +301,27 @@ fn sysctls(out: &Out, s: &Snapshot) {
                 g.with_label_values(&[name.as_str()]).set(*v as f64);
             }
         }
+    }
+}
+
+/// NodePorts against the ephemeral port range; absent while the probe has no reading (never a false 0).
+fn node_ports(out: &Out, s: &Snapshot) {
+    let Some(np) = &s.facts.node_ports else {
+        return;
+    };
+    for (name, help, v) in [
+        (
+            "proxywatch_node_ports",
+            "NodePorts and healthCheckNodePorts the data plane serves (distinct port, protocol and kind; iptables-nft, nftables and IPVS).",
+            np.node_ports,
+        ),
+        (
+            "proxywatch_node_ports_in_ephemeral_range",
+            "Of those, the ones inside net.ipv4.ip_local_port_range and not in net.ipv4.ip_local_reserved_ports: an outgoing connection of the node can take them.",
+            np.in_ephemeral_range,
+        ),
+    ] {
+        out.gauge(name, help, &[]).with_label_values(&[] as &[&str]).set(v as f64);
     }
 }
 
