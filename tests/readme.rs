@@ -253,6 +253,11 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
     s.facts.sysctls = Some(sysctl::SysctlFacts {
         values: sysctl::WATCHED.iter().map(|n| (n.to_string(), Some(1))).collect(),
     });
+    s.facts.node_ports = Some(proxywatch::probe::node_ports::judge(
+        Some(proxywatch::probe::node_ports::parse_port_range("range", "32768\t60999\n").unwrap()),
+        Vec::new(),
+        &Default::default(),
+    ));
     let counts =
         iptables::SaveParser::parse_str("save", &fixture("iptables/kube-100x2-iptables-nft-save.txt")).unwrap();
     let run = iptables::SaveRun {

@@ -439,7 +439,7 @@ fn nf_node_ports(memory: &super::Memory, deadline: std::time::Instant) -> Result
         })?;
         Ok((c.tally.found, c.generation, c.attempts, c.bytes))
     })
-    .map_err(|(f, e)| nl(NlError::Malformed(format!("{}: {e}", f.as_str()))))?;
+    .map_err(|(f, e)| ProbeError::NfNetlink(format!("kube-proxy's NodePort chains and maps ({}): {e}", f.as_str())))?;
     let mut all = Found::default();
     let mut gens = Vec::new();
     let mut reused = true;
