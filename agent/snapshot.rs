@@ -12,6 +12,7 @@ use crate::probe::iptables::IptablesFacts;
 use crate::probe::ipvs::IpvsFacts;
 use crate::probe::kube_proxy::KubeProxyFacts;
 use crate::probe::modules::ModuleFacts;
+use crate::probe::neighbour_tables::NeighbourFacts;
 use crate::probe::nftables::NftablesFacts;
 use crate::probe::node::NodeFacts;
 use crate::probe::node_ports::NodePortFacts;
@@ -34,6 +35,8 @@ pub struct Facts {
     pub sysctls: Option<SysctlFacts>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_ports: Option<NodePortFacts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour_tables: Option<NeighbourFacts>,
     #[serde(default)]
     pub iptables: Option<IptablesFacts>,
     #[serde(default)]
@@ -53,6 +56,7 @@ impl Facts {
             Reading::ConntrackStale(f) => self.conntrack_stale = Some(f),
             Reading::Sysctls(f) => self.sysctls = Some(f),
             Reading::NodePorts(f) => self.node_ports = Some(f),
+            Reading::NeighbourTables(f) => self.neighbour_tables = Some(f),
             Reading::Iptables(f) => self.iptables = Some(f),
             Reading::Nftables(f) => self.nftables = Some(f),
             Reading::Ipvs(f) => self.ipvs = Some(f),
@@ -69,6 +73,7 @@ impl Facts {
             ProbeName::ConntrackStale => self.conntrack_stale = None,
             ProbeName::Sysctls => self.sysctls = None,
             ProbeName::NodePorts => self.node_ports = None,
+            ProbeName::NeighbourTables => self.neighbour_tables = None,
             ProbeName::Iptables => self.iptables = None,
             ProbeName::Nftables => self.nftables = None,
             ProbeName::Ipvs => self.ipvs = None,

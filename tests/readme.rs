@@ -369,8 +369,21 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
         stale_entries: proxywatch::probe::service_endpoints::per_protocol([]),
         ..Default::default()
     });
+    // The neighbour tables from this kernel's captured RTM_NEWNEIGHTBL message.
+    let arp: String = fixture("samples/netlink-neightbl/arp_cache.hex")
+        .split_whitespace()
+        .collect();
+    let arp: Vec<u8> = (0..arp.len() / 2)
+        .map(|i| u8::from_str_radix(&arp[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    s.facts.neighbour_tables = Some(proxywatch::probe::neighbour_tables::NeighbourFacts {
+        tables: vec![proxywatch::probe::neighbour_tables::decode_table(&arp)
+            .unwrap()
+            .unwrap()],
+    });
     s.derived = Derived {
         conntrack_stale: None,
+        neighbour_tables: None,
         conntrack: Some(ConntrackDerived {
             window: Some(CounterDeltas {
                 seconds: 300.0,

@@ -13,6 +13,7 @@ mod ipvs;
 mod kernel;
 mod kube_proxy;
 mod mode;
+mod neighbour;
 mod node_ports;
 mod probes;
 
@@ -110,6 +111,8 @@ pub struct Thresholds {
     pub kube_proxy_queued_warning_seconds: f64,
     /// A restart this recent (seconds) is a warning.
     pub kube_proxy_restart_window_seconds: f64,
+    /// Neighbour table entries / gc_thresh3 at which a warning fires.
+    pub neighbour_table_fill_warning: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -140,6 +143,8 @@ pub const CHECKS: &[Check] = &[
     Check { id: "sysctl_bridge_nf_call_iptables", run: kernel::bridge_nf_call_iptables },
     Check { id: "sysctl_conntrack_tcp_timeouts", run: kernel::conntrack_tcp_timeouts },
     Check { id: "node_ports_in_ephemeral_range", run: node_ports::in_ephemeral_range },
+    Check { id: "neighbour_table_fill", run: neighbour::fill },
+    Check { id: "neighbour_table_overflow", run: neighbour::overflow },
     Check { id: "ipvs_modules_missing", run: kernel::ipvs_modules_missing },
     Check { id: "iptables_backend_mismatch", run: iptables::backend_mismatch },
     Check { id: "iptables_rules_large", run: iptables::rules_large },

@@ -138,6 +138,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     modules(&out, s);
     sysctls(&out, s);
     node_ports(&out, s);
+    neighbour_tables(&out, s);
     iptables(&out, s);
     nftables(&out, s);
     netlink_counts(&out, s);
@@ -300,6 +301,48 @@ fn sysctls(out: &Out, s: &Snapshot) {
             if let Some(v) = v {
                 g.with_label_values(&[name.as_str()]).set(*v as f64);
             }
+        }
+    }
+}
+
+/// The kernel's neighbour tables, by family; a value that did not decode is left out, never 0.
+fn neighbour_tables(out: &Out, s: &Snapshot) {
+    let Some(n) = &s.facts.neighbour_tables else {
+        return;
+    };
+    let entries = out.gauge(
+        "proxywatch_neighbour_entries",
+        "Entries in the kernel's neighbour table (ARP for ipv4, NDP for ipv6), all network namespaces together.",
+        &["family"],
+    );
+    let thresh = out.gauge(
+        "proxywatch_neighbour_gc_thresh",
+        "The neighbour table's gc_thresh1/2/3 (level): gc_thresh3 is the hard limit past which new neighbours are refused.",
+        &["family", "level"],
+    );
+    let fulls = out.counter(
+        "proxywatch_neighbour_table_fulls_total",
+        "New neighbours the kernel refused because the table was full (\"neighbour table overflow\").",
+        &["family"],
+    );
+    let forced = out.counter(
+        "proxywatch_neighbour_forced_gc_runs_total",
+        "Garbage collections forced by the table passing gc_thresh2 or gc_thresh3.",
+        &["family"],
+    );
+    for t in &n.tables {
+        let f = t.family.as_str();
+        if let Some(e) = t.entries {
+            entries.with_label_values(&[f]).set(e as f64);
+        }
+        for (level, v) in [("1", t.gc_thresh1), ("2", t.gc_thresh2), ("3", t.gc_thresh3)] {
+            if let Some(v) = v {
+                thresh.with_label_values(&[f, level]).set(v as f64);
+            }
+        }
+        if let Some(c) = &t.counters {
+            fulls.with_label_values(&[f]).inc_by(c.table_fulls);
+            forced.with_label_values(&[f]).inc_by(c.forced_gc_runs);
         }
     }
 }

@@ -8,6 +8,7 @@
 //! can tell a value read from the node from one computed over time.
 
 pub mod kube_proxy;
+pub mod neighbour;
 pub mod stale;
 pub mod trend;
 pub mod window;
@@ -30,6 +31,9 @@ pub struct Derived {
     /// Stale conntrack entries with their first-seen times (the conntrack_stale probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conntrack_stale: Option<stale::StaleDerived>,
+    /// The neighbour tables' counter increases (the neighbour_tables probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour_tables: Option<neighbour::NeighbourDerived>,
 }
 
 impl Derived {
@@ -60,6 +64,8 @@ pub struct HistoryConfig {
     pub conntrack_trend_window_seconds: f64,
     /// How often the conntrack probe reads, in seconds: sizes the trend's history.
     pub conntrack_interval_seconds: f64,
+    /// Neighbour table counter increases count over this many seconds (`--neighbour-tables.window`).
+    pub neighbour_tables_window_seconds: f64,
 }
 
 /// Readings kept for the counter window, at most (a reading every second for an hour).
@@ -76,6 +82,7 @@ pub struct History {
     conntrack_trend: TrendHistory,
     kube_proxy: KubeProxyHistory,
     stale: stale::StaleHistory,
+    neighbour: neighbour::NeighbourHistory,
 }
 
 impl History {
@@ -87,6 +94,7 @@ impl History {
             conntrack_trend: TrendHistory::new(c.conntrack_trend_window_seconds, span, capacity.min(TREND_CAPACITY)),
             kube_proxy: KubeProxyHistory::default(),
             stale: stale::StaleHistory::default(),
+            neighbour: neighbour::NeighbourHistory::new(c.neighbour_tables_window_seconds),
         }
     }
 
@@ -105,6 +113,7 @@ impl History {
             }
             Reading::KubeProxy(kp) => derived.kube_proxy = Some(self.kube_proxy.observe(kp, now)),
             Reading::ConntrackStale(f) => derived.conntrack_stale = Some(self.stale.observe(f, now)),
+            Reading::NeighbourTables(f) => derived.neighbour_tables = Some(self.neighbour.observe(f, mono)),
             _ => {}
         }
     }
@@ -117,6 +126,7 @@ impl History {
             ProbeName::Conntrack => derived.conntrack = None,
             ProbeName::KubeProxy => derived.kube_proxy = None,
             ProbeName::ConntrackStale => derived.conntrack_stale = None,
+            ProbeName::NeighbourTables => derived.neighbour_tables = None,
             _ => {}
         }
     }
@@ -142,6 +152,7 @@ mod tests {
             conntrack_window_seconds: 60.0,
             conntrack_trend_window_seconds: 600.0,
             conntrack_interval_seconds: 5.0,
+            neighbour_tables_window_seconds: 300.0,
         });
         let mut d = Derived::default();
         assert!(d.is_empty());

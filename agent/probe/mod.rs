@@ -22,6 +22,7 @@ pub mod iptables_nft;
 pub mod ipvs;
 pub mod kube_proxy;
 pub mod modules;
+pub mod neighbour_tables;
 pub mod nftables;
 pub mod node;
 pub mod node_ports;
@@ -52,6 +53,7 @@ pub enum ProbeName {
     ConntrackStale,
     Sysctls,
     NodePorts,
+    NeighbourTables,
     Iptables,
     Nftables,
     Ipvs,
@@ -65,6 +67,7 @@ pub const PROBES: &[ProbeName] = &[
     ProbeName::ConntrackStale,
     ProbeName::Sysctls,
     ProbeName::NodePorts,
+    ProbeName::NeighbourTables,
     ProbeName::Iptables,
     ProbeName::Nftables,
     ProbeName::Ipvs,
@@ -80,6 +83,7 @@ impl ProbeName {
             ProbeName::ConntrackStale => "conntrack_stale",
             ProbeName::Sysctls => "sysctls",
             ProbeName::NodePorts => "node_ports",
+            ProbeName::NeighbourTables => "neighbour_tables",
             ProbeName::Iptables => "iptables",
             ProbeName::Nftables => "nftables",
             ProbeName::Ipvs => "ipvs",
@@ -195,6 +199,7 @@ pub enum Reading {
     ConntrackStale(conntrack_stale::ConntrackStaleFacts),
     Sysctls(sysctl::SysctlFacts),
     NodePorts(node_ports::NodePortFacts),
+    NeighbourTables(neighbour_tables::NeighbourFacts),
     Iptables(iptables::IptablesFacts),
     Nftables(nftables::NftablesFacts),
     Ipvs(ipvs::IpvsFacts),
@@ -217,6 +222,7 @@ pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Res
         ProbeName::ConntrackStale => wrap(conntrack_stale::probe(ctx, deadline).await, Reading::ConntrackStale),
         ProbeName::Sysctls => wrap(sysctl::probe(ctx, deadline).await, Reading::Sysctls),
         ProbeName::NodePorts => wrap(node_ports::probe(ctx, deadline).await, Reading::NodePorts),
+        ProbeName::NeighbourTables => wrap(neighbour_tables::probe(ctx, deadline).await, Reading::NeighbourTables),
         ProbeName::Iptables => wrap(iptables_nft::probe(ctx, deadline).await, Reading::Iptables),
         ProbeName::Nftables => wrap(nftables::probe(ctx, deadline).await, Reading::Nftables),
         ProbeName::Ipvs => wrap(ipvs::probe(ctx, deadline).await, Reading::Ipvs),
