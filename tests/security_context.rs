@@ -375,6 +375,7 @@ fn the_manifest_security_context_sees_what_root_sees() {
         ("kube_proxy", "ok"),
         ("conntrack_stale", "ok"),
         ("node_ports", "ok"),
+        ("neighbour_tables", "ok"),
         ("ipvs", "absent"),
     ] {
         assert_eq!(want[probe], status, "{probe} as root: {}", root["probes"][probe]);

@@ -15,7 +15,9 @@
 //! while the sysctls under `/proc/sys/net/ipv4/neigh/default/gc_thresh*` exist
 //! in the initial namespace only. The agent reads them over netlink (the
 //! DaemonSet runs in the host namespace); the answer in a pod's namespace is
-//! the same table. Since Linux 4.19 the thresholds are compared with the
+//! the same table (seen on this kernel: a new namespace's dump has the same
+//! entries and thresholds, and no `neigh/default` sysctls); what it misses is
+//! the host devices' own parameters. Since Linux 4.19 the thresholds are compared with the
 //! entries the collector may drop (permanent and externally learned entries
 //! excepted): with many permanent entries `entries` overstates the fill.
 //!
