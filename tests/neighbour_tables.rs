@@ -4,8 +4,8 @@
 //! agent's `check` (run in a namespace the test creates, which sees the same
 //! tables) and holds the agent to it: the same tables and thresholds, and each
 //! counter between the two readings (the table may be changing: other work on
-//! the machine). Filling the table until the kernel refuses is the VM's job
-//! (not done yet; see docs/testing.md).
+//! the machine). Filling the table until the kernel refuses is the VM's
+//! (tests/vm_kernel.rs, scenario `neighbour`).
 mod common;
 
 use std::collections::BTreeMap;
