@@ -15,7 +15,9 @@
 //! - iptables-nft (both families): `nat` `KUBE-NODEPORTS` rules matching a
 //!   protocol and port, `filter` `KUBE-EXTERNAL-SERVICES` rules for a port with
 //!   no address (a NodePort without endpoints), and `filter` `KUBE-NODEPORTS`
-//!   `ACCEPT` rules: kube-proxy's healthCheckNodePorts (TCP);
+//!   `ACCEPT` rules: kube-proxy's healthCheckNodePorts (TCP; seen where
+//!   kube-proxy writes such a rule, iptables mode: the socket kube-proxy
+//!   listens on for them is not read);
 //! - nftables mode: the `kube-proxy` tables' `service-nodeports` and
 //!   `no-endpoint-nodeports` maps;
 //! - IPVS mode: virtual servers on an address of the node that is not on
