@@ -306,9 +306,9 @@ pub struct Common {
     #[arg(long = "node-ports.timeout", env = "PROXYWATCH_NODE_PORTS_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub node_ports_timeout: Duration,
 
-    /// How often the neighbour_tables probe reads the kernel's ARP and NDP tables (entries, gc_thresh1-3, counters) over rtnetlink.
-    #[arg(long = "neighbour-tables.interval", env = "PROXYWATCH_NEIGHBOUR_TABLES_INTERVAL", default_value = "15s", value_parser = parse_duration)]
-    pub neighbour_tables_interval: Duration,
+    /// How often the neighbour_tables probe reads the kernel's ARP and NDP tables (entries, gc_thresh1-3, counters) over rtnetlink; 0: never.
+    #[arg(long = "neighbour-tables.interval", env = "PROXYWATCH_NEIGHBOUR_TABLES_INTERVAL", default_value = "15s", value_parser = parse_interval_or_never)]
+    pub neighbour_tables_interval: Every,
 
     /// Neighbour table entries / gc_thresh3 that raises a warning.
     #[arg(long = "neighbour-tables.fill-warning", env = "PROXYWATCH_NEIGHBOUR_TABLES_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
@@ -517,7 +517,7 @@ impl Common {
                     ProbeName::ConntrackStale => (self.conntrack_stale_interval.0?, self.conntrack_stale_timeout),
                     ProbeName::Sysctls => (self.sysctls_interval, self.probe_timeout),
                     ProbeName::NodePorts => (self.node_ports_interval.0?, self.node_ports_timeout),
-                    ProbeName::NeighbourTables => (self.neighbour_tables_interval, self.probe_timeout),
+                    ProbeName::NeighbourTables => (self.neighbour_tables_interval.0?, self.probe_timeout),
                     ProbeName::Iptables => (self.iptables_interval, self.iptables_timeout),
                     ProbeName::Nftables => (self.nftables_interval, self.nftables_timeout),
                     ProbeName::Ipvs => (self.ipvs_interval, self.ipvs_timeout),
