@@ -368,6 +368,26 @@ pub struct Common {
     #[arg(long = "sysctls.interval", env = "PROXYWATCH_SYSCTLS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub sysctls_interval: Duration,
 
+    /// How often the node_ports probe compares the NodePorts the data plane serves with the ephemeral port range; 0: never.
+    #[arg(long = "node-ports.interval", env = "PROXYWATCH_NODE_PORTS_INTERVAL", default_value = "60s", value_parser = parse_interval_or_never)]
+    pub node_ports_interval: Every,
+
+    /// Deadline of one node_ports run (its NodePort chains and maps over netlink, /proc/net/ip_vs).
+    #[arg(long = "node-ports.timeout", env = "PROXYWATCH_NODE_PORTS_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub node_ports_timeout: Duration,
+
+    /// How often the neighbour_tables probe reads the kernel's ARP and NDP tables (entries, gc_thresh1-3, counters) over rtnetlink; 0: never.
+    #[arg(long = "neighbour-tables.interval", env = "PROXYWATCH_NEIGHBOUR_TABLES_INTERVAL", default_value = "15s", value_parser = parse_interval_or_never)]
+    pub neighbour_tables_interval: Every,
+
+    /// Neighbour table entries / gc_thresh3 that raises a warning.
+    #[arg(long = "neighbour-tables.fill-warning", env = "PROXYWATCH_NEIGHBOUR_TABLES_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
+    pub neighbour_tables_fill_warning: f64,
+
+    /// How far back a rise of a neighbour table's table_fulls (neighbours refused) counts as refusing now.
+    #[arg(long = "neighbour-tables.window", env = "PROXYWATCH_NEIGHBOUR_TABLES_WINDOW", default_value = "5m", value_parser = parse_duration)]
+    pub neighbour_tables_window: Duration,
+
     /// How often the kernel modules probe runs.
     #[arg(long = "modules.interval", env = "PROXYWATCH_MODULES_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub modules_interval: Duration,
@@ -552,6 +572,7 @@ impl Common {
             kube_proxy_restart_window_seconds: self.kube_proxy_restart_window.as_secs_f64(),
             kube_proxy_sync_failing_critical_seconds: self.kube_proxy_sync_failing_critical.as_secs_f64(),
             kube_proxy_down_grace_seconds: self.kube_proxy_down_grace.as_secs_f64(),
+            neighbour_table_fill_warning: self.neighbour_tables_fill_warning,
         })
     }
 
@@ -561,6 +582,7 @@ impl Common {
             conntrack_window_seconds: self.conntrack_window.as_secs_f64(),
             conntrack_trend_window_seconds: self.conntrack_trend_window.as_secs_f64(),
             conntrack_interval_seconds: self.conntrack_interval.as_secs_f64(),
+            neighbour_tables_window_seconds: self.neighbour_tables_window.as_secs_f64(),
         }
     }
 
@@ -574,6 +596,8 @@ impl Common {
                     ProbeName::Conntrack => (self.conntrack_interval, self.probe_timeout),
                     ProbeName::ConntrackStale => (self.conntrack_stale_interval.0?, self.conntrack_stale_timeout),
                     ProbeName::Sysctls => (self.sysctls_interval, self.probe_timeout),
+                    ProbeName::NodePorts => (self.node_ports_interval.0?, self.node_ports_timeout),
+                    ProbeName::NeighbourTables => (self.neighbour_tables_interval.0?, self.probe_timeout),
                     ProbeName::Iptables => (self.iptables_interval, self.iptables_timeout),
                     ProbeName::Nftables => (self.nftables_interval, self.nftables_timeout),
                     ProbeName::Ipvs => (self.ipvs_interval, self.ipvs_timeout),

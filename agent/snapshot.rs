@@ -12,8 +12,10 @@ use crate::probe::iptables::IptablesFacts;
 use crate::probe::ipvs::IpvsFacts;
 use crate::probe::kube_proxy::KubeProxyFacts;
 use crate::probe::modules::ModuleFacts;
+use crate::probe::neighbour_tables::NeighbourFacts;
 use crate::probe::nftables::NftablesFacts;
 use crate::probe::node::NodeFacts;
+use crate::probe::node_ports::NodePortFacts;
 use crate::probe::sysctl::SysctlFacts;
 use crate::probe::{ProbeName, Reading};
 
@@ -31,6 +33,10 @@ pub struct Facts {
     pub conntrack_stale: Option<ConntrackStaleFacts>,
     #[serde(default)]
     pub sysctls: Option<SysctlFacts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ports: Option<NodePortFacts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour_tables: Option<NeighbourFacts>,
     #[serde(default)]
     pub iptables: Option<IptablesFacts>,
     #[serde(default)]
@@ -49,6 +55,8 @@ impl Facts {
             Reading::Conntrack(f) => self.conntrack = Some(f),
             Reading::ConntrackStale(f) => self.conntrack_stale = Some(f),
             Reading::Sysctls(f) => self.sysctls = Some(f),
+            Reading::NodePorts(f) => self.node_ports = Some(f),
+            Reading::NeighbourTables(f) => self.neighbour_tables = Some(f),
             Reading::Iptables(f) => self.iptables = Some(f),
             Reading::Nftables(f) => self.nftables = Some(f),
             Reading::Ipvs(f) => self.ipvs = Some(f),
@@ -64,6 +72,8 @@ impl Facts {
             ProbeName::Conntrack => self.conntrack = None,
             ProbeName::ConntrackStale => self.conntrack_stale = None,
             ProbeName::Sysctls => self.sysctls = None,
+            ProbeName::NodePorts => self.node_ports = None,
+            ProbeName::NeighbourTables => self.neighbour_tables = None,
             ProbeName::Iptables => self.iptables = None,
             ProbeName::Nftables => self.nftables = None,
             ProbeName::Ipvs => self.ipvs = None,

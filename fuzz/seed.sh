@@ -103,6 +103,13 @@ open("corpus/netlink_stale/seed-all", "wb").write(b"".join(rules) + entry + stal
 PY
 }
 netlink_seeds
+literal sysctl_ports "32768\t60999\n" "1024 65535\n" "\n" "9100,30000-32767\n" "30080, 30000-30010,30011"
+# The IPv4 neighbour table's message as this kernel sent it (tests/fixtures/samples/netlink-neightbl).
+mkdir -p corpus/netlink_neightbl
+for f in $F/samples/netlink-neightbl/*.hex; do
+    python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex("".join(open(sys.argv[1]).read().split())))' "$f" \
+        >"corpus/netlink_neightbl/$(basename "$f" .hex)"
+done
 
 # Crashes found earlier stay in the corpus.
 for f in ../tests/fixtures/fuzz-regressions/*; do

@@ -390,6 +390,11 @@ fn start_agent(ns: &Netns, node: &str, listen: &str, dir: &Path) -> Agent {
             "500ms",
             "--conntrack.window",
             "30s",
+            // The neighbour tables are the kernel's, shared by every namespace:
+            // what other work on this machine does to them (it can fill them) is
+            // not this test's healthy or sick node.
+            "--neighbour-tables.interval",
+            "0",
         ])
         .log(dir.join(format!("agent-{node}.log")))
         .start();

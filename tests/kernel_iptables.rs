@@ -269,6 +269,24 @@ fn exact_counts(backend: &str, services: u32, endpoints: u32) {
         );
     }
     assert_eq!(stale["source"], if backend == "nft" { "iptables-nft" } else { "none" });
+    // The node_ports probe: the same NodePorts (one per port and protocol, both
+    // families' alike) and the healthCheckNodePorts; from legacy rules none, said as unread.
+    let np = &c.doc["facts"]["node_ports"];
+    let (ports, health) = match &expected6 {
+        Some(_) => (
+            expected["service_table"]["node_ports"].as_u64().unwrap()
+                + expected["health_check_node_ports"].as_u64().unwrap(),
+            expected["health_check_node_ports"].as_u64().unwrap(),
+        ),
+        None => (0, 0),
+    };
+    assert_eq!(
+        (np["node_ports"].as_u64(), np["health_check_node_ports"].as_u64()),
+        (Some(ports), Some(health)),
+        "{backend} {services}x{endpoints}: node_ports {np}"
+    );
+    assert_eq!(np["undecoded"], 0, "{np}");
+    assert_eq!(np["unread"].is_array(), backend == "legacy", "{np}");
     // The run that printed text: the legacy save, or the nft cross-check's save.
     let save = if backend == "nft" {
         let run = c.save("nft", "ipv4");

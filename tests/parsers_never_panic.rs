@@ -53,6 +53,9 @@ fn every_parser(text: &str) {
     let _ = modules::parse_proc_modules("t", text);
     let _ = modules::parse_modules_builtin("t", text);
     let _ = sysctl::parse_value("t", text);
+    let _ = proxywatch::probe::node_ports::parse_port_range("t", text);
+    let _ = proxywatch::probe::node_ports::parse_reserved_ports("t", text);
+    let _ = proxywatch::probe::neighbour_tables::decode_table(text.as_bytes());
     let _ = node::parse_cpu_list("t", text);
     feed_save(text);
     let _ = SaveParser::parse_str("t", text);

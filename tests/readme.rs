@@ -262,6 +262,11 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
     s.facts.sysctls = Some(sysctl::SysctlFacts {
         values: sysctl::WATCHED.iter().map(|n| (n.to_string(), Some(1))).collect(),
     });
+    s.facts.node_ports = Some(proxywatch::probe::node_ports::judge(
+        Some(proxywatch::probe::node_ports::parse_port_range("range", "32768\t60999\n").unwrap()),
+        Vec::new(),
+        &Default::default(),
+    ));
     let counts =
         iptables::SaveParser::parse_str("save", &fixture("iptables/kube-100x2-iptables-nft-save.txt")).unwrap();
     let run = iptables::SaveRun {
@@ -375,9 +380,22 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
         stale_entries: proxywatch::probe::service_endpoints::per_protocol([]),
         ..Default::default()
     });
+    // The neighbour tables from this kernel's captured RTM_NEWNEIGHTBL message.
+    let arp: String = fixture("samples/netlink-neightbl/arp_cache.hex")
+        .split_whitespace()
+        .collect();
+    let arp: Vec<u8> = (0..arp.len() / 2)
+        .map(|i| u8::from_str_radix(&arp[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    s.facts.neighbour_tables = Some(proxywatch::probe::neighbour_tables::NeighbourFacts {
+        tables: vec![proxywatch::probe::neighbour_tables::decode_table(&arp)
+            .unwrap()
+            .unwrap()],
+    });
     s.derived = Derived {
         conntrack_stale: None,
         kube_proxy_sync_failures: None,
+        neighbour_tables: None,
         conntrack: Some(ConntrackDerived {
             window: Some(CounterDeltas {
                 seconds: 300.0,

@@ -15,7 +15,7 @@
 //! 1. With the manifest's context, every probe reports what it reports as full root on
 //!    the same namespace (ok where its source exists, ipvs absent: no IPVS here) and the
 //!    same rule counts.
-//! 2. Without NET_ADMIN, the iptables, nftables and conntrack_stale probes (netlink) fail with an error naming
+//! 2. Without NET_ADMIN, the iptables, nftables, conntrack_stale and node_ports probes (netlink) fail with an error naming
 //!    CAP_NET_ADMIN, and every other probe reports as before.
 //!
 //! Needs root, `ip`, `unshare`, `setpriv`, `mount`, `conntrack`, `nft`, both
@@ -374,6 +374,8 @@ fn the_manifest_security_context_sees_what_root_sees() {
         ("nftables", "ok"),
         ("kube_proxy", "ok"),
         ("conntrack_stale", "ok"),
+        ("node_ports", "ok"),
+        ("neighbour_tables", "ok"),
         ("ipvs", "absent"),
     ] {
         assert_eq!(want[probe], status, "{probe} as root: {}", root["probes"][probe]);
@@ -434,7 +436,7 @@ fn without_net_admin_only_the_netlink_probes_fail_and_say_why() {
     for (probe, status) in statuses(&doc) {
         let o = &doc["probes"][&probe];
         // The probes that talk nf_tables or ctnetlink over netlink.
-        if ["iptables", "nftables", "conntrack_stale"].contains(&probe.as_str()) {
+        if ["iptables", "nftables", "conntrack_stale", "node_ports"].contains(&probe.as_str()) {
             assert_eq!(status, "failed", "{probe} without NET_ADMIN: {o}");
             let err = o["error"].as_str().unwrap();
             assert!(
@@ -451,7 +453,7 @@ fn without_net_admin_only_the_netlink_probes_fail_and_say_why() {
         .iter()
         .find(|f| f["id"] == "probe_failed")
         .unwrap_or_else(|| panic!("no probe_failed: {}", doc["findings"]));
-    for probe in ["iptables", "nftables", "conntrack_stale"] {
+    for probe in ["iptables", "nftables", "conntrack_stale", "node_ports"] {
         assert!(failed["evidence"][probe].is_string(), "{failed:#}");
     }
     agent.stop_cleanly();

@@ -1,6 +1,8 @@
 //! Real kernels in a VM: a stock Debian 12 kernel under QEMU (tests/vm/vm.sh),
-//! for what this machine's kernel cannot show: real IPVS (it has none) and
-//! "the agent never loads a kernel module" (it has CONFIG_MODULES=n).
+//! for what this machine's kernel cannot show: real IPVS (it has none),
+//! "the agent never loads a kernel module" (it has CONFIG_MODULES=n), and a
+//! neighbour table that refuses (its limits are global to a kernel: lowered
+//! only in the guest).
 //!
 //! Each test boots one scenario (tests/vm/guest/scenarios.sh). The guest prints
 //! the agent's JSON and text reports and the ground truth read with the
@@ -1434,4 +1436,142 @@ fn ipvs_expire_nodest_conn_takes_the_entries_with_the_real_server() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Neighbour table refusing (scenario `neighbour`): the guest's own kernel, its
+// gc_thresh3 lowered to 64, 100 neighbours added at once.
+
+/// `ip -s ntable show name arp_cache`: the table's own block (with thresh3), its numbers by name.
+fn read_ntable(text: &str) -> BTreeMap<String, u64> {
+    let block = text
+        .split("\n\n")
+        .find(|b| b.contains("thresh3"))
+        .unwrap_or_else(|| panic!("no table block in {text}"));
+    let words: Vec<&str> = block.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter_map(|w| Some((w[0].to_string(), w[1].parse::<u64>().ok()?)))
+        .collect()
+}
+
+/// The agent's IPv4 table in a document (/snapshot or `check`).
+fn ipv4_table(doc: &Value) -> Value {
+    doc["facts"]["neighbour_tables"]["tables"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no neighbour tables: {}", doc["probes"]["neighbour_tables"]))
+        .iter()
+        .find(|t| t["family"] == "ipv4")
+        .unwrap()
+        .clone()
+}
+
+/// ip's numbers before and after `name` (a block pair NAME.ip-before / NAME.ip-after).
+fn ntable_around(vm: &Vm, name: &str) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    (
+        read_ntable(vm.ok(&format!("{name}.ip-before"))),
+        read_ntable(vm.ok(&format!("{name}.ip-after"))),
+    )
+}
+
+/// The agent's counters lie between ip's two readings (they only grow), its
+/// entries and thresholds equal ip's when ip read the same twice.
+fn assert_between(name: &str, table: &Value, before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) {
+    for k in ["table_fulls", "forced_gc_runs", "allocs", "destroys"] {
+        let v = table["counters"][k].as_u64().unwrap();
+        assert!(
+            (before[k]..=after[k]).contains(&v),
+            "{name}: {k} {v} not within ip's {}..={}",
+            before[k],
+            after[k]
+        );
+    }
+    for (ours, theirs) in [
+        ("entries", "entries"),
+        ("gc_thresh1", "thresh1"),
+        ("gc_thresh2", "thresh2"),
+        ("gc_thresh3", "thresh3"),
+    ] {
+        if before[theirs] == after[theirs] {
+            assert_eq!(table[ours].as_u64(), Some(before[theirs]), "{name}: {ours}: {table}");
+        }
+    }
+}
+
+fn severity_of(findings: &Value, id: &str) -> Option<String> {
+    findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .map(|f| f["severity"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn neighbour_table_refusing_matches_ip_ntable_and_the_finding_clears() {
+    let Some(vm) = Vm::boot("neighbour") else {
+        return;
+    };
+    let setup = read_ntable(vm.ok("setup"));
+    assert_eq!((setup["thresh1"], setup["thresh2"], setup["thresh3"]), (16, 32, 64));
+
+    // Serving, before the fill: nothing refused.
+    let (_, after) = ntable_around(&vm, "quiet");
+    assert_eq!(after["table_fulls"], 0, "{after:?}");
+    // The serving agent's snapshot may be a little older than ip's reading: no
+    // refusal yet, the lowered limit.
+    let quiet = ipv4_table(&vm.json("quiet.snapshot"));
+    assert_eq!(
+        (quiet["gc_thresh3"].as_u64(), quiet["counters"]["table_fulls"].as_u64()),
+        (Some(64), Some(0)),
+        "{quiet}"
+    );
+    let findings = vm.json("quiet.findings");
+    assert_eq!(severity_of(&findings, "neighbour_table_overflow"), None, "{findings:#}");
+
+    // 100 neighbours at once: the kernel refused some (ENOBUFS) and counted it.
+    let fill = vm.ok("fill");
+    assert!(!fill.contains("exit 0"), "ip -batch did not fail: {fill}");
+    assert!(
+        vm.block("fill.stderr").contains("No buffer space available"),
+        "{}",
+        vm.block("fill.stderr")
+    );
+    let (before, _) = ntable_around(&vm, "full");
+    assert!(before["table_fulls"] > 0, "the kernel refused none: {before:?}");
+    let findings = vm.json("full.findings");
+    assert_eq!(
+        severity_of(&findings, "neighbour_table_overflow").as_deref(),
+        Some("critical"),
+        "{findings:#}"
+    );
+    assert_eq!(
+        severity_of(&findings, "neighbour_table_fill").as_deref(),
+        Some("warning"),
+        "{findings:#}"
+    );
+
+    // `check` between two of ip's readings: the same table, counters and thresholds.
+    let (before, after) = ntable_around(&vm, "check");
+    let check = vm.report("check.json");
+    let table = ipv4_table(&check);
+    assert_between("check", &table, &before, &after);
+    assert!(table["counters"]["table_fulls"].as_u64() > Some(0), "{table}");
+    // One reading: refusals since boot only (info), and the fill warning while entries stay near gc_thresh3.
+    assert_eq!(
+        finding(&check, "neighbour_table_overflow").map(|f| f["severity"].clone()),
+        Some("info".into()),
+        "{}",
+        ids(&check).join(", ")
+    );
+
+    // Entries removed and the window (10 s) passed: nothing refused since (so the
+    // serving agent's latest reading has ip's numbers), the findings clear.
+    let (before, after) = ntable_around(&vm, "cleared");
+    assert_eq!(before["table_fulls"], after["table_fulls"], "still refusing: {after:?}");
+    assert_between("cleared", &ipv4_table(&vm.json("cleared.snapshot")), &before, &after);
+    let findings = vm.json("cleared.findings");
+    assert_eq!(severity_of(&findings, "neighbour_table_overflow"), None, "{findings:#}");
+    assert_eq!(severity_of(&findings, "neighbour_table_fill"), None, "{findings:#}");
+    assert!(vm.ok("serve-output").contains("exit 0"), "{}", vm.block("serve-output"));
 }

@@ -14,6 +14,8 @@ mod kernel;
 mod kube_proxy;
 mod kube_proxy_syncs;
 mod mode;
+mod neighbour;
+mod node_ports;
 mod probes;
 
 use serde::{Deserialize, Serialize};
@@ -130,6 +132,8 @@ pub struct Thresholds {
     pub kube_proxy_sync_failing_critical_seconds: f64,
     /// Seconds kube-proxy may be gone where it belongs before kube_proxy_down is critical.
     pub kube_proxy_down_grace_seconds: f64,
+    /// Neighbour table entries / gc_thresh3 at which a warning fires.
+    pub neighbour_table_fill_warning: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -159,6 +163,9 @@ pub const CHECKS: &[Check] = &[
     Check { id: "sysctl_ip_forward", run: kernel::ip_forward },
     Check { id: "sysctl_bridge_nf_call_iptables", run: kernel::bridge_nf_call_iptables },
     Check { id: "sysctl_conntrack_tcp_timeouts", run: kernel::conntrack_tcp_timeouts },
+    Check { id: "node_ports_in_ephemeral_range", run: node_ports::in_ephemeral_range },
+    Check { id: "neighbour_table_fill", run: neighbour::fill },
+    Check { id: "neighbour_table_overflow", run: neighbour::overflow },
     Check { id: "ipvs_modules_missing", run: kernel::ipvs_modules_missing },
     Check { id: "iptables_backend_mismatch", run: iptables::backend_mismatch },
     Check { id: "iptables_rules_large", run: iptables::rules_large },

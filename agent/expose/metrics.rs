@@ -214,6 +214,8 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     node(&out, s);
     modules(&out, s);
     sysctls(&out, s);
+    node_ports(&out, s);
+    neighbour_tables(&out, s);
     iptables(&out, s);
     nftables(&out, s);
     netlink_counts(&out, s);
@@ -384,6 +386,69 @@ fn sysctls(out: &Out, s: &Snapshot) {
                 g.with_label_values(&[name.as_str()]).set(*v as f64);
             }
         }
+    }
+}
+
+/// The kernel's neighbour tables, by family; a value that did not decode is left out, never 0.
+fn neighbour_tables(out: &Out, s: &Snapshot) {
+    let Some(n) = &s.facts.neighbour_tables else {
+        return;
+    };
+    let entries = out.gauge(
+        "proxywatch_neighbour_entries",
+        "Entries in the kernel's neighbour table (ARP for ipv4, NDP for ipv6), all network namespaces together.",
+        &["family"],
+    );
+    let thresh = out.gauge(
+        "proxywatch_neighbour_gc_thresh",
+        "The neighbour table's gc_thresh1/2/3 (level): gc_thresh3 is the hard limit past which new neighbours are refused.",
+        &["family", "level"],
+    );
+    let fulls = out.counter(
+        "proxywatch_neighbour_table_fulls_total",
+        "New neighbours the kernel refused because the table was full (\"neighbour table overflow\").",
+        &["family"],
+    );
+    let forced = out.counter(
+        "proxywatch_neighbour_forced_gc_runs_total",
+        "Garbage collections forced by the table passing gc_thresh2 or gc_thresh3.",
+        &["family"],
+    );
+    for t in &n.tables {
+        let f = t.family.as_str();
+        if let Some(e) = t.entries {
+            entries.with_label_values(&[f]).set(e as f64);
+        }
+        for (level, v) in [("1", t.gc_thresh1), ("2", t.gc_thresh2), ("3", t.gc_thresh3)] {
+            if let Some(v) = v {
+                thresh.with_label_values(&[f, level]).set(v as f64);
+            }
+        }
+        if let Some(c) = &t.counters {
+            fulls.with_label_values(&[f]).inc_by(c.table_fulls);
+            forced.with_label_values(&[f]).inc_by(c.forced_gc_runs);
+        }
+    }
+}
+
+/// NodePorts against the ephemeral port range; absent while the probe has no reading (never a false 0).
+fn node_ports(out: &Out, s: &Snapshot) {
+    let Some(np) = &s.facts.node_ports else {
+        return;
+    };
+    for (name, help, v) in [
+        (
+            "proxywatch_node_ports",
+            "NodePorts and healthCheckNodePorts the data plane serves (distinct port, protocol and kind; iptables-nft, nftables and IPVS).",
+            np.node_ports,
+        ),
+        (
+            "proxywatch_node_ports_in_ephemeral_range",
+            "Of those, the ones inside net.ipv4.ip_local_port_range and not in net.ipv4.ip_local_reserved_ports: an outgoing connection of the node can take them.",
+            np.in_ephemeral_range,
+        ),
+    ] {
+        out.gauge(name, help, &[]).with_label_values(&[] as &[&str]).set(v as f64);
     }
 }
 

@@ -70,6 +70,9 @@ pub fn area_of(id: &str) -> Option<Area> {
         "sysctl_conntrack_tcp_timeouts" => Area::Conntrack,
         "ipvs_modules_missing" | "ipvs_conn_reuse_mode" | "ipvs_expire_sysctls" | "ipvs_vs_conntrack" => Area::Kernel,
         "proxy_mode_leftovers" => Area::Rules,
+        // Node limits: the kernel's tables and port ranges, set by sysctls.
+        "node_ports_in_ephemeral_range" => Area::Kernel,
+        _ if id.starts_with("neighbour_table_") => Area::Kernel,
         _ if id.starts_with("conntrack_") => Area::Conntrack,
         _ if id.starts_with("kube_proxy_") => Area::KubeProxy,
         _ if id.starts_with("iptables_") || id.starts_with("nftables_") || id.starts_with("ipvs_") => Area::Rules,
@@ -84,7 +87,7 @@ fn area_of_probe(probe: &str) -> Area {
         "conntrack" | "conntrack_stale" | "node" => Area::Conntrack,
         "kube_proxy" => Area::KubeProxy,
         "iptables" | "nftables" | "ipvs" => Area::Rules,
-        "sysctls" | "modules" => Area::Kernel,
+        "sysctls" | "modules" | "node_ports" | "neighbour_tables" => Area::Kernel,
         _ => Area::All,
     }
 }

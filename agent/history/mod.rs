@@ -12,6 +12,7 @@
 pub mod findings;
 pub mod kube_proxy;
 pub mod kube_proxy_syncs;
+pub mod neighbour;
 pub mod series;
 pub mod stale;
 pub mod trend;
@@ -47,6 +48,9 @@ pub struct Derived {
     /// failed run (a gap in the line), unlike the slots above.
     #[serde(default, skip_serializing_if = "series::Series::is_empty")]
     pub series: series::Series,
+    /// The neighbour tables' counter increases (the neighbour_tables probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour_tables: Option<neighbour::NeighbourDerived>,
 }
 
 impl Derived {
@@ -86,6 +90,8 @@ pub struct HistoryConfig {
     pub conntrack_trend_window_seconds: f64,
     /// How often the conntrack probe reads, in seconds: sizes the trend's history.
     pub conntrack_interval_seconds: f64,
+    /// Neighbour table counter increases count over this many seconds (`--neighbour-tables.window`).
+    pub neighbour_tables_window_seconds: f64,
 }
 
 /// Readings kept for the counter window, at most (a reading every second for an hour).
@@ -108,6 +114,7 @@ pub struct History {
     fill: series::Ring,
     sync_p99: series::Ring,
     stale_entries: series::Ring,
+    neighbour: neighbour::NeighbourHistory,
 }
 
 impl History {
@@ -124,6 +131,7 @@ impl History {
             fill: series::Ring::new(span, series::CAPACITY),
             sync_p99: series::Ring::new(span, series::CAPACITY),
             stale_entries: series::Ring::new(span, series::CAPACITY),
+            neighbour: neighbour::NeighbourHistory::new(c.neighbour_tables_window_seconds),
         }
     }
 
@@ -165,6 +173,7 @@ impl History {
                 derived.series.stale_entries = self.stale_entries.points();
                 derived.conntrack_stale = Some(self.stale.observe(f, now));
             }
+            Reading::NeighbourTables(f) => derived.neighbour_tables = Some(self.neighbour.observe(f, mono)),
             _ => {}
         }
     }
@@ -193,6 +202,7 @@ impl History {
                 derived.kube_proxy_sync_failures = None;
             }
             ProbeName::ConntrackStale => derived.conntrack_stale = None,
+            ProbeName::NeighbourTables => derived.neighbour_tables = None,
             _ => {}
         }
     }
@@ -218,6 +228,7 @@ mod tests {
             conntrack_window_seconds: 60.0,
             conntrack_trend_window_seconds: 600.0,
             conntrack_interval_seconds: 5.0,
+            neighbour_tables_window_seconds: 300.0,
         });
         let mut d = Derived::default();
         assert!(d.is_empty());
@@ -236,6 +247,7 @@ mod tests {
             conntrack_window_seconds: 60.0,
             conntrack_trend_window_seconds: 40.0,
             conntrack_interval_seconds: 5.0,
+            neighbour_tables_window_seconds: 300.0,
         });
         let mut d = Derived::default();
         // 100 entries more every 5 s of a 1000 limit: a trend, and a forecast to full.

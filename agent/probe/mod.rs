@@ -28,8 +28,10 @@ pub mod iptables_nft;
 pub mod ipvs;
 pub mod kube_proxy;
 pub mod modules;
+pub mod neighbour_tables;
 pub mod nftables;
 pub mod node;
+pub mod node_ports;
 pub mod service_endpoints;
 pub mod sysctl;
 
@@ -52,6 +54,8 @@ pub enum ProbeName {
     Conntrack,
     ConntrackStale,
     Sysctls,
+    NodePorts,
+    NeighbourTables,
     Iptables,
     Nftables,
     Ipvs,
@@ -64,6 +68,8 @@ pub const PROBES: &[ProbeName] = &[
     ProbeName::Conntrack,
     ProbeName::ConntrackStale,
     ProbeName::Sysctls,
+    ProbeName::NodePorts,
+    ProbeName::NeighbourTables,
     ProbeName::Iptables,
     ProbeName::Nftables,
     ProbeName::Ipvs,
@@ -78,6 +84,8 @@ impl ProbeName {
             ProbeName::Conntrack => "conntrack",
             ProbeName::ConntrackStale => "conntrack_stale",
             ProbeName::Sysctls => "sysctls",
+            ProbeName::NodePorts => "node_ports",
+            ProbeName::NeighbourTables => "neighbour_tables",
             ProbeName::Iptables => "iptables",
             ProbeName::Nftables => "nftables",
             ProbeName::Ipvs => "ipvs",
@@ -148,6 +156,8 @@ pub struct Memory {
     pub iptables: counted::CountCache<iptables::SaveCounts>,
     /// kube-proxy's nftables table per family; None: no such table at that generation.
     pub nftables: counted::CountCache<Option<nftables::NftTableCounts>>,
+    /// The node_ports probe's NodePorts per family, by generation.
+    pub node_ports: counted::CountCache<node_ports::Found>,
     /// The conntrack_stale probe's service table, by generation.
     pub stale: conntrack_stale::StaleMemory,
     /// When the iptables-nft-save cross-check last ran, and what it found.
@@ -190,6 +200,8 @@ pub enum Reading {
     Conntrack(conntrack::ConntrackFacts),
     ConntrackStale(conntrack_stale::ConntrackStaleFacts),
     Sysctls(sysctl::SysctlFacts),
+    NodePorts(node_ports::NodePortFacts),
+    NeighbourTables(neighbour_tables::NeighbourFacts),
     Iptables(iptables::IptablesFacts),
     Nftables(nftables::NftablesFacts),
     Ipvs(ipvs::IpvsFacts),
@@ -211,6 +223,8 @@ pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Res
         ProbeName::Conntrack => wrap(conntrack::probe(ctx, deadline).await, Reading::Conntrack),
         ProbeName::ConntrackStale => wrap(conntrack_stale::probe(ctx, deadline).await, Reading::ConntrackStale),
         ProbeName::Sysctls => wrap(sysctl::probe(ctx, deadline).await, Reading::Sysctls),
+        ProbeName::NodePorts => wrap(node_ports::probe(ctx, deadline).await, Reading::NodePorts),
+        ProbeName::NeighbourTables => wrap(neighbour_tables::probe(ctx, deadline).await, Reading::NeighbourTables),
         ProbeName::Iptables => wrap(iptables_nft::probe(ctx, deadline).await, Reading::Iptables),
         ProbeName::Nftables => wrap(nftables::probe(ctx, deadline).await, Reading::Nftables),
         ProbeName::Ipvs => wrap(ipvs::probe(ctx, deadline).await, Reading::Ipvs),

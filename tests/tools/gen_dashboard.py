@@ -226,6 +226,25 @@ timeseries("IPVS real servers across nodes", "Real servers per node over the sel
            [(f"max(proxywatch_ipvs_real_servers{{{S}}})", "max"),
             (f"quantile(0.5, proxywatch_ipvs_real_servers{{{S}}})", "median")])
 
+# ------------------------------------------------------------------ node limits
+row("Node limits")
+timeseries(f"Neighbour table fill (entries / gc_thresh3): top {TOP} nodes",
+           "The kernel's ARP (ipv4) and NDP (ipv6) tables: entries over gc_thresh3, past which new neighbours are "
+           "refused. One table per kernel for every namespace; per-device ARP counts do not show it. "
+           "See docs/alerts.md#proxywatchneighbourtableoverflow.",
+           [(top(f"proxywatch_neighbour_entries{{{S}}} / on (cluster, job, instance, family) "
+                 f"proxywatch_neighbour_gc_thresh{{{S}, level=\"3\"}}"), "{{instance}} {{family}}")],
+           unit="percentunit")
+timeseries(f"Neighbours refused per second: top {TOP} nodes",
+           "New neighbours the kernel refused because the table was full: \"neighbour table overflow\", new flows "
+           "failing with ENOBUFS.",
+           [(top(f"rate(proxywatch_neighbour_table_fulls_total{{{S}}}[5m]) > 0"), "{{instance}} {{family}}")],
+           unit="ops")
+timeseries(f"NodePorts an outgoing connection can take: top {TOP} nodes",
+           "NodePorts and healthCheckNodePorts inside net.ipv4.ip_local_port_range and not reserved; the finding "
+           "node_ports_in_ephemeral_range prints the value that reserves them.",
+           [(top(f"proxywatch_node_ports_in_ephemeral_range{{{S}}} > 0"), "{{instance}}")])
+
 # ------------------------------------------------------------------ kube-proxy
 row("kube-proxy")
 timeseries(f"kube-proxy rule sync p99: top {TOP} nodes", "Slowest syncs over the window since the previous read.",

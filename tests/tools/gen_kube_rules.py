@@ -34,7 +34,8 @@ hint_chain, kubelet_canary, proxy_canary and kube_rules (rules in a KUBE-* chain
 jumping to one); and service_table: what the rules route, as the agent's
 conntrack_stale probe should read it — service_ports (ClusterIP and
 load-balancer IP ports, NodePorts, and ports rejected for having no endpoints),
-node_ports, and endpoints (summed over service ports).
+node_ports, and endpoints (summed over service ports); and health_check_node_ports:
+the distinct healthCheckNodePorts in filter KUBE-NODEPORTS (the node_ports probe's).
 """
 
 import argparse
@@ -177,6 +178,7 @@ def generate(services, endpoints, hint=True, canary=True, ipv6=False):
     lb_counter = 0
     table = {"service_ports": 0, "node_ports": 0, "endpoints": 0}
     node_port_keys = set()
+    health_check_ports = set()
     for i in range(services):
         udp = i % 7 == 6
         proto = "udp" if udp else "tcp"
@@ -255,6 +257,7 @@ def generate(services, endpoints, hint=True, canary=True, ipv6=False):
         if nodeport:
             nodeports_rules.append("-m comment --comment %s %s --dport %d -j %s" % (spn, match, nodeport, ext_chain))
         if local:
+            health_check_ports.add(32000 + i % 700)
             filter_nodeports.append('-m comment --comment "%s health check node port" -m tcp -p tcp --dport %d -j ACCEPT'
                                     % (spn, 32000 + i % 700))
 
@@ -323,6 +326,7 @@ def generate(services, endpoints, hint=True, canary=True, ipv6=False):
         "proxy_canary": canary,
         "kube_rules": sum(t.kube_rules() for t in tables),
         "service_table": table,
+        "health_check_node_ports": len(health_check_ports),
     }
     return "\n".join(out) + "\n", expected
 

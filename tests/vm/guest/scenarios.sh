@@ -550,3 +550,68 @@ scenario_ipvs_stale() {
     sleep 4
     stale_truth nodest.after
 }
+
+# The kernel's neighbour (ARP) table made to refuse: the guest's own kernel, so
+# the limits lowered here are the VM's. gc_thresh3 lowered to 64 on an
+# ARP-capable dummy link; 100 NUD_STALE neighbours added in one batch (the
+# forced collection keeps entries updated in the last 5 s, so the table stays
+# full and the rest are refused with ENOBUFS). The agent serves throughout
+# (neighbour_tables every second, a 10 s window); the ground truth is
+# `ip -s ntable show` just before and after each agent reading.
+neighbour_setup() {
+    load dummy &&
+        /usr/sbin/ip link set lo up &&
+        /usr/sbin/ip link add nd0 type dummy &&
+        /usr/sbin/ip link set nd0 arp on &&
+        /usr/sbin/ip link set nd0 up &&
+        /usr/sbin/ip addr add 10.77.0.1/16 dev nd0 &&
+        sysctl -qw net.ipv4.neigh.default.gc_thresh1=16 &&
+        sysctl -qw net.ipv4.neigh.default.gc_thresh2=32 &&
+        sysctl -qw net.ipv4.neigh.default.gc_thresh3=64 &&
+        /usr/sbin/ip -s ntable show name arp_cache
+}
+
+neighbour_fill() {
+    local _i
+    for _i in $(seq 1 100); do
+        printf 'neigh add 10.77.1.%d lladdr 02:00:00:00:01:%02x dev nd0 nud stale\n' "$_i" "$_i"
+    done >/tmp/neigh.batch
+    # -force: go on after a refused entry; the exit code says some were refused.
+    /usr/sbin/ip -force -batch /tmp/neigh.batch
+    echo "exit $?"
+    /usr/sbin/ip -4 neigh show dev nd0 | wc -l
+}
+
+# neighbour_reading NAME: ip's view, the agent's /snapshot and /findings, ip's view again.
+neighbour_reading() {
+    block "$1.ip-before" /usr/sbin/ip -s ntable show name arp_cache
+    block "$1.snapshot" timeout 10 wget -q -O - http://127.0.0.1:9877/snapshot
+    block "$1.findings" timeout 10 wget -q -O - http://127.0.0.1:9877/findings
+    block "$1.ip-after" /usr/sbin/ip -s ntable show name arp_cache
+}
+
+scenario_neighbour() {
+    local _pid
+    block setup neighbour_setup
+    env -i PATH="$AGENT_PATH" /usr/bin/proxywatch serve --listen 127.0.0.1:9877 --node-name vm --log.level error \
+        $NO_KUBE_PROXY --neighbour-tables.interval 1s --neighbour-tables.window 10s >/tmp/serve.out 2>&1 &
+    _pid=$!
+    sleep 4
+    neighbour_reading quiet
+    block fill neighbour_fill
+    sleep 3
+    neighbour_reading full
+    # One reading of the agent's own, between two of ip's: the serving agent's
+    # latest snapshot may be older than the ip reading before it.
+    block check.ip-before /usr/sbin/ip -s ntable show name arp_cache
+    block check.json agent check --format json --node-name vm $NO_KUBE_PROXY
+    block check.ip-after /usr/sbin/ip -s ntable show name arp_cache
+    block flush /usr/sbin/ip neigh flush dev nd0
+    # The window (10 s) passes with table_fulls unchanged.
+    sleep 14
+    neighbour_reading cleared
+    kill -TERM "$_pid"
+    wait "$_pid"
+    echo "exit $?" >>/tmp/serve.out
+    block serve-output cat /tmp/serve.out
+}
