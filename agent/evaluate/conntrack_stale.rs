@@ -25,6 +25,9 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
         (false, false) => Severity::Warning,
     };
     let summary = match persisting.first() {
+        None if facts.service_ports == 0 && facts.undecoded.values().any(|n| *n > 0) => {
+            "no decoded service ports to check: every service port kube-proxy's rules list leads through rules the decoder does not understand (see conntrack_stale_partial)".to_string()
+        }
         None if facts.service_ports == 0 => "no service ports to check: no kube-proxy rules in nf_tables (iptables-nft, nftables) or IPVS (iptables-legacy rules are not read)".to_string(),
         None => format!(
             "no stale conntrack entries persisting ({} entries checked against {} service ports from {})",
@@ -89,6 +92,52 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
             "Check kube-proxy's conntrack cleanup: its logs for conntrack deletion errors and its metrics (kubeproxy_sync_proxy_rules_* and conntrack cleanup counters such as kubeproxy_conntrack_reconciler_deleted_entries_total where present); the conntrack binary must exist in kube-proxy's image for older versions.".into(),
         ]);
     }
+    Some(f)
+}
+
+/// Service ports listed in the partial finding's evidence.
+const UNDECODED_EVIDENCE_CAP: usize = 10;
+
+/// Stale detection is partial: some service ports lead through rules the
+/// decoder does not understand, and their entries are not judged (unknown is
+/// not empty: they are neither stale nor fine).
+pub fn stale_detection_partial(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    let facts = s.facts.conntrack_stale.as_ref()?;
+    let total: u64 = facts.undecoded.values().sum();
+    if total == 0 {
+        return Some(Finding::new(
+            "conntrack_stale_partial",
+            Severity::Ok,
+            "every service port's path was decoded",
+        ));
+    }
+    let by_source: Vec<String> = facts
+        .undecoded
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(s, n)| format!("{n} from {s}"))
+        .collect();
+    let first = facts.undecoded_ports.first();
+    let summary = format!(
+        "stale conntrack detection is partial: {total} service ports ({}) lead through rules the decoder does not understand, and their {} conntrack entries are not judged{}",
+        by_source.join(", "),
+        facts.undecoded_entries,
+        first.map_or(String::new(), |u| format!(" (first: {}: {})", u.service, u.reason))
+    );
+    let ports: Vec<Value> = facts
+        .undecoded_ports
+        .iter()
+        .take(UNDECODED_EVIDENCE_CAP)
+        .map(|u| json!({"service": u.service, "source": u.source, "reason": u.reason}))
+        .collect();
+    let mut f = Finding::new("conntrack_stale_partial", Severity::Info, summary)
+        .evidence("undecoded_service_ports", total)
+        .evidence("undecoded_entries", facts.undecoded_entries)
+        .evidence("by_source", json!(facts.undecoded))
+        .evidence("service_ports", Value::Array(ports));
+    f.remediation = vec![
+        "Nothing is wrong with the node for this alone: kube-proxy wrote a rule layout this proxywatch version does not decode (a newer kube-proxy, another proxy, or hand-made rules in its chains). Compare the reason with the rules (nft list table ip kube-proxy, iptables-save -t nat) and upgrade proxywatch when kube-proxy's layout changed.".into(),
+    ];
     Some(f)
 }
 
@@ -160,6 +209,32 @@ mod tests {
         assert!(f.remediation[1].contains("net.ipv4.vs.expire_nodest_conn=1"));
         let f = check(&snapshot("iptables-nft", &dns, 2));
         assert!(f.remediation.iter().all(|r| !r.contains("expire_nodest_conn")));
+    }
+
+    #[test]
+    fn undecoded_ports_make_an_info_finding() {
+        let mut s = snapshot("nftables", &[], 1);
+        let mode = super::super::mode::effective_mode(&s, &crate::config::default_thresholds());
+        let t = crate::config::default_thresholds();
+        assert_eq!(stale_detection_partial(&s, &t, &mode).unwrap().severity, Severity::Ok);
+        let f = s.facts.conntrack_stale.as_mut().unwrap();
+        f.undecoded.insert("nftables".into(), 2);
+        f.undecoded_entries = 7;
+        f.undecoded_ports.push(crate::probe::conntrack_stale::UndecodedPort {
+            service: "10.96.0.10:53/udp".into(),
+            source: "nftables".into(),
+            reason: "service-ips sends it to chain weird-X".into(),
+        });
+        let p = stale_detection_partial(&s, &t, &mode).unwrap();
+        assert_eq!(p.severity, Severity::Info);
+        assert!(
+            p.summary.contains("2 from nftables") && p.summary.contains("weird-X"),
+            "{}",
+            p.summary
+        );
+        assert_eq!(p.evidence["undecoded_entries"], 7);
+        // Undecoded ports are never stale: the stale finding stays ok.
+        assert_eq!(check(&s).severity, Severity::Ok);
     }
 
     #[test]

@@ -198,6 +198,18 @@ fn conntrack_stale(out: &Out, s: &Snapshot) {
     for (p, n) in by_proto {
         stale.with_label_values(&[p.as_str()]).set(*n as f64);
     }
+    // Only with a reading: a failed run is no "0 undecoded".
+    if let Some(f) = &s.facts.conntrack_stale {
+        let undecoded = out.gauge(
+            "proxywatch_conntrack_stale_undecoded_service_ports",
+            "Service ports whose path through kube-proxy's rules the conntrack_stale decoder did not understand, per source, at the latest check: their entries are not judged (stale detection is partial above 0).",
+            &["source"],
+        );
+        for source in crate::probe::conntrack_stale::SOURCES {
+            let n = f.undecoded.get(*source).copied().unwrap_or(0);
+            undecoded.with_label_values(&[source]).set(n as f64);
+        }
+    }
 }
 
 /// Conntrack: the table, its growth trend and the kernel's statistics.

@@ -29,6 +29,7 @@ const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
 const NFT_META_L4PROTO: u32 = 16;
 const NFT_CMP_EQ: u32 = 0;
+const NF_DROP: i32 = 0;
 const NFT_NAT_DNAT: u32 = 1;
 const NF_NAT_RANGE_MAP_IPS: u32 = 1;
 const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
@@ -50,6 +51,8 @@ pub struct RuleFacts {
     pub dnat: Option<(IpAddr, Option<u16>)>,
     /// A compat REJECT target (kube-proxy's "has no endpoints" rule).
     pub reject: bool,
+    /// A drop verdict (`-j DROP`, `drop`: kube-proxy's "has no local endpoints" rule).
+    pub drop: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +155,8 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                 let Some(d) = at[2] else { continue };
                 if let Some(chain) = super::nft::data_verdict_chain(d)?.map(str::to_string) {
                     f.jumps.push(chain);
+                } else if super::nft::data_verdict_code(d)? == Some(NF_DROP) {
+                    f.drop = true;
                 } else if let (Some(dreg), Some(v)) = (num(1)?, super::nft::data_value(d)?) {
                     set(&mut regs, dreg, Reg::Value(v.to_vec()));
                 }

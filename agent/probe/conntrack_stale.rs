@@ -48,6 +48,21 @@ use crate::netlink::{ct_dump, nft_count, NlError, Socket, NETLINK_NETFILTER};
 pub const MAX_GROUPS: usize = 10_000;
 /// Pairs listed in the facts (the largest first).
 pub const MAX_LISTED: usize = 50;
+/// Undecoded service ports listed in the facts.
+pub const MAX_UNDECODED_LISTED: usize = 10;
+/// The sources of a service table, each always present in `undecoded`.
+pub const SOURCES: &[&str] = &["iptables-nft", "iptables-legacy", "nftables", "ipvs"];
+
+/// A service port whose path the decoder did not understand: never judged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UndecodedPort {
+    /// `10.96.0.10:53/udp`; a NodePort as `0.0.0.0:30053/udp` (`[::]` for IPv6).
+    pub service: String,
+    /// The source that could not decode it (`nftables`, `iptables-nft`, ...).
+    pub source: String,
+    /// What the decoder met.
+    pub reason: String,
+}
 
 /// Entries NATed for one service port to one endpoint it no longer has.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,6 +107,17 @@ pub struct ConntrackStaleFacts {
     pub stale: Vec<StaleGroup>,
     /// Wall time of the dumps, in seconds.
     pub dump_seconds: f64,
+    /// Service ports whose path the decoder did not understand, per source
+    /// (every source present, 0 when none): their entries are not judged, so
+    /// stale detection is partial when any is above 0.
+    #[serde(default)]
+    pub undecoded: BTreeMap<String, u64>,
+    /// The first [`MAX_UNDECODED_LISTED`] of them (by service), with the reason.
+    #[serde(default)]
+    pub undecoded_ports: Vec<UndecodedPort>,
+    /// Entries to an undecoded service port (examined, not judged).
+    #[serde(default)]
+    pub undecoded_entries: u64,
 }
 
 /// The nf_tables part of the service table, with the sources that listed services.
@@ -223,6 +249,8 @@ pub struct Counter {
     pub seen: u64,
     /// Of those, with the DST_NAT status.
     pub dst_nat: u64,
+    /// Of those, to a service port whose path was not understood (not judged).
+    pub undecoded: u64,
 }
 
 impl Counter {
@@ -246,6 +274,15 @@ impl Counter {
             protocol: e.l4proto,
         };
         let node_port = ServicePort::node_port(e.orig_dst.is_ipv6(), e.l4proto, e.orig_dport);
+        // Unknown is not empty: a port whose path was not understood is never judged.
+        if table.is_undecoded(&svc)
+            || (!table.services.contains_key(&svc)
+                && self.local.contains(&e.orig_dst)
+                && table.is_undecoded(&node_port))
+        {
+            self.undecoded += 1;
+            return;
+        }
         let current = match table.is_current(&svc, e.reply_src, e.reply_sport) {
             Some(c) => c,
             None if self.local.contains(&e.orig_dst) => {
@@ -290,7 +327,25 @@ impl Counter {
         });
         let stale_groups = groups.len() as u64;
         groups.truncate(MAX_LISTED);
+        let mut undecoded: BTreeMap<String, u64> = SOURCES.iter().map(|s| (s.to_string(), 0)).collect();
+        for (source, n) in table.undecoded_by_source() {
+            *undecoded.entry(source.to_string()).or_default() += n;
+        }
+        let mut ports: Vec<(&ServicePort, &super::service_endpoints::Undecoded)> = table.undecoded.iter().collect();
+        ports.sort_by_key(|(svc, _)| **svc);
+        let undecoded_ports = ports
+            .into_iter()
+            .take(MAX_UNDECODED_LISTED)
+            .map(|(svc, u)| UndecodedPort {
+                service: service_label(svc),
+                source: u.source.to_string(),
+                reason: u.reason.clone(),
+            })
+            .collect();
         ConntrackStaleFacts {
+            undecoded,
+            undecoded_ports,
+            undecoded_entries: self.undecoded,
             stale_entries: per_protocol(self.per_protocol),
             stale_groups,
             stale: groups,

@@ -12,29 +12,101 @@
 use super::{Graph, ServicePort, ServiceTable};
 use crate::netlink::nft::{Chain, Family, Rule, Set};
 use crate::netlink::nft_count::Tally;
-use crate::netlink::nft_expr::rule_facts;
+use crate::netlink::nft_expr::{rule_facts, RuleFacts};
 use crate::netlink::NlError;
 
 /// Chains that mark packets, never lead to an endpoint.
 const NOT_A_PATH: &[&str] = &["KUBE-MARK-MASQ", "KUBE-MARK-DROP", "KUBE-POSTROUTING"];
 
-/// Reads kube-proxy's iptables-nft chains of one family (one per attempt).
+/// Chains on the way from a service port to its endpoints (pkg/proxy/iptables:
+/// service, service-local, external, firewall and endpoint chains).
+const PATH_PREFIXES: &[&str] = &["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
+
+fn on_path(chain: &str) -> bool {
+    PATH_PREFIXES.iter().any(|p| chain.starts_with(p))
+}
+
+/// Reads kube-proxy's iptables chains of one family (one per attempt), from
+/// iptables-nft over netlink or from `iptables-legacy-save` text.
 #[derive(Debug)]
 pub struct IptEndpoints {
     family: Family,
     graph: Graph,
+    source: &'static str,
 }
 
 impl IptEndpoints {
     pub fn new(family: Family) -> Self {
+        Self::with_source(family, "iptables-nft")
+    }
+
+    pub fn with_source(family: Family, source: &'static str) -> Self {
         IptEndpoints {
             family,
             graph: Graph::default(),
+            source,
         }
     }
 
     pub fn finish(self) -> ServiceTable {
-        self.graph.finish()
+        self.graph.finish(self.source)
+    }
+
+    /// One rule of `table`/`chain`, decoded.
+    pub fn add(&mut self, table: &str, chain: &str, f: &RuleFacts) {
+        let entry_chain = chain == "KUBE-SERVICES" || chain == "KUBE-NODEPORTS";
+        if !entry_chain && !(chain == "KUBE-EXTERNAL-SERVICES" && table == "filter") && !on_path(chain) {
+            return;
+        }
+        let node_ports =
+            chain == "KUBE-NODEPORTS" || (table == "filter" && chain == "KUBE-EXTERNAL-SERVICES" && f.daddr.is_none());
+        let svc = match (f.daddr, f.dport, f.l4proto) {
+            (Some(address), Some(port), Some(protocol)) => Some(ServicePort {
+                address,
+                port,
+                protocol,
+            }),
+            (None, Some(port), Some(protocol)) if node_ports => {
+                Some(ServicePort::node_port(self.family == Family::Ip6, protocol, port))
+            }
+            _ => None,
+        };
+        if table == "filter" {
+            // REJECT: no endpoints at all; DROP: none for this traffic
+            // (internalTrafficPolicy / externalTrafficPolicy Local, none on this node).
+            if let (Some(svc), true, false) = (svc, f.reject || f.drop, on_path(chain)) {
+                self.graph.no_endpoints(svc);
+            }
+            return;
+        }
+        if table != "nat" {
+            return;
+        }
+        let mut jumps = f.jumps.iter().filter(|j| !NOT_A_PATH.contains(&j.as_str()));
+        if entry_chain {
+            match (svc, jumps.next()) {
+                (Some(svc), Some(j)) if on_path(j) => self.graph.entry(svc, j),
+                (Some(svc), Some(j)) => self.graph.undecoded(
+                    svc,
+                    format!("{chain} sends it to chain {j}, which kube-proxy's iptables layout does not have"),
+                ),
+                _ => {}
+            }
+            return;
+        }
+        for j in jumps {
+            if on_path(j) {
+                self.graph.edge(chain, j);
+            } else {
+                self.graph.unknown(
+                    chain,
+                    format!("{chain} jumps to chain {j}, which kube-proxy's iptables layout does not have"),
+                );
+            }
+        }
+        if let Some(d) = f.dnat {
+            self.graph.dnat(chain, d);
+        }
     }
 }
 
@@ -54,46 +126,7 @@ impl Tally for IptEndpoints {
             return Ok(());
         }
         let f = rule_facts(self.family, r)?;
-        let node_ports = r.chain == "KUBE-NODEPORTS"
-            || (r.table == "filter" && r.chain == "KUBE-EXTERNAL-SERVICES" && f.daddr.is_none());
-        let svc = match (f.daddr, f.dport, f.l4proto) {
-            (Some(address), Some(port), Some(protocol)) => Some(ServicePort {
-                address,
-                port,
-                protocol,
-            }),
-            (None, Some(port), Some(protocol)) if node_ports => {
-                Some(ServicePort::node_port(self.family == Family::Ip6, protocol, port))
-            }
-            _ => None,
-        };
-        if r.table == "filter" {
-            if let (Some(svc), true, "KUBE-SERVICES" | "KUBE-EXTERNAL-SERVICES" | "KUBE-NODEPORTS") =
-                (svc, f.reject, r.chain)
-            {
-                self.graph.no_endpoints(svc);
-            }
-            return Ok(());
-        }
-        if r.table != "nat" {
-            return Ok(());
-        }
-        let mut jumps = f
-            .jumps
-            .iter()
-            .filter(|j| j.starts_with("KUBE-") && !NOT_A_PATH.contains(&j.as_str()));
-        if r.chain == "KUBE-SERVICES" || r.chain == "KUBE-NODEPORTS" {
-            if let (Some(svc), Some(j)) = (svc, jumps.next()) {
-                self.graph.entry(svc, j);
-            }
-            return Ok(());
-        }
-        for j in jumps {
-            self.graph.edge(r.chain, j);
-        }
-        if let Some(d) = f.dnat {
-            self.graph.dnat(r.chain, d);
-        }
+        self.add(r.table, r.chain, &f);
         Ok(())
     }
 

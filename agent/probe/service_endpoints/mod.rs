@@ -19,6 +19,14 @@
 //! ([`ServicePort::node_port`]) and matches traffic to any address of the node.
 //! A service port listed with no endpoints is one kube-proxy rejects or drops
 //! (the scale-to-zero case, kubernetes#139629): every entry NATed for it is stale.
+//!
+//! Unknown is not empty: a service port whose path leads to a chain, map,
+//! verdict or expression the decoder does not understand (a chain prefix
+//! kube-proxy's layout does not have, a goto to it from a map, a walk that
+//! reaches neither a DNAT nor kube-proxy's "no endpoints" verdict) is
+//! *undecoded* ([`ServiceTable::undecoded`], with the reason): it is never
+//! compared with conntrack, and a port one source decodes and another does
+//! not is undecoded.
 
 pub mod iptables;
 pub mod ipvs;
@@ -60,10 +68,21 @@ impl ServicePort {
 /// An endpoint: address, and port when the DNAT gives one.
 pub type Endpoint = (IpAddr, Option<u16>);
 
+/// Why a service port could not be decoded, and which source said so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undecoded {
+    /// `iptables-nft`, `iptables-legacy`, `nftables` or `ipvs`.
+    pub source: &'static str,
+    /// What the decoder met: `goes to chain weird-X, which kube-proxy's layout does not have`.
+    pub reason: String,
+}
+
 /// Every service port's current endpoints (empty: none, kube-proxy rejects).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServiceTable {
     pub services: HashMap<ServicePort, Vec<Endpoint>>,
+    /// Service ports whose path the decoder did not understand: never judged.
+    pub undecoded: HashMap<ServicePort, Undecoded>,
 }
 
 impl ServiceTable {
@@ -75,8 +94,22 @@ impl ServiceTable {
         self.services.keys().filter(|k| k.is_node_port()).count()
     }
 
+    /// Whether `svc` is a service port whose path was not understood.
+    pub fn is_undecoded(&self, svc: &ServicePort) -> bool {
+        self.undecoded.contains_key(svc)
+    }
+
+    /// Undecoded service ports per source.
+    pub fn undecoded_by_source(&self) -> BTreeMap<&'static str, u64> {
+        let mut m = BTreeMap::new();
+        for u in self.undecoded.values() {
+            *m.entry(u.source).or_default() += 1;
+        }
+        m
+    }
+
     /// Whether `(addr, port)` is one of `svc`'s current endpoints; None when
-    /// `svc` is not a service port of the data plane.
+    /// `svc` is not a (decoded) service port of the data plane.
     pub fn is_current(&self, svc: &ServicePort, addr: IpAddr, port: u16) -> Option<bool> {
         let eps = self.services.get(svc)?;
         Some(eps.iter().any(|(a, p)| *a == addr && p.is_none_or(|p| p == port)))
@@ -92,13 +125,21 @@ impl ServiceTable {
     }
 
     /// Adds `other`'s service ports; a port both list gets both endpoint lists
-    /// (a leftover of another mode can only hide a stale entry, never invent one).
+    /// (a leftover of another mode can only hide a stale entry, never invent one),
+    /// and a port either did not decode is undecoded.
     pub fn merge(&mut self, other: ServiceTable) {
         for (svc, eps) in other.services {
+            if self.undecoded.contains_key(&svc) {
+                continue;
+            }
             let mine = self.services.entry(svc).or_default();
             mine.extend(eps);
             mine.sort();
             mine.dedup();
+        }
+        for (svc, why) in other.undecoded {
+            self.services.remove(&svc);
+            self.undecoded.entry(svc).or_insert(why);
         }
     }
 }
@@ -133,6 +174,10 @@ pub struct Graph {
     no_endpoints: Vec<ServicePort>,
     edges: Vec<(u64, u64)>,
     dnat: Vec<(u64, Endpoint)>,
+    /// Chains holding something the decoder does not understand, and what.
+    unknown: Vec<(u64, String)>,
+    /// Service ports whose entry itself was not understood.
+    undecoded: Vec<(ServicePort, String)>,
 }
 
 impl Graph {
@@ -158,28 +203,73 @@ impl Graph {
         self.dnat.push((chain_id(chain), to));
     }
 
-    /// Follows each service's chains to the DNATs they reach.
-    pub fn finish(mut self) -> ServiceTable {
+    /// `chain` holds something the decoder does not understand: every
+    /// service port whose path goes through it is undecoded.
+    pub fn unknown(&mut self, chain: &str, reason: String) {
+        self.unknown_id(chain_id(chain), reason);
+    }
+
+    pub fn unknown_id(&mut self, chain: u64, reason: String) {
+        self.unknown.push((chain, reason));
+    }
+
+    /// Traffic to `svc` goes somewhere the decoder does not understand.
+    pub fn undecoded(&mut self, svc: ServicePort, reason: String) {
+        self.undecoded.push((svc, reason));
+    }
+
+    /// Follows each service's chains to the DNATs they reach. A walk that
+    /// meets an unknown chain, or reaches no DNAT at all (kube-proxy lists a
+    /// port without endpoints in its "no endpoints" rules instead, never as
+    /// a path to nowhere), makes the port undecoded (`source` says whose).
+    pub fn finish(mut self, source: &'static str) -> ServiceTable {
         self.edges.sort_unstable();
         self.edges.dedup();
         self.dnat.sort_unstable();
         self.dnat.dedup();
+        self.unknown.sort_by_key(|(c, _)| *c);
+        self.no_endpoints.sort_unstable();
         let mut services: HashMap<ServicePort, Vec<Endpoint>> = HashMap::with_capacity(self.entries.len());
+        let mut undecoded: HashMap<ServicePort, Undecoded> = HashMap::new();
         let mut seen: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut stack = Vec::new();
         for (svc, chain) in &self.entries {
             seen.clear();
-            let mut stack = vec![*chain];
-            let eps = services.entry(*svc).or_default();
+            stack.clear();
+            stack.push(*chain);
+            let mut eps = Vec::new();
+            let mut why = None;
             while let Some(c) = stack.pop() {
                 if seen.len() >= MAX_WALK || !seen.insert(c) {
                     continue;
                 }
+                if let Some((_, reason)) = with_key(&self.unknown, c).first() {
+                    why = Some(reason.clone());
+                    break;
+                }
                 eps.extend(with_key(&self.dnat, c).iter().map(|(_, e)| *e));
                 stack.extend(with_key(&self.edges, c).iter().map(|(_, to)| *to));
             }
+            if why.is_none() && eps.is_empty() && self.no_endpoints.binary_search(svc).is_err() {
+                why = Some("its chains reach no DNAT and no \"no endpoints\" verdict".into());
+            }
+            match why {
+                Some(reason) => {
+                    undecoded.entry(*svc).or_insert(Undecoded { source, reason });
+                }
+                None => services.entry(*svc).or_default().extend(eps),
+            }
         }
-        for svc in self.no_endpoints {
-            services.entry(svc).or_default();
+        for (svc, reason) in self.undecoded {
+            undecoded.entry(svc).or_insert(Undecoded { source, reason });
+        }
+        for svc in &self.no_endpoints {
+            if !undecoded.contains_key(svc) {
+                services.entry(*svc).or_default();
+            }
+        }
+        for svc in undecoded.keys() {
+            services.remove(svc);
         }
         for eps in services.values_mut() {
             eps.sort_unstable();
@@ -187,7 +277,7 @@ impl Graph {
             eps.shrink_to_fit();
         }
         services.shrink_to_fit();
-        ServiceTable { services }
+        ServiceTable { services, undecoded }
     }
 }
 
@@ -245,7 +335,7 @@ mod tests {
         g.edge("KUBE-SVC-B", "KUBE-SEP-X");
         g.dnat("KUBE-SEP-X", ("10.0.0.1".parse().unwrap(), Some(8080)));
         g.no_endpoints(svc(82));
-        let table = g.finish();
+        let table = g.finish("iptables-nft");
         assert_eq!(table.services[&svc(80)], table.services[&svc(81)]);
         assert!(table.services[&svc(82)].is_empty());
         assert_eq!(table.endpoints(), 2);
