@@ -28,7 +28,7 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
         None if facts.service_ports == 0 && facts.undecoded.values().any(|n| *n > 0) => {
             "no decoded service ports to check: every service port kube-proxy's rules list leads through rules the decoder does not understand (see conntrack_stale_partial)".to_string()
         }
-        None if facts.service_ports == 0 => "no service ports to check: no kube-proxy rules in nf_tables (iptables-nft, nftables) or IPVS (iptables-legacy rules are not read)".to_string(),
+        None if facts.service_ports == 0 => "no service ports to check: no kube-proxy rules in nf_tables (iptables-nft, nftables), in the iptables probe's latest iptables-legacy-save, or in IPVS".to_string(),
         None => format!(
             "no stale conntrack entries persisting ({} entries checked against {} service ports from {})",
             facts.examined_entries, facts.service_ports, facts.source
@@ -104,6 +104,21 @@ const UNDECODED_EVIDENCE_CAP: usize = 10;
 pub fn stale_detection_partial(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let facts = s.facts.conntrack_stale.as_ref()?;
     let total: u64 = facts.undecoded.values().sum();
+    if total == 0 && !facts.legacy_errors.is_empty() {
+        let mut f = Finding::new(
+            "conntrack_stale_partial",
+            Severity::Info,
+            format!(
+                "stale conntrack detection is partial: kube-proxy's iptables-legacy rules could not be read ({}); the other sources still count",
+                facts.legacy_errors.join("; ")
+            ),
+        )
+        .evidence("legacy_errors", json!(facts.legacy_errors));
+        f.remediation = vec![
+            "Check the iptables probe (probe_failed, proxywatch_probe_success{probe=\"iptables\"}): its iptables-legacy-save failed or printed text the decoder could not read; run iptables-legacy-save -t nat on the node to see it.".into(),
+        ];
+        return Some(f);
+    }
     if total == 0 {
         return Some(Finding::new(
             "conntrack_stale_partial",
@@ -243,10 +258,6 @@ mod tests {
         s.facts.conntrack_stale.as_mut().unwrap().service_ports = 0;
         let f = check(&s);
         assert_eq!(f.severity, Severity::Ok);
-        assert!(
-            f.summary.contains("iptables-legacy rules are not read"),
-            "{}",
-            f.summary
-        );
+        assert!(f.summary.contains("iptables-legacy-save"), "{}", f.summary);
     }
 }

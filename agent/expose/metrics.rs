@@ -405,6 +405,11 @@ fn nftables(out: &Out, s: &Snapshot) {
             "endpoint-* chains (one per endpoint) in kube-proxy's nftables table.",
             &["family"],
         );
+        let local = out.gauge(
+            "proxywatch_nftables_local_chains",
+            "local-* chains (one per service port with internalTrafficPolicy or externalTrafficPolicy Local and local endpoints) in kube-proxy's nftables table.",
+            &["family"],
+        );
         let elements = out.gauge(
             "proxywatch_nftables_map_elements",
             "Elements of kube-proxy's fixed maps (service-ips, service-nodeports, ...).",
@@ -421,6 +426,7 @@ fn nftables(out: &Out, s: &Snapshot) {
             rules.with_label_values(&[f]).set(t.counts.rules as f64);
             svc.with_label_values(&[f]).set(t.counts.service_chains as f64);
             ep.with_label_values(&[f]).set(t.counts.endpoint_chains as f64);
+            local.with_label_values(&[f]).set(t.counts.local_chains as f64);
             secs.with_label_values(&[f]).set(t.duration_seconds);
             // Only kube-proxy's fixed map names: per-service sets would be unbounded.
             for (map, n) in &t.counts.map_elements {

@@ -9,7 +9,10 @@
 //!    from [`StaleMemory`] when the generation is the one it was read at, else
 //!    read anew: kube-proxy's iptables-nft `nat`/`filter` chains and its
 //!    nftables `kube-proxy` table, both families, one walk per family — plus
-//!    the IPVS table (`/proc/net/ip_vs`, when IPVS is loaded), read every run;
+//!    the IPVS table (`/proc/net/ip_vs`, when IPVS is loaded), read every run,
+//!    and the iptables-legacy table the iptables probe decoded from its latest
+//!    `iptables-legacy-save` ([`crate::probe::service_endpoints::iptables::LegacyMemory`]);
+//!    a service port whose path was not understood is undecoded: not judged;
 //! 3. the node's addresses (rtnetlink), to tell NodePort traffic;
 //! 4. per family with service ports, one ctnetlink dump ([`ct_dump`]),
 //!    streamed — only DST_NAT entries, filtered in the kernel, unless IPVS
@@ -118,6 +121,11 @@ pub struct ConntrackStaleFacts {
     /// Entries to an undecoded service port (examined, not judged).
     #[serde(default)]
     pub undecoded_entries: u64,
+    /// Why the service table of the iptables probe's latest legacy save could
+    /// not be read (a failed, cut or garbled save): its service ports are
+    /// missing from this check, whose other sources still count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub legacy_errors: Vec<String>,
 }
 
 /// The nf_tables part of the service table, with the sources that listed services.
@@ -366,6 +374,8 @@ fn nl(e: NlError) -> ProbeError {
 /// What one run reads, and with what.
 struct Run<'a> {
     memory: &'a StaleMemory,
+    /// The tables the iptables probe decoded from its legacy saves.
+    legacy: &'a super::service_endpoints::iptables::LegacyMemory,
     host: &'a Host,
     local: &'a HashSet<IpAddr>,
     /// nf_tables is loaded (else only IPVS can list services: asking would load it).
@@ -398,15 +408,39 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
         let (gen, nf, reused) = run.nf_table().map_err(nl)?;
         let ipvs = ipvs_table(host)?;
         let mut sources = nf.sources.clone();
+        // iptables-legacy: as of the iptables probe's latest legacy save.
+        let (legacy, mut legacy_errors) = run.legacy.tables();
+        for (v6, names) in [
+            (false, "/proc/net/ip_tables_names"),
+            (true, "/proc/net/ip6_tables_names"),
+        ] {
+            let listed = host.read_optional(names)?.is_some_and(|t| !t.trim().is_empty());
+            if listed && !run.legacy.has(v6) {
+                legacy_errors.push(format!(
+                    "{names} lists iptables-legacy tables the iptables probe has not saved yet"
+                ));
+            }
+        }
+        let legacy: Vec<_> = legacy
+            .into_iter()
+            .filter(|t| !t.services.is_empty() || !t.undecoded.is_empty())
+            .collect();
+        if !legacy.is_empty() {
+            sources.push("iptables-legacy");
+        }
         if !ipvs.services.is_empty() {
             sources.push("ipvs");
         }
         let dst_nat_only = ipvs.services.is_empty();
-        // The nf_tables part is shared with the memory; copied only to add IPVS.
-        let table: Cow<'_, ServiceTable> = if ipvs.services.is_empty() {
+        // The nf_tables part is shared with the memory; copied only to add IPVS or legacy.
+        let table: Cow<'_, ServiceTable> = if ipvs.services.is_empty() && ipvs.undecoded.is_empty() && legacy.is_empty()
+        {
             Cow::Borrowed(&nf.table)
         } else {
             let mut t = nf.table.clone();
+            for l in &legacy {
+                t.merge(ServiceTable::clone(l));
+            }
             t.merge(ipvs.clone());
             Cow::Owned(t)
         };
@@ -452,6 +486,7 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
             generation: end,
             table_reused: reused,
             dump_seconds,
+            legacy_errors,
             ..counter.facts(&table)
         });
     }
@@ -481,6 +516,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
         }
         let run = Run {
             memory: &memory.stale,
+            legacy: &memory.legacy_services,
             host: &host,
             local: &local,
             nf_tables: !super::modules::tool_would_load(&host, "nf_tables"),
