@@ -837,6 +837,7 @@ fn nftables_table_counts() {
     assert_eq!(counts["service_chains"], count("service"));
     assert_eq!(counts["endpoint_chains"], count("endpoint"));
     assert_eq!(counts["external_chains"], count("external"));
+    assert_eq!(counts["local_chains"], count("local"));
     assert_eq!(counts["maps"], maps.len() as u64);
     assert_eq!(counts["sets"], sets.len() as u64);
     assert_eq!(counts["map_elements"], Value::Object(maps));

@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         if decoding && text.feed_line(&line_text).is_err() {
             decoding = false;
         }
-        if parser.feed_line(&String::from_utf8_lossy(line)).is_err() {
+        if parser.feed_line(&line_text).is_err() {
             return; // the runner stops at the first refused line
         }
     }
