@@ -291,10 +291,10 @@ impl Counter {
             self.undecoded += 1;
             return;
         }
-        let current = match table.is_current(&svc, e.reply_src, e.reply_sport) {
+        let current = match table.is_current_from(&svc, e.orig_src, &self.local, e.reply_src, e.reply_sport) {
             Some(c) => c,
             None if self.local.contains(&e.orig_dst) => {
-                match table.is_current(&node_port, e.reply_src, e.reply_sport) {
+                match table.is_current_from(&node_port, e.orig_src, &self.local, e.reply_src, e.reply_sport) {
                     Some(c) => c,
                     None => return,
                 }
@@ -534,6 +534,7 @@ mod tests {
     fn entry(dst: &str, dport: u16, src: &str, sport: u16, proto: u8) -> ct_dump::CtEntry {
         ct_dump::CtEntry {
             l4proto: proto,
+            orig_src: None,
             orig_dst: dst.parse().unwrap(),
             orig_dport: dport,
             reply_src: src.parse().unwrap(),

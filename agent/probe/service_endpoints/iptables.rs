@@ -12,7 +12,7 @@
 use super::{Graph, ServicePort, ServiceTable};
 use crate::netlink::nft::{Chain, Family, Rule, Set};
 use crate::netlink::nft_count::Tally;
-use crate::netlink::nft_expr::{rule_facts, RuleFacts};
+use crate::netlink::nft_expr::{rule_facts, RuleFacts, SourceGuard};
 use crate::netlink::NlError;
 
 /// Chains that mark packets, never lead to an endpoint.
@@ -97,7 +97,12 @@ impl IptEndpoints {
         }
         for j in jumps {
             if on_path(j) {
-                self.graph.edge(chain, j);
+                // Only KUBE-EXT's conditions choose endpoints by source (the eTP=Local
+                // short-circuits); KUBE-FW's source ranges are a firewall, not a choice.
+                match f.source {
+                    Some(g) if chain.starts_with("KUBE-EXT-") => self.graph.guarded_edge(chain, j, g),
+                    _ => self.graph.edge(chain, j),
+                }
             } else {
                 self.graph.unknown(
                     chain,
@@ -239,6 +244,24 @@ impl SaveText {
                     if !negated {
                         f.daddr = exact_address(v, v6)?;
                     }
+                    i += 1;
+                }
+                "-s" | "--source" => {
+                    let v = take(w)?;
+                    f.guard(if negated {
+                        SourceGuard::Other
+                    } else {
+                        source_prefix(v, v6)?
+                    });
+                    i += 1;
+                }
+                "--src-type" => {
+                    let v = take(w)?;
+                    f.guard(if !negated && v == "LOCAL" {
+                        SourceGuard::Local
+                    } else {
+                        SourceGuard::Other
+                    });
                     i += 1;
                 }
                 "-p" | "--protocol" => {
@@ -393,6 +416,22 @@ fn exact_address(v: &str, v6: bool) -> Result<Option<std::net::IpAddr>, String> 
     Ok(mask.is_none_or(|m| m == full).then_some(addr))
 }
 
+/// `10.0.0.0/8`, `10.0.0.1` (a /32), `fd00::/64`.
+fn source_prefix(v: &str, v6: bool) -> Result<SourceGuard, String> {
+    let (a, mask) = v.split_once('/').map_or((v, None), |(a, m)| (a, Some(m)));
+    let addr: std::net::IpAddr = a.parse().map_err(|_| format!("source {v:?} not understood"))?;
+    if addr.is_ipv6() != v6 {
+        return Err(format!("source {v:?} of the other family"));
+    }
+    let full = if v6 { 128 } else { 32 };
+    match mask.map(str::parse::<u8>) {
+        None => Ok(SourceGuard::Prefix(addr, full)),
+        Some(Ok(len)) if len <= full => Ok(SourceGuard::Prefix(addr, len)),
+        // A dotted mask (`255.0.0.0`, older iptables): a condition not modelled.
+        Some(_) => Ok(SourceGuard::Other),
+    }
+}
+
 fn protocol_number(v: &str) -> Result<u8, String> {
     match v {
         "tcp" => Ok(6),
@@ -498,6 +537,17 @@ mod tests {
         assert!(
             table.services[&sp("172.30.0.46", 80, 6)].is_empty(),
             "REJECT: no endpoints"
+        );
+        // svc2 (eTP=Local, no local endpoint): only pod (-s 10.0.0.0/8) and host
+        // (--src-type LOCAL) traffic reaches 10.180.0.2; from outside, nothing.
+        let split = &table.split[&sp("1.2.3.4", 80, 6)];
+        assert!(split.outside.is_empty() && split.local, "{split:?}");
+        assert_eq!(split.prefixes, vec![("10.0.0.0".parse().unwrap(), 8)]);
+        assert_eq!(
+            table.split.len(),
+            3,
+            "svc2's two addresses and its NodePort: {:?}",
+            table.split
         );
         // Counters on chain lines change with traffic, not the table.
         let again = text.replace(":KUBE-SERVICES - [0:0]", ":KUBE-SERVICES - [12:3456]");

@@ -37,6 +37,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::netlink::nft_expr::SourceGuard;
+
 /// A service port: the address clients send to, its port and L4 protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ServicePort {
@@ -83,6 +85,44 @@ pub struct ServiceTable {
     pub services: HashMap<ServicePort, Vec<Endpoint>>,
     /// Service ports whose path the decoder did not understand: never judged.
     pub undecoded: HashMap<ServicePort, Undecoded>,
+    /// Service ports whose rules send traffic from some sources elsewhere
+    /// than the rest (`externalTrafficPolicy: Local`: pod and host traffic
+    /// short-circuit to all endpoints, the rest only reaches the local ones).
+    pub split: HashMap<ServicePort, Split>,
+}
+
+/// Where an `externalTrafficPolicy: Local` port sends traffic from outside.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Split {
+    /// The endpoints traffic from any other source reaches (the local ones).
+    pub outside: Vec<Endpoint>,
+    /// Sources whose traffic goes to every endpoint: these prefixes...
+    pub prefixes: Vec<(IpAddr, u8)>,
+    /// ...and the node's own addresses.
+    pub local: bool,
+}
+
+impl Split {
+    /// Whether traffic from `src` is short-circuited to every endpoint; an
+    /// unknown source counts as such (a stale entry may be missed, never invented).
+    pub fn short_circuited(&self, src: Option<IpAddr>, node: &std::collections::HashSet<IpAddr>) -> bool {
+        let Some(src) = src else { return true };
+        (self.local && node.contains(&src)) || self.prefixes.iter().any(|(p, len)| in_prefix(src, *p, *len))
+    }
+}
+
+fn in_prefix(a: IpAddr, p: IpAddr, len: u8) -> bool {
+    match (a, p) {
+        (IpAddr::V4(a), IpAddr::V4(p)) => {
+            let m = u32::MAX.checked_shl(32 - u32::from(len.min(32))).unwrap_or(0);
+            u32::from(a) & m == u32::from(p) & m
+        }
+        (IpAddr::V6(a), IpAddr::V6(p)) => {
+            let m = u128::MAX.checked_shl(128 - u32::from(len.min(128))).unwrap_or(0);
+            u128::from(a) & m == u128::from(p) & m
+        }
+        _ => false,
+    }
 }
 
 impl ServiceTable {
@@ -115,6 +155,28 @@ impl ServiceTable {
         Some(eps.iter().any(|(a, p)| *a == addr && p.is_none_or(|p| p == port)))
     }
 
+    /// [`ServiceTable::is_current`] for traffic from `src`: traffic an
+    /// `externalTrafficPolicy: Local` port does not short-circuit is current
+    /// only on the endpoints it reaches (the local ones).
+    pub fn is_current_from(
+        &self,
+        svc: &ServicePort,
+        src: Option<IpAddr>,
+        node: &std::collections::HashSet<IpAddr>,
+        addr: IpAddr,
+        port: u16,
+    ) -> Option<bool> {
+        let current = self.is_current(svc, addr, port)?;
+        match self.split.get(svc) {
+            Some(sp) if current && !sp.short_circuited(src, node) => Some(
+                sp.outside
+                    .iter()
+                    .any(|(a, p)| *a == addr && p.is_none_or(|p| p == port)),
+            ),
+            _ => Some(current),
+        }
+    }
+
     /// The L4 protocols of the service ports of one family.
     pub fn protocols(&self, v6: bool) -> BTreeSet<u8> {
         self.services
@@ -132,6 +194,16 @@ impl ServiceTable {
             if self.undecoded.contains_key(&svc) {
                 continue;
             }
+            // Listed by both: the union, unsplit (only ever a missed stale entry).
+            match (self.services.contains_key(&svc), other.split.get(&svc)) {
+                (true, _) => {
+                    self.split.remove(&svc);
+                }
+                (false, Some(sp)) => {
+                    self.split.insert(svc, sp.clone());
+                }
+                (false, None) => {}
+            }
             let mine = self.services.entry(svc).or_default();
             mine.extend(eps);
             mine.sort();
@@ -139,6 +211,7 @@ impl ServiceTable {
         }
         for (svc, why) in other.undecoded {
             self.services.remove(&svc);
+            self.split.remove(&svc);
             self.undecoded.entry(svc).or_insert(why);
         }
     }
@@ -178,6 +251,8 @@ pub struct Graph {
     unknown: Vec<(u64, String)>,
     /// Service ports whose entry itself was not understood.
     undecoded: Vec<(ServicePort, String)>,
+    /// Jumps taken only by traffic from some sources: (from, (to, condition)).
+    guarded: Vec<(u64, (u64, SourceGuard))>,
 }
 
 impl Graph {
@@ -197,6 +272,11 @@ impl Graph {
 
     pub fn edge_ids(&mut self, from: u64, to: u64) {
         self.edges.push((from, to));
+    }
+
+    /// A jump only traffic from the sources `guard` says takes.
+    pub fn guarded_edge(&mut self, from: &str, to: &str, guard: SourceGuard) {
+        self.guarded.push((chain_id(from), (chain_id(to), guard)));
     }
 
     pub fn dnat(&mut self, chain: &str, to: Endpoint) {
@@ -232,6 +312,8 @@ impl Graph {
         let mut services: HashMap<ServicePort, Vec<Endpoint>> = HashMap::with_capacity(self.entries.len());
         let mut undecoded: HashMap<ServicePort, Undecoded> = HashMap::new();
         let mut seen: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        self.guarded.sort_unstable_by_key(|(c, (to, _))| (*c, *to));
+        let mut split: HashMap<ServicePort, Split> = HashMap::new();
         let mut stack = Vec::new();
         for (svc, chain) in &self.entries {
             seen.clear();
@@ -239,6 +321,7 @@ impl Graph {
             stack.push(*chain);
             let mut eps = Vec::new();
             let mut why = None;
+            let mut guards: Vec<SourceGuard> = Vec::new();
             while let Some(c) = stack.pop() {
                 if seen.len() >= MAX_WALK || !seen.insert(c) {
                     continue;
@@ -249,6 +332,28 @@ impl Graph {
                 }
                 eps.extend(with_key(&self.dnat, c).iter().map(|(_, e)| *e));
                 stack.extend(with_key(&self.edges, c).iter().map(|(_, to)| *to));
+                for (_, (to, g)) in with_key(&self.guarded, c) {
+                    guards.push(*g);
+                    stack.push(*to);
+                }
+            }
+            // Traffic from other sources: the walk without the guarded jumps.
+            if why.is_none() && !guards.is_empty() && !guards.contains(&SourceGuard::Other) {
+                let outside = self.walk_unguarded(*chain, &mut seen, &mut stack);
+                let mut all = eps.clone();
+                all.sort_unstable();
+                all.dedup();
+                if outside != all {
+                    let sp = split.entry(*svc).or_default();
+                    sp.outside.extend(outside);
+                    for g in guards {
+                        match g {
+                            SourceGuard::Prefix(a, l) => sp.prefixes.push((a, l)),
+                            SourceGuard::Local => sp.local = true,
+                            SourceGuard::Other => {}
+                        }
+                    }
+                }
             }
             if why.is_none() && eps.is_empty() && self.no_endpoints.binary_search(svc).is_err() {
                 why = Some("its chains reach no DNAT and no \"no endpoints\" verdict".into());
@@ -270,6 +375,13 @@ impl Graph {
         }
         for svc in undecoded.keys() {
             services.remove(svc);
+            split.remove(svc);
+        }
+        for sp in split.values_mut() {
+            sp.outside.sort_unstable();
+            sp.outside.dedup();
+            sp.prefixes.sort_unstable();
+            sp.prefixes.dedup();
         }
         for eps in services.values_mut() {
             eps.sort_unstable();
@@ -277,7 +389,34 @@ impl Graph {
             eps.shrink_to_fit();
         }
         services.shrink_to_fit();
-        ServiceTable { services, undecoded }
+        ServiceTable {
+            services,
+            undecoded,
+            split,
+        }
+    }
+
+    /// The endpoints reached from `chain` without any guarded jump, sorted.
+    fn walk_unguarded(
+        &self,
+        chain: u64,
+        seen: &mut std::collections::HashSet<u64>,
+        stack: &mut Vec<u64>,
+    ) -> Vec<Endpoint> {
+        seen.clear();
+        stack.clear();
+        stack.push(chain);
+        let mut eps = Vec::new();
+        while let Some(c) = stack.pop() {
+            if seen.len() >= MAX_WALK || !seen.insert(c) {
+                continue;
+            }
+            eps.extend(with_key(&self.dnat, c).iter().map(|(_, e)| *e));
+            stack.extend(with_key(&self.edges, c).iter().map(|(_, to)| *to));
+        }
+        eps.sort_unstable();
+        eps.dedup();
+        eps
     }
 }
 
@@ -344,6 +483,71 @@ mod tests {
             Some(false)
         );
         assert_eq!(table.is_current(&svc(83), "10.0.0.1".parse().unwrap(), 8080), None);
+    }
+
+    /// externalTrafficPolicy: Local: pod (10.0.0.0/8) and host traffic
+    /// short-circuit to every endpoint, the rest reaches the local one only.
+    #[test]
+    fn guarded_jumps_split_traffic_by_source() {
+        let ep = |s: &str| (s.parse().unwrap(), Some(80));
+        let mut g = Graph::default();
+        g.entry(svc(80), "external-X");
+        g.guarded_edge(
+            "external-X",
+            "service-X",
+            SourceGuard::Prefix("10.0.0.0".parse().unwrap(), 8),
+        );
+        g.guarded_edge("external-X", "service-X", SourceGuard::Local);
+        g.edge("external-X", "local-X");
+        g.edge("service-X", "endpoint-L");
+        g.edge("service-X", "endpoint-R");
+        g.edge("local-X", "endpoint-L");
+        g.dnat("endpoint-L", ep("10.180.0.20"));
+        g.dnat("endpoint-R", ep("10.180.1.20"));
+        // No local endpoint: outside traffic reaches nothing.
+        g.entry(svc(81), "external-Y");
+        g.guarded_edge("external-Y", "service-X", SourceGuard::Local);
+        // A condition not modelled: no split (the union, a miss at worst).
+        g.entry(svc(82), "external-Z");
+        g.guarded_edge("external-Z", "service-X", SourceGuard::Other);
+        g.edge("external-Z", "local-X");
+        let t = g.finish("nftables");
+        let node: std::collections::HashSet<IpAddr> = ["192.168.0.2".parse().unwrap()].into();
+        let at = |p: u16, src: &str, ep: &str| {
+            t.is_current_from(&svc(p), Some(src.parse().unwrap()), &node, ep.parse().unwrap(), 80)
+        };
+        assert_eq!(t.services[&svc(80)].len(), 2);
+        assert_eq!(
+            at(80, "10.1.2.3", "10.180.1.20"),
+            Some(true),
+            "pod traffic: every endpoint"
+        );
+        assert_eq!(
+            at(80, "192.168.0.2", "10.180.1.20"),
+            Some(true),
+            "host traffic: every endpoint"
+        );
+        assert_eq!(
+            at(80, "203.0.113.2", "10.180.1.20"),
+            Some(false),
+            "outside: local endpoints only"
+        );
+        assert_eq!(at(80, "203.0.113.2", "10.180.0.20"), Some(true));
+        assert_eq!(at(81, "203.0.113.2", "10.180.0.20"), Some(false));
+        assert_eq!(at(81, "192.168.0.2", "10.180.0.20"), Some(true));
+        assert_eq!(at(82, "203.0.113.2", "10.180.1.20"), Some(true));
+        assert!(!t.split.contains_key(&svc(82)));
+        assert_eq!(
+            t.is_current_from(&svc(80), None, &node, "10.180.1.20".parse().unwrap(), 80),
+            Some(true),
+            "unknown source: as short-circuited"
+        );
+        // Another source listing the port too: the union, unsplit.
+        let mut m = t.clone();
+        let mut other = ServiceTable::default();
+        other.services.insert(svc(80), vec![ep("10.180.0.20")]);
+        m.merge(other);
+        assert!(!m.split.contains_key(&svc(80)));
     }
 
     #[test]

@@ -150,7 +150,12 @@ impl Tally for NftEndpoints {
         let f = rule_facts(self.family, r)?;
         for j in &f.jumps {
             if on_path(j) {
-                self.graph.edge(r.chain, j);
+                // Only external-*'s conditions choose endpoints by source (the
+                // eTP=Local short-circuits).
+                match f.source {
+                    Some(g) if r.chain.starts_with("external-") => self.graph.guarded_edge(r.chain, j, g),
+                    _ => self.graph.edge(r.chain, j),
+                }
             } else if !SIDE_CHAINS.contains(&j.as_str()) {
                 self.graph.unknown(
                     r.chain,
