@@ -20,6 +20,12 @@
 //! A service port listed with no endpoints is one kube-proxy rejects or drops
 //! (the scale-to-zero case, kubernetes#139629): every entry NATed for it is stale.
 //!
+//! `externalTrafficPolicy: Local`: an external chain's jumps taken only by
+//! traffic from some sources (the pod prefix, the node's own addresses: the
+//! short-circuits) are guarded; [`ServiceTable::split`] keeps, per port, the
+//! endpoints the other traffic reaches (the local ones), and
+//! [`ServiceTable::is_current_from`] judges an entry by its client.
+//!
 //! Unknown is not empty: a service port whose path leads to a chain, map,
 //! verdict or expression the decoder does not understand (a chain prefix
 //! kube-proxy's layout does not have, a goto to it from a map, a walk that
