@@ -733,3 +733,56 @@ fn unknown_layout_is_undecoded_never_stale() {
         assert!(f["summary"].as_str().unwrap().contains(weird), "{f}");
     }
 }
+
+/// A verdict map of a type kube-proxy's layout does not have (`service-ips`
+/// keyed by address and port, no protocol): its elements are counted as
+/// undecoded, the info finding says so, and no entry is judged against ports
+/// the decoder would have had to guess; the well-formed NodePort map next to
+/// it still counts.
+#[test]
+fn verdict_map_of_an_unexpected_type_is_undecoded() {
+    if !common::can_run(&["ip", "nft", "conntrack"]) {
+        return;
+    }
+    let node = Netns::new("umt");
+    node.exec_ok("ip", &["addr", "add", "10.250.9.1/32", "dev", "lo"]);
+    let text = "table ip kube-proxy {\n\
+        \tchain endpoint-WEB__10.244.0.4/8080 { meta l4proto tcp dnat to 10.244.0.4:8080; }\n\
+        \tchain service-WEBWEBWE-ns/web/tcp/http { numgen random mod 1 vmap { 0 : goto endpoint-WEB__10.244.0.4/8080 }; }\n\
+        \tmap service-ips { type ipv4_addr . inet_service : verdict; elements = { \
+        10.96.0.20 . 80 : goto service-WEBWEBWE-ns/web/tcp/http, 10.96.0.21 . 80 : goto service-WEBWEBWE-ns/web/tcp/http } }\n\
+        \tmap service-nodeports { type inet_proto . inet_service : verdict; elements = { tcp . 30080 : goto service-WEBWEBWE-ns/web/tcp/http } }\n\
+        \tchain services { ip daddr . th dport vmap @service-ips; meta l4proto . th dport vmap @service-nodeports; }\n\
+        \tchain nat-output { type nat hook output priority -100; policy accept; jump services; }\n}\n";
+    node.exec_input("nft", &["-f", "-"], text);
+    let mut ct = Inserter {
+        ns: &node,
+        sport: 41000,
+    };
+    ct.insert(3, "tcp", "10.96.0.20", 80, "10.244.0.9:8080"); // its port is unknown: not judged
+    ct.insert(2, "tcp", "10.250.9.1", 30080, "10.244.0.9:8080"); // the NodePort: stale
+    let doc = check_json(&node);
+    let facts = &doc["facts"]["conntrack_stale"];
+    assert_eq!(
+        doc["probes"]["conntrack_stale"]["status"], "ok",
+        "{}",
+        doc["probes"]["conntrack_stale"]
+    );
+    assert_eq!(facts["undecoded"]["nftables"], 2, "{facts}");
+    assert_eq!(facts["undecoded_ports"][0]["service"], "unknown", "{facts}");
+    assert!(
+        facts["undecoded_ports"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("map service-ips with a key of 8 bytes"),
+        "{facts}"
+    );
+    assert_eq!(
+        (&facts["service_ports"], &facts["node_ports"]),
+        (&Value::from(1), &Value::from(1)),
+        "{facts}"
+    );
+    assert_eq!(facts["stale_entries"]["tcp"], 2, "only the NodePort's entries: {facts}");
+    let f = finding_by(&doc, "conntrack_stale_partial").unwrap_or_else(|| panic!("{}", doc["findings"]));
+    assert_eq!(f["severity"], "info");
+}

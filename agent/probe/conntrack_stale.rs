@@ -59,7 +59,8 @@ pub const SOURCES: &[&str] = &["iptables-nft", "iptables-legacy", "nftables", "i
 /// A service port whose path the decoder did not understand: never judged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UndecodedPort {
-    /// `10.96.0.10:53/udp`; a NodePort as `0.0.0.0:30053/udp` (`[::]` for IPv6).
+    /// `10.96.0.10:53/udp`; a NodePort as `0.0.0.0:30053/udp` (`[::]` for IPv6);
+    /// `unknown` for map elements whose key could not be read.
     pub service: String,
     /// The source that could not decode it (`nftables`, `iptables-nft`, ...).
     pub source: String,
@@ -341,14 +342,18 @@ impl Counter {
         }
         let mut ports: Vec<(&ServicePort, &super::service_endpoints::Undecoded)> = table.undecoded.iter().collect();
         ports.sort_by_key(|(svc, _)| **svc);
-        let undecoded_ports = ports
-            .into_iter()
-            .take(MAX_UNDECODED_LISTED)
-            .map(|(svc, u)| UndecodedPort {
+        let unkeyed = table.unkeyed.iter().map(|(u, _)| UndecodedPort {
+            service: "unknown".into(),
+            source: u.source.to_string(),
+            reason: u.reason.clone(),
+        });
+        let undecoded_ports = unkeyed
+            .chain(ports.into_iter().map(|(svc, u)| UndecodedPort {
                 service: service_label(svc),
                 source: u.source.to_string(),
                 reason: u.reason.clone(),
-            })
+            }))
+            .take(MAX_UNDECODED_LISTED)
             .collect();
         ConntrackStaleFacts {
             undecoded,

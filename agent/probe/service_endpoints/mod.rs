@@ -91,6 +91,10 @@ pub struct ServiceTable {
     pub services: HashMap<ServicePort, Vec<Endpoint>>,
     /// Service ports whose path the decoder did not understand: never judged.
     pub undecoded: HashMap<ServicePort, Undecoded>,
+    /// Map elements that name a service port the decoder could not read (a
+    /// key of an unexpected type): (what, how many); their ports are unknown,
+    /// so no entry is judged against them.
+    pub unkeyed: Vec<(Undecoded, u64)>,
     /// Service ports whose rules send traffic from some sources elsewhere
     /// than the rest (`externalTrafficPolicy: Local`: pod and host traffic
     /// short-circuit to all endpoints, the rest only reaches the local ones).
@@ -145,11 +149,14 @@ impl ServiceTable {
         self.undecoded.contains_key(svc)
     }
 
-    /// Undecoded service ports per source.
+    /// Undecoded service ports per source (unreadable map elements included).
     pub fn undecoded_by_source(&self) -> BTreeMap<&'static str, u64> {
         let mut m = BTreeMap::new();
         for u in self.undecoded.values() {
             *m.entry(u.source).or_default() += 1;
+        }
+        for (u, n) in &self.unkeyed {
+            *m.entry(u.source).or_default() += n;
         }
         m
     }
@@ -215,6 +222,7 @@ impl ServiceTable {
             mine.sort();
             mine.dedup();
         }
+        self.unkeyed.extend(other.unkeyed);
         for (svc, why) in other.undecoded {
             self.services.remove(&svc);
             self.split.remove(&svc);
@@ -399,6 +407,7 @@ impl Graph {
             services,
             undecoded,
             split,
+            unkeyed: Vec::new(),
         }
     }
 

@@ -50,6 +50,8 @@ pub struct NftEndpoints {
     targets: Vec<(u64, u64)>,
     /// (map, what) for a map element that goes somewhere not on a path.
     bad_targets: Vec<(u64, String)>,
+    /// Elements of the service-port maps whose key could not be read: (map, key length) → count.
+    unkeyed: std::collections::BTreeMap<(String, usize), u64>,
 }
 
 fn on_path(chain: &str) -> bool {
@@ -71,6 +73,7 @@ impl NftEndpoints {
             lookups: Vec::new(),
             targets: Vec::new(),
             bad_targets: Vec::new(),
+            unkeyed: Default::default(),
         }
     }
 
@@ -114,7 +117,28 @@ impl NftEndpoints {
                 self.graph.unknown_id(chain, why.clone());
             }
         }
-        self.graph.finish("nftables")
+        let mut table = self.graph.finish("nftables");
+        for ((set, len), n) in self.unkeyed {
+            let reason = format!(
+                "{n} elements of map {set} with a key of {len} bytes, a map type the decoder does not know: their service ports are unknown"
+            );
+            table.unkeyed.push((
+                super::Undecoded {
+                    source: "nftables",
+                    reason,
+                },
+                n,
+            ));
+        }
+        table
+    }
+
+    /// A service-port map's key could not be read: counted, never guessed.
+    fn keyed(&mut self, set: &str, key: &[u8], svc: Result<ServicePort, NlError>) -> Option<ServicePort> {
+        if svc.is_err() {
+            *self.unkeyed.entry((set.to_string(), key.len())).or_default() += 1;
+        }
+        svc.ok()
     }
 
     /// A service port of a named map goes to `chain` (None: a verdict that is no goto/jump).
@@ -190,20 +214,28 @@ impl Tally for NftEndpoints {
     fn element(&mut self, set: &str, e: Element<'_>) -> Result<(), NlError> {
         match set {
             "service-ips" => {
-                let svc = self.address_key(set, e.key)?;
-                self.entry(set, svc, e.chain);
+                let svc = self.address_key(set, e.key);
+                if let Some(svc) = self.keyed(set, e.key, svc) {
+                    self.entry(set, svc, e.chain);
+                }
             }
             "service-nodeports" => {
-                let svc = self.port_key(set, e.key)?;
-                self.entry(set, svc, e.chain);
+                let svc = self.port_key(set, e.key);
+                if let Some(svc) = self.keyed(set, e.key, svc) {
+                    self.entry(set, svc, e.chain);
+                }
             }
             "no-endpoint-services" => {
-                let svc = self.address_key(set, e.key)?;
-                self.graph.no_endpoints(svc);
+                let svc = self.address_key(set, e.key);
+                if let Some(svc) = self.keyed(set, e.key, svc) {
+                    self.graph.no_endpoints(svc);
+                }
             }
             "no-endpoint-nodeports" => {
-                let svc = self.port_key(set, e.key)?;
-                self.graph.no_endpoints(svc);
+                let svc = self.port_key(set, e.key);
+                if let Some(svc) = self.keyed(set, e.key, svc) {
+                    self.graph.no_endpoints(svc);
+                }
             }
             _ => match e.chain {
                 Some(c) if on_path(c) => self.targets.push((chain_id(set), chain_id(c))),
@@ -347,24 +379,31 @@ mod tests {
     }
 
     #[test]
-    fn short_keys_are_an_error() {
+    fn keys_of_an_unknown_map_type_are_undecoded() {
         let mut t = NftEndpoints::new(Family::Ip6);
         let short = key4([10, 96, 0, 10], 17, 53);
+        for _ in 0..2 {
+            let e = Element {
+                key: &short,
+                chain: Some("service-x"),
+            };
+            t.element("service-ips", e).unwrap();
+        }
         let e = Element {
-            key: &short,
-            chain: Some("service-x"),
+            key: &[6, 0],
+            chain: None,
         };
-        let err = t.element("service-ips", e).unwrap_err().to_string();
-        assert!(err.contains("service-ips") && err.contains("12 bytes"), "{err}");
-        assert!(t
-            .element(
-                "service-nodeports",
-                Element {
-                    key: &[6, 0],
-                    chain: None
-                }
-            )
-            .is_err());
+        t.element("service-nodeports", e).unwrap();
+        let table = t.finish();
+        assert!(table.services.is_empty());
+        assert_eq!(table.undecoded_by_source()["nftables"], 3);
+        let (u, n) = &table.unkeyed[0];
+        assert_eq!(*n, 2);
+        assert!(
+            u.reason.contains("map service-ips with a key of 12 bytes"),
+            "{}",
+            u.reason
+        );
         // The decoder is only reached through a real element message.
         assert!(crate::netlink::nft::each_element(msg_type(NFT_MSG_NEWSETELEM), &[2, 0], |_| Ok(())).is_err());
     }
