@@ -581,5 +581,14 @@ mod tests {
                 .unwrap();
         assert!(t.undecoded[&sp("10.96.0.1", 443, 6)].reason.contains("KUBE-WEIRD-X"));
         assert_eq!(t.undecoded[&sp("10.96.0.1", 443, 6)].source, "iptables-legacy");
+        // A jump from a service chain to a chain outside kube-proxy's layout: undecoded too.
+        let (_, t) = decode(
+            "*nat\n-A KUBE-SERVICES -d 10.96.0.3/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-Q\n\
+             -A KUBE-SVC-Q -j MY-OWN-CHAIN\n-A KUBE-SVC-Q -j KUBE-SEP-Q\n\
+             -A KUBE-SEP-Q -p tcp -m tcp -j DNAT --to-destination 10.244.0.3:80\nCOMMIT\n",
+        )
+        .unwrap();
+        assert!(t.services.is_empty(), "{t:?}");
+        assert!(t.undecoded[&sp("10.96.0.3", 80, 6)].reason.contains("MY-OWN-CHAIN"));
     }
 }
