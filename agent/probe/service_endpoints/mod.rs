@@ -328,6 +328,9 @@ impl Graph {
         let mut seen: std::collections::HashSet<u64> = std::collections::HashSet::new();
         self.guarded.sort_unstable_by_key(|(c, (to, _))| (*c, *to));
         let mut split: HashMap<ServicePort, Split> = HashMap::new();
+        // Ports with an entry whose walk does not split: they keep the union
+        // (which entry a packet takes is not modelled).
+        let mut unsplit: std::collections::HashSet<ServicePort> = std::collections::HashSet::new();
         let mut stack = Vec::new();
         for (svc, chain) in &self.entries {
             seen.clear();
@@ -352,12 +355,14 @@ impl Graph {
                 }
             }
             // Traffic from other sources: the walk without the guarded jumps.
+            let mut splits = false;
             if why.is_none() && !guards.is_empty() && !guards.contains(&SourceGuard::Other) {
                 let outside = self.walk_unguarded(*chain, &mut seen, &mut stack);
                 let mut all = eps.clone();
                 all.sort_unstable();
                 all.dedup();
                 if outside != all {
+                    splits = true;
                     let sp = split.entry(*svc).or_default();
                     sp.outside.extend(outside);
                     for g in guards {
@@ -368,6 +373,9 @@ impl Graph {
                         }
                     }
                 }
+            }
+            if !splits {
+                unsplit.insert(*svc);
             }
             if why.is_none() && eps.is_empty() && self.no_endpoints.binary_search(svc).is_err() {
                 why = Some("its chains reach no DNAT and no \"no endpoints\" verdict".into());
@@ -387,9 +395,11 @@ impl Graph {
                 services.entry(*svc).or_default();
             }
         }
+        for svc in undecoded.keys().chain(unsplit.iter()) {
+            split.remove(svc);
+        }
         for svc in undecoded.keys() {
             services.remove(svc);
-            split.remove(svc);
         }
         for sp in split.values_mut() {
             sp.outside.sort_unstable();
@@ -522,6 +532,9 @@ mod tests {
         // No local endpoint: outside traffic reaches nothing.
         g.entry(svc(81), "external-Y");
         g.guarded_edge("external-Y", "service-X", SourceGuard::Local);
+        // Two entries for one port, one of them without the short-circuit: the union.
+        g.entry(svc(83), "external-X");
+        g.entry(svc(83), "service-X");
         // A condition not modelled: no split (the union, a miss at worst).
         g.entry(svc(82), "external-Z");
         g.guarded_edge("external-Z", "service-X", SourceGuard::Other);
@@ -552,6 +565,8 @@ mod tests {
         assert_eq!(at(81, "192.168.0.2", "10.180.0.20"), Some(true));
         assert_eq!(at(82, "203.0.113.2", "10.180.1.20"), Some(true));
         assert!(!t.split.contains_key(&svc(82)));
+        assert!(!t.split.contains_key(&svc(83)));
+        assert_eq!(at(83, "203.0.113.2", "10.180.1.20"), Some(true));
         assert_eq!(
             t.is_current_from(&svc(80), None, &node, "10.180.1.20".parse().unwrap(), 80),
             Some(true),
