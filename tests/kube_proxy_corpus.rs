@@ -1,5 +1,5 @@
 //! Real kube-proxy output, on the real kernel: the expected rule sets of
-//! kube-proxy's own unit tests and one layout derived from its proxier
+//! kube-proxy's own unit tests and a layout derived from its proxier (IPv4 and IPv6)
 //! (tests/fixtures/kube-proxy-corpus, origins in ORIGIN.md), each loaded into
 //! a namespace with the real tools (`iptables-nft-restore`,
 //! `iptables-legacy-restore`, `nft -f`) plus what kube-proxy adds outside its
@@ -26,6 +26,50 @@ use serde_json::Value;
 const NODE_IP: &str = "192.168.0.2";
 /// An endpoint no service routes to.
 const GONE: &str = "10.180.9.9";
+
+/// The addresses a case uses, per family.
+struct Net {
+    /// The node address (NodePorts, the legacy-save tests).
+    node: &'static str,
+    /// A pod address: the short-circuit prefix of eTP=Local ports.
+    pod: &'static str,
+    outside: &'static str,
+    gone: &'static str,
+    /// No service there.
+    elsewhere: &'static str,
+    /// nftables family of kube-proxy's table.
+    nft: &'static str,
+}
+
+const V4: Net = Net {
+    node: NODE_IP,
+    pod: "10.1.0.1",
+    outside: OUTSIDE_CLIENT,
+    gone: GONE,
+    elsewhere: "172.30.9.9",
+    nft: "ip",
+};
+
+/// The addresses of kube-proxy's IPv6 tests (pod CIDR fd00:10::/64, node 2001:db8::1).
+const V6: Net = Net {
+    node: "2001:db8::1",
+    pod: "fd00:10::1:1",
+    outside: "2001:db8:99::2",
+    gone: "fd00:180::9:9",
+    elsewhere: "fd00:30::9:9",
+    nft: "ip6",
+};
+
+impl Net {
+    /// `addr:port`, bracketed for IPv6 (as conntrack and the agent write it).
+    fn socket(&self, addr: &str, port: u16) -> String {
+        if addr.contains(':') {
+            format!("[{addr}]:{port}")
+        } else {
+            format!("{addr}:{port}")
+        }
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Load {
@@ -58,6 +102,20 @@ const OVERALL_OUTSIDE: Outside = &[
 const TRAFFIC_POLICY_LOCAL_OUTSIDE: Outside = &[
     (":3080/tcp", "10.180.1.20:80", true),
     (":3080/tcp", "10.180.0.20:80", false),
+];
+
+/// nftables-derived-traffic-policy-local-ipv6.nft: the same services in the ip6 family.
+const TRAFFIC_POLICY_LOCAL_V6: Table = &[
+    ("[fd00:30::10]:53/udp", &["[fd00:180::10]:53"]),
+    ("[fd00:30::20]:80/tcp", &["[fd00:180::1:20]:80", "[fd00:180::20]:80"]),
+    (":3080/tcp", &["[fd00:180::1:20]:80", "[fd00:180::20]:80"]),
+    ("[fd00:30::30]:9999/sctp", &[]),
+    ("[fd00:30::40]:8080/tcp", &["[fd00:180::20]:80"]),
+];
+
+const TRAFFIC_POLICY_LOCAL_V6_OUTSIDE: Outside = &[
+    (":3080/tcp", "[fd00:180::1:20]:80", true),
+    (":3080/tcp", "[fd00:180::20]:80", false),
 ];
 
 /// TestOverallIPTablesRules and TestOverallNFTablesRules describe the same six
@@ -168,21 +226,26 @@ fn protocol(label: &str) -> &str {
 }
 
 /// (address conntrack sees as the original destination, its port).
-fn destination(label: &str) -> (String, u16) {
+fn destination(net: &Net, label: &str) -> (String, u16) {
     let (addr_port, _) = label.rsplit_once('/').unwrap();
     let (addr, port) = addr_port.rsplit_once(':').unwrap();
-    let addr = if addr.is_empty() { NODE_IP } else { addr };
+    let addr = if addr.is_empty() {
+        net.node
+    } else {
+        addr.trim_matches(|c| c == '[' || c == ']')
+    };
     (addr.to_string(), port.parse().unwrap())
 }
 
 struct Inserter<'a> {
     ns: &'a Netns,
     sport: u16,
+    pod: &'static str,
 }
 
 impl Inserter<'_> {
     fn insert(&mut self, proto: &str, dst: &str, dport: u16, to: &str) {
-        self.insert_from("10.1.0.1", proto, dst, dport, to);
+        self.insert_from(self.pod, proto, dst, dport, to);
     }
 
     fn insert_from(&mut self, src: &str, proto: &str, dst: &str, dport: u16, to: &str) {
@@ -274,8 +337,8 @@ fn iptables_counts_equal_the_save(ns: &Netns, backend: &str, doc: &Value) {
 }
 
 /// The agent's nftables counts equal `nft -j list table ip kube-proxy`.
-fn nftables_counts_equal_the_listing(ns: &Netns, doc: &Value) {
-    let out = ns.exec_ok("nft", &["-j", "list", "table", "ip", "kube-proxy"]).stdout;
+fn nftables_counts_equal_the_listing(ns: &Netns, family: &str, doc: &Value) {
+    let out = ns.exec_ok("nft", &["-j", "list", "table", family, "kube-proxy"]).stdout;
     let json: Value = serde_json::from_slice(&out).unwrap();
     let objects = json["nftables"].as_array().unwrap();
     let of = |kind: &'static str| objects.iter().filter_map(move |o| o.get(kind));
@@ -285,7 +348,7 @@ fn nftables_counts_equal_the_listing(ns: &Netns, doc: &Value) {
         .as_array()
         .unwrap()
         .iter()
-        .find(|t| t["family"] == "ip")
+        .find(|t| t["family"] == family)
         .unwrap_or_else(|| panic!("no ip table: {}", doc["facts"]["nftables"]));
     let c = &t["counts"];
     assert_eq!(c["chains"], chains.len() as u64, "{c}");
@@ -314,8 +377,13 @@ fn nftables_counts_equal_the_listing(ns: &Netns, doc: &Value) {
 }
 
 fn corpus_case(tag: &str, file: &str, how: Load, table: Table, outside: Outside) {
+    corpus_case_in(&V4, tag, file, how, table, outside)
+}
+
+fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, outside: Outside) {
     let node = Netns::new(tag);
-    node.exec_ok("ip", &["addr", "add", &format!("{NODE_IP}/32"), "dev", "lo"]);
+    let host = if net.node.contains(':') { 128 } else { 32 };
+    node.exec_ok("ip", &["addr", "add", &format!("{}/{host}", net.node), "dev", "lo"]);
     load(&node, how, &fixture(file));
 
     // Per service port (from a pod address, 10.1.0.1): one entry to each
@@ -323,15 +391,16 @@ fn corpus_case(tag: &str, file: &str, how: Load, table: Table, outside: Outside)
     let mut ct = Inserter {
         ns: &node,
         sport: 20000,
+        pod: net.pod,
     };
     let mut want: BTreeMap<String, u64> = BTreeMap::new();
     let mut want_groups: BTreeMap<(String, String), u64> = BTreeMap::new();
     let service = |label: &str| {
-        let (dst, dport) = destination(label);
-        format!("{dst}:{dport}/{}", protocol(label))
+        let (dst, dport) = destination(net, label);
+        format!("{}/{}", net.socket(&dst, dport), protocol(label))
     };
     for (label, eps) in table {
-        let (dst, dport) = destination(label);
+        let (dst, dport) = destination(net, label);
         let p = protocol(label);
         for ep in *eps {
             ct.insert(p, &dst, dport, ep);
@@ -339,23 +408,23 @@ fn corpus_case(tag: &str, file: &str, how: Load, table: Table, outside: Outside)
         let port = eps
             .first()
             .map_or(dport, |e| e.rsplit_once(':').unwrap().1.parse().unwrap());
-        let gone = format!("{GONE}:{port}");
+        let gone = net.socket(net.gone, port);
         ct.insert(p, &dst, dport, &gone);
         *want.entry(p.to_string()).or_default() += 1;
         *want_groups.entry((service(label), gone)).or_default() += 1;
     }
     for (label, ep, stale) in outside {
-        let (dst, dport) = destination(label);
+        let (dst, dport) = destination(net, label);
         let p = protocol(label);
-        ct.insert_from(OUTSIDE_CLIENT, p, &dst, dport, ep);
+        ct.insert_from(net.outside, p, &dst, dport, ep);
         if *stale {
             *want.entry(p.to_string()).or_default() += 1;
             *want_groups.entry((service(label), ep.to_string())).or_default() += 1;
         }
     }
     // No service address: never counted.
-    ct.insert("tcp", "172.30.9.9", 80, &format!("{GONE}:80"));
-    ct.insert("udp", "172.30.9.9", 53, &format!("{GONE}:53"));
+    ct.insert("tcp", net.elsewhere, 80, &net.socket(net.gone, 80));
+    ct.insert("udp", net.elsewhere, 53, &net.socket(net.gone, 53));
 
     let source = match how {
         Load::Iptables(b) => format!("iptables-{b}"),
@@ -429,7 +498,8 @@ fn corpus_case(tag: &str, file: &str, how: Load, table: Table, outside: Outside)
         .map(|g| {
             let service = g["service"].as_str().unwrap().to_string();
             let node_port = g["node_port"].as_bool().unwrap_or(false);
-            assert_eq!(node_port, service.starts_with(NODE_IP), "{file}: {g}");
+            let on_node = service.trim_start_matches('[').starts_with(net.node);
+            assert_eq!(node_port, on_node, "{file}: {g}");
             (
                 (service, g["endpoint"].as_str().unwrap().to_string()),
                 g["entries"].as_u64().unwrap(),
@@ -439,7 +509,7 @@ fn corpus_case(tag: &str, file: &str, how: Load, table: Table, outside: Outside)
     assert_eq!(groups, want_groups, "{file}: stale groups: {f}");
     match how {
         Load::Iptables(backend) => iptables_counts_equal_the_save(&node, backend, &doc),
-        Load::Nftables => nftables_counts_equal_the_listing(&node, &doc),
+        Load::Nftables => nftables_counts_equal_the_listing(&node, net.nft, &doc),
     }
 }
 
@@ -538,6 +608,7 @@ fn legacy_save_cut_or_garbled_is_an_error_and_nftables_still_counts() {
         let mut ct = Inserter {
             ns: &node,
             sport: 30000,
+            pod: V4.pod,
         };
         ct.insert("tcp", "172.30.0.41", 80, &format!("{GONE}:80"));
         let port = 9500 + (std::process::id() % 400) as u16;
@@ -603,6 +674,22 @@ fn legacy_save_cut_or_garbled_is_an_error_and_nftables_still_counts() {
         assert!(
             finding["summary"].as_str().unwrap().contains("iptables-legacy"),
             "{finding}"
+        );
+    }
+}
+
+/// The derived eTP/iTP=Local layout in the ip6 family: IPv6 service ports,
+/// endpoints, NodePort on an IPv6 node address and IPv6 conntrack entries.
+#[test]
+fn nftables_traffic_policy_local_derived_ipv6() {
+    if common::can_run(&["ip", "nft", "conntrack"]) {
+        corpus_case_in(
+            &V6,
+            "kpc-n6",
+            "nftables-derived-traffic-policy-local-ipv6.nft",
+            Load::Nftables,
+            TRAFFIC_POLICY_LOCAL_V6,
+            TRAFFIC_POLICY_LOCAL_V6_OUTSIDE,
         );
     }
 }
