@@ -319,20 +319,24 @@ pub fn spawn(
 }
 
 /// Runs every probe once, concurrently, and returns the publication (for `proxywatch check`).
+/// conntrack_stale runs once the others are done: it judges iptables-legacy
+/// rules by the table the iptables probe decoded from its save.
 pub async fn run_once(ctx: Arc<ProbeContext>, schedules: &[Schedule], mut aggregator: Aggregator) -> Publication {
-    let runs = schedules.iter().map(|s| {
-        let ctx = ctx.clone();
+    let later = |s: &&Schedule| s.probe == crate::probe::ProbeName::ConntrackStale;
+    let run = |s: &Schedule| {
+        let (ctx, probe, timeout) = (ctx.clone(), s.probe, s.timeout);
         async move {
             let started = Instant::now();
-            let result = run_isolated(s.probe, &ctx, s.timeout).await;
+            let result = run_isolated(probe, &ctx, timeout).await;
             RunReport {
-                probe: s.probe,
+                probe,
                 result,
                 duration: started.elapsed(),
             }
         }
-    });
-    let reports = futures_util::future::join_all(runs).await;
+    };
+    let mut reports = futures_util::future::join_all(schedules.iter().filter(|s| !later(s)).map(run)).await;
+    reports.extend(futures_util::future::join_all(schedules.iter().filter(later).map(run)).await);
     let origin = Instant::now();
     let mut last = None;
     for r in reports {

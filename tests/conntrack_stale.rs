@@ -597,3 +597,214 @@ fn ipv6_services_and_entries() {
     assert_eq!(groups[1]["service"], "[fd00:10:96::14]:80/tcp");
     assert_eq!(groups[1]["endpoint"], "[fd00:10:244::8]:8080");
 }
+
+/// `conntrack -I` one DST_NAT entry per call, each from its own source port.
+struct Inserter<'a> {
+    ns: &'a Netns,
+    sport: u16,
+}
+
+impl Inserter<'_> {
+    fn insert(&mut self, n: u32, proto: &str, dst: &str, dport: u16, to: &str) {
+        for _ in 0..n {
+            self.sport += 1;
+            let (s, d) = (self.sport.to_string(), dport.to_string());
+            let src = if dst.contains(':') { "fd00:1::1" } else { "10.1.0.1" };
+            let mut args = vec![
+                "-I",
+                "-p",
+                proto,
+                "-s",
+                src,
+                "-d",
+                dst,
+                "--sport",
+                &s,
+                "--dport",
+                &d,
+                "--dst-nat",
+                to,
+                "-t",
+                "600",
+            ];
+            if proto == "tcp" {
+                args.extend(["--state", "ESTABLISHED"]);
+            }
+            self.ns.exec_ok("conntrack", &args);
+        }
+    }
+}
+
+fn check_json(ns: &Netns) -> Value {
+    let out = ns
+        .command(
+            common::binary().to_str().unwrap(),
+            &["check", "--format", "json", "--iptables.save-interval", "0"],
+        )
+        .args(common::NO_KUBE_PROXY)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn finding_by<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
+    doc["findings"].as_array()?.iter().find(|f| f["id"] == id)
+}
+
+/// Never guess, on the real kernel in both kube-proxy modes: a service port
+/// whose path goes to a chain of a prefix kube-proxy does not write
+/// (`weird-*`, `KUBE-WEIRD-*`) is undecoded: its entries are not stale even
+/// though they are NATed to an address the chain does not DNAT to, the port
+/// is listed with the reason, and `conntrack_stale_partial` (info) says the
+/// detection is partial. Next to it, an `internalTrafficPolicy: Local`
+/// ClusterIP (nftables `local-*`, iptables `KUBE-SVL-*`) is decoded: only the
+/// entries to its removed endpoint are stale, none of those to its local one.
+#[test]
+fn unknown_layout_is_undecoded_never_stale() {
+    for (tool, tag, nft) in [("iptables-nft-restore", "uwi", false), ("nft", "uwn", true)] {
+        if !common::can_run(&["ip", tool, "conntrack"]) {
+            continue;
+        }
+        let node = Netns::new(tag);
+        if nft {
+            let weird = "weird-ODDODDOD-ns/odd/udp/dns";
+            let local = "local-DNSDNSDN-ns/dns/udp/dns";
+            let web = "service-WEBWEBWE-ns/web/tcp/http";
+            let text = format!(
+                "table ip kube-proxy {{\n\
+                 \tchain nat-output {{ type nat hook output priority -100; policy accept; jump services; }}\n\
+                 \tchain mark-for-masquerade {{ meta mark set meta mark | 0x4000; }}\n\
+                 \tchain endpoint-ODD__10.244.0.3/53 {{ meta l4proto udp dnat to 10.244.0.3:53; }}\n\
+                 \tchain endpoint-DNS__10.244.0.2/53 {{ meta l4proto udp dnat to 10.244.0.2:53; }}\n\
+                 \tchain endpoint-WEB__10.244.0.4/8080 {{ meta l4proto tcp dnat to 10.244.0.4:8080; }}\n\
+                 \tchain {weird} {{ numgen random mod 1 vmap {{ 0 : goto endpoint-ODD__10.244.0.3/53 }}; }}\n\
+                 \tchain {local} {{ numgen random mod 1 vmap {{ 0 : goto endpoint-DNS__10.244.0.2/53 }}; }}\n\
+                 \tchain {web} {{ ip daddr 10.96.0.20 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade; \
+                 numgen random mod 1 vmap {{ 0 : goto endpoint-WEB__10.244.0.4/8080 }}; }}\n\
+                 \tmap service-ips {{ type ipv4_addr . inet_proto . inet_service : verdict; elements = {{ \
+                 10.96.0.10 . udp . 53 : goto {local}, 10.96.0.11 . udp . 53 : goto {weird}, 10.96.0.20 . tcp . 80 : goto {web} }} }}\n\
+                 \tchain services {{ ip daddr . meta l4proto . th dport vmap @service-ips; }}\n}}\n"
+            );
+            node.exec_input("nft", &["-f", "-"], &text);
+        } else {
+            let rules = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
+                :KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n:KUBE-SVL-DNSDNSDNSDNSDNS1 - [0:0]\n\
+                :KUBE-WEIRD-ODDODDODDODDODD1 - [0:0]\n:KUBE-SVC-WEBWEBWEBWEBWEB1 - [0:0]\n\
+                :KUBE-SEP-DNSA - [0:0]\n:KUBE-SEP-ODDA - [0:0]\n:KUBE-SEP-WEBA - [0:0]\n\
+                -A OUTPUT -j KUBE-SERVICES\n-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\n\
+                -A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m udp --dport 53 -j KUBE-SVL-DNSDNSDNSDNSDNS1\n\
+                -A KUBE-SERVICES -d 10.96.0.11/32 -p udp -m udp --dport 53 -j KUBE-WEIRD-ODDODDODDODDODD1\n\
+                -A KUBE-SERVICES -d 10.96.0.20/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-WEBWEBWEBWEBWEB1\n\
+                -A KUBE-SVL-DNSDNSDNSDNSDNS1 -j KUBE-SEP-DNSA\n\
+                -A KUBE-SEP-DNSA -p udp -m udp -j DNAT --to-destination 10.244.0.2:53\n\
+                -A KUBE-WEIRD-ODDODDODDODDODD1 -j KUBE-SEP-ODDA\n\
+                -A KUBE-SEP-ODDA -p udp -m udp -j DNAT --to-destination 10.244.0.3:53\n\
+                -A KUBE-SVC-WEBWEBWEBWEBWEB1 -j KUBE-SEP-WEBA\n\
+                -A KUBE-SEP-WEBA -p tcp -m tcp -j DNAT --to-destination 10.244.0.4:8080\n\
+                COMMIT\n";
+            node.exec_input(tool, &[], rules);
+        }
+        let mut ct = Inserter {
+            ns: &node,
+            sport: 40000,
+        };
+        ct.insert(3, "udp", "10.96.0.10", 53, "10.244.0.2:53"); // iTP=Local, current
+        ct.insert(2, "udp", "10.96.0.10", 53, "10.244.0.9:53"); // iTP=Local, removed
+        ct.insert(4, "udp", "10.96.0.11", 53, "10.244.0.7:53"); // undecoded: not judged
+        ct.insert(1, "tcp", "10.96.0.20", 80, "10.244.0.4:8080"); // current
+        ct.insert(2, "tcp", "10.96.0.20", 80, "10.244.0.8:8080"); // removed
+        ct.insert(2, "udp", "10.99.0.1", 53, "10.244.0.9:53"); // no service address
+        let truth = (
+            conntrack_count(&node, "udp", "10.96.0.10", "10.244.0.9"),
+            conntrack_count(&node, "udp", "10.96.0.11", "10.244.0.7"),
+            conntrack_count(&node, "tcp", "10.96.0.20", "10.244.0.8"),
+        );
+        assert_eq!(truth, (2, 4, 2), "the ground truth");
+        let doc = check_json(&node);
+        let facts = &doc["facts"]["conntrack_stale"];
+        let source = if nft { "nftables" } else { "iptables-nft" };
+        assert_eq!(
+            doc["probes"]["conntrack_stale"]["status"], "ok",
+            "{}",
+            doc["probes"]["conntrack_stale"]
+        );
+        assert_eq!(facts["source"], source, "{facts}");
+        assert_eq!(facts["stale_entries"]["udp"], truth.0, "0 false stale: {facts}");
+        assert_eq!(facts["stale_entries"]["tcp"], truth.2, "{facts}");
+        assert_eq!(
+            (&facts["service_ports"], &facts["endpoints"]),
+            (&Value::from(2), &Value::from(2)),
+            "{facts}"
+        );
+        assert_eq!(facts["undecoded"][source], 1, "{facts}");
+        assert_eq!(facts["undecoded_entries"], truth.1, "{facts}");
+        let port = &facts["undecoded_ports"][0];
+        assert_eq!(port["service"], "10.96.0.11:53/udp", "{facts}");
+        assert_eq!(port["source"], source);
+        let weird = if nft {
+            "weird-ODDODDOD"
+        } else {
+            "KUBE-WEIRD-ODDODDODDODDODD1"
+        };
+        assert!(port["reason"].as_str().unwrap().contains(weird), "{port}");
+        let groups = facts["stale"].as_array().unwrap();
+        assert!(groups.iter().all(|g| g["service"] != "10.96.0.11:53/udp"), "{facts}");
+        let f = finding_by(&doc, "conntrack_stale_partial").unwrap_or_else(|| panic!("{}", doc["findings"]));
+        assert_eq!(f["severity"], "info");
+        assert_eq!(f["evidence"]["undecoded_service_ports"], 1);
+        assert!(f["summary"].as_str().unwrap().contains(weird), "{f}");
+    }
+}
+
+/// A verdict map of a type kube-proxy's layout does not have (`service-ips`
+/// keyed by address and port, no protocol): its elements are counted as
+/// undecoded, the info finding says so, and no entry is judged against ports
+/// the decoder would have had to guess; the well-formed NodePort map next to
+/// it still counts.
+#[test]
+fn verdict_map_of_an_unexpected_type_is_undecoded() {
+    if !common::can_run(&["ip", "nft", "conntrack"]) {
+        return;
+    }
+    let node = Netns::new("umt");
+    node.exec_ok("ip", &["addr", "add", "10.250.9.1/32", "dev", "lo"]);
+    let text = "table ip kube-proxy {\n\
+        \tchain endpoint-WEB__10.244.0.4/8080 { meta l4proto tcp dnat to 10.244.0.4:8080; }\n\
+        \tchain service-WEBWEBWE-ns/web/tcp/http { numgen random mod 1 vmap { 0 : goto endpoint-WEB__10.244.0.4/8080 }; }\n\
+        \tmap service-ips { type ipv4_addr . inet_service : verdict; elements = { \
+        10.96.0.20 . 80 : goto service-WEBWEBWE-ns/web/tcp/http, 10.96.0.21 . 80 : goto service-WEBWEBWE-ns/web/tcp/http } }\n\
+        \tmap service-nodeports { type inet_proto . inet_service : verdict; elements = { tcp . 30080 : goto service-WEBWEBWE-ns/web/tcp/http } }\n\
+        \tchain services { ip daddr . th dport vmap @service-ips; meta l4proto . th dport vmap @service-nodeports; }\n\
+        \tchain nat-output { type nat hook output priority -100; policy accept; jump services; }\n}\n";
+    node.exec_input("nft", &["-f", "-"], text);
+    let mut ct = Inserter {
+        ns: &node,
+        sport: 41000,
+    };
+    ct.insert(3, "tcp", "10.96.0.20", 80, "10.244.0.9:8080"); // its port is unknown: not judged
+    ct.insert(2, "tcp", "10.250.9.1", 30080, "10.244.0.9:8080"); // the NodePort: stale
+    let doc = check_json(&node);
+    let facts = &doc["facts"]["conntrack_stale"];
+    assert_eq!(
+        doc["probes"]["conntrack_stale"]["status"], "ok",
+        "{}",
+        doc["probes"]["conntrack_stale"]
+    );
+    assert_eq!(facts["undecoded"]["nftables"], 2, "{facts}");
+    assert_eq!(facts["undecoded_ports"][0]["service"], "unknown", "{facts}");
+    assert!(
+        facts["undecoded_ports"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("map service-ips with a key of 8 bytes"),
+        "{facts}"
+    );
+    assert_eq!(
+        (&facts["service_ports"], &facts["node_ports"]),
+        (&Value::from(1), &Value::from(1)),
+        "{facts}"
+    );
+    assert_eq!(facts["stale_entries"]["tcp"], 2, "only the NodePort's entries: {facts}");
+    let f = finding_by(&doc, "conntrack_stale_partial").unwrap_or_else(|| panic!("{}", doc["findings"]));
+    assert_eq!(f["severity"], "info");
+}

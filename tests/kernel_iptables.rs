@@ -255,20 +255,27 @@ fn exact_counts(backend: &str, services: u32, endpoints: u32) {
         assert_eq!(counts["empty_with_warning"], false);
     }
     // The stale check's service table: KUBE-SERVICES and KUBE-NODEPORTS followed
-    // to the KUBE-SEP DNATs (nft backend, both families). Legacy rules are not
-    // in nf_tables and are not read: no service ports, said as source "none".
+    // to the KUBE-SEP DNATs (nft backend over netlink, both families; legacy
+    // decoded from the iptables probe's own iptables-legacy-save, IPv4 here).
     let stale = &c.doc["facts"]["conntrack_stale"];
     for key in ["service_ports", "node_ports", "endpoints"] {
         let want = match &expected6 {
             Some(e6) => expected["service_table"][key].as_u64().unwrap() + e6["service_table"][key].as_u64().unwrap(),
-            None => 0,
+            None => expected["service_table"][key].as_u64().unwrap(),
         };
         assert_eq!(
             stale[key], want,
             "{backend} {services}x{endpoints}: conntrack_stale `{key}`: {stale}"
         );
     }
-    assert_eq!(stale["source"], if backend == "nft" { "iptables-nft" } else { "none" });
+    assert_eq!(
+        stale["source"],
+        if backend == "nft" {
+            "iptables-nft"
+        } else {
+            "iptables-legacy"
+        }
+    );
     // The node_ports probe: the same NodePorts (one per port and protocol, both
     // families' alike) and the healthCheckNodePorts; from legacy rules none, said as unread.
     let np = &c.doc["facts"]["node_ports"];
@@ -849,6 +856,7 @@ fn nftables_table_counts() {
     assert_eq!(counts["service_chains"], count("service"));
     assert_eq!(counts["endpoint_chains"], count("endpoint"));
     assert_eq!(counts["external_chains"], count("external"));
+    assert_eq!(counts["local_chains"], count("local"));
     assert_eq!(counts["maps"], maps.len() as u64);
     assert_eq!(counts["sets"], sets.len() as u64);
     assert_eq!(counts["map_elements"], Value::Object(maps));

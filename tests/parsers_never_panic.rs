@@ -44,6 +44,16 @@ fn feed_save(text: &str) {
         }
     }
     let _ = p.finish();
+    // The legacy service-table decoder reads the same lines (both families).
+    for family in [
+        proxywatch::netlink::nft::Family::Ip,
+        proxywatch::netlink::nft::Family::Ip6,
+    ] {
+        let mut t = proxywatch::probe::service_endpoints::iptables::SaveText::new(family);
+        if text.split('\n').all(|l| t.feed_line(l).is_ok()) {
+            let _ = t.finish(None);
+        }
+    }
 }
 
 /// Runs every parser the probes use on `text`; results are ignored, only panics matter.

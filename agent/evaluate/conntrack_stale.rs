@@ -25,7 +25,10 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
         (false, false) => Severity::Warning,
     };
     let summary = match persisting.first() {
-        None if facts.service_ports == 0 => "no service ports to check: no kube-proxy rules in nf_tables (iptables-nft, nftables) or IPVS (iptables-legacy rules are not read)".to_string(),
+        None if facts.service_ports == 0 && facts.undecoded.values().any(|n| *n > 0) => {
+            "no decoded service ports to check: every service port kube-proxy's rules list leads through rules the decoder does not understand (see conntrack_stale_partial)".to_string()
+        }
+        None if facts.service_ports == 0 => "no service ports to check: no kube-proxy rules in nf_tables (iptables-nft, nftables), in the iptables probe's latest iptables-legacy-save, or in IPVS".to_string(),
         None => format!(
             "no stale conntrack entries persisting ({} entries checked against {} service ports from {})",
             facts.examined_entries, facts.service_ports, facts.source
@@ -89,6 +92,67 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
             "Check kube-proxy's conntrack cleanup: its logs for conntrack deletion errors and its metrics (kubeproxy_sync_proxy_rules_* and conntrack cleanup counters such as kubeproxy_conntrack_reconciler_deleted_entries_total where present); the conntrack binary must exist in kube-proxy's image for older versions.".into(),
         ]);
     }
+    Some(f)
+}
+
+/// Service ports listed in the partial finding's evidence.
+const UNDECODED_EVIDENCE_CAP: usize = 10;
+
+/// Stale detection is partial: some service ports lead through rules the
+/// decoder does not understand, and their entries are not judged (unknown is
+/// not empty: they are neither stale nor fine).
+pub fn stale_detection_partial(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    let facts = s.facts.conntrack_stale.as_ref()?;
+    let total: u64 = facts.undecoded.values().sum();
+    if total == 0 && !facts.legacy_errors.is_empty() {
+        let mut f = Finding::new(
+            "conntrack_stale_partial",
+            Severity::Info,
+            format!(
+                "stale conntrack detection is partial: kube-proxy's iptables-legacy rules could not be read ({}); the other sources still count",
+                facts.legacy_errors.join("; ")
+            ),
+        )
+        .evidence("legacy_errors", json!(facts.legacy_errors));
+        f.remediation = vec![
+            "Check the iptables probe (probe_failed, proxywatch_probe_success{probe=\"iptables\"}): its iptables-legacy-save failed or printed text the decoder could not read; run iptables-legacy-save -t nat on the node to see it.".into(),
+        ];
+        return Some(f);
+    }
+    if total == 0 {
+        return Some(Finding::new(
+            "conntrack_stale_partial",
+            Severity::Ok,
+            "every service port's path was decoded",
+        ));
+    }
+    let by_source: Vec<String> = facts
+        .undecoded
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(s, n)| format!("{n} from {s}"))
+        .collect();
+    let first = facts.undecoded_ports.first();
+    let summary = format!(
+        "stale conntrack detection is partial: {total} service ports ({}) lead through rules the decoder does not understand, and their {} conntrack entries are not judged{}",
+        by_source.join(", "),
+        facts.undecoded_entries,
+        first.map_or(String::new(), |u| format!(" (first: {}: {})", u.service, u.reason))
+    );
+    let ports: Vec<Value> = facts
+        .undecoded_ports
+        .iter()
+        .take(UNDECODED_EVIDENCE_CAP)
+        .map(|u| json!({"service": u.service, "source": u.source, "reason": u.reason}))
+        .collect();
+    let mut f = Finding::new("conntrack_stale_partial", Severity::Info, summary)
+        .evidence("undecoded_service_ports", total)
+        .evidence("undecoded_entries", facts.undecoded_entries)
+        .evidence("by_source", json!(facts.undecoded))
+        .evidence("service_ports", Value::Array(ports));
+    f.remediation = vec![
+        "Nothing is wrong with the node for this alone: kube-proxy wrote a rule layout this proxywatch version does not decode (a newer kube-proxy, another proxy, or hand-made rules in its chains). Compare the reason with the rules (nft list table ip kube-proxy, iptables-save -t nat) and upgrade proxywatch when kube-proxy's layout changed.".into(),
+    ];
     Some(f)
 }
 
@@ -163,15 +227,37 @@ mod tests {
     }
 
     #[test]
+    fn undecoded_ports_make_an_info_finding() {
+        let mut s = snapshot("nftables", &[], 1);
+        let mode = super::super::mode::effective_mode(&s, &crate::config::default_thresholds());
+        let t = crate::config::default_thresholds();
+        assert_eq!(stale_detection_partial(&s, &t, &mode).unwrap().severity, Severity::Ok);
+        let f = s.facts.conntrack_stale.as_mut().unwrap();
+        f.undecoded.insert("nftables".into(), 2);
+        f.undecoded_entries = 7;
+        f.undecoded_ports.push(crate::probe::conntrack_stale::UndecodedPort {
+            service: "10.96.0.10:53/udp".into(),
+            source: "nftables".into(),
+            reason: "service-ips sends it to chain weird-X".into(),
+        });
+        let p = stale_detection_partial(&s, &t, &mode).unwrap();
+        assert_eq!(p.severity, Severity::Info);
+        assert!(
+            p.summary.contains("2 from nftables") && p.summary.contains("weird-X"),
+            "{}",
+            p.summary
+        );
+        assert_eq!(p.evidence["undecoded_entries"], 7);
+        // Undecoded ports are never stale: the stale finding stays ok.
+        assert_eq!(check(&s).severity, Severity::Ok);
+    }
+
+    #[test]
     fn no_rules_read_is_said() {
         let mut s = snapshot("none", &[], 1);
         s.facts.conntrack_stale.as_mut().unwrap().service_ports = 0;
         let f = check(&s);
         assert_eq!(f.severity, Severity::Ok);
-        assert!(
-            f.summary.contains("iptables-legacy rules are not read"),
-            "{}",
-            f.summary
-        );
+        assert!(f.summary.contains("iptables-legacy-save"), "{}", f.summary);
     }
 }

@@ -160,6 +160,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "conntrack_max_below_recommended", run: conntrack::max_below_recommended },
     Check { id: "conntrack_time_to_full", run: conntrack::time_to_full },
     Check { id: "conntrack_stale_endpoint_entries", run: conntrack_stale::stale_endpoint_entries },
+    Check { id: "conntrack_stale_partial", run: conntrack_stale::stale_detection_partial },
     Check { id: "sysctl_ip_forward", run: kernel::ip_forward },
     Check { id: "sysctl_bridge_nf_call_iptables", run: kernel::bridge_nf_call_iptables },
     Check { id: "sysctl_conntrack_tcp_timeouts", run: kernel::conntrack_tcp_timeouts },

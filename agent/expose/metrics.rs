@@ -284,6 +284,18 @@ fn conntrack_stale(out: &Out, s: &Snapshot) {
     for (p, n) in by_proto {
         stale.with_label_values(&[p.as_str()]).set(*n as f64);
     }
+    // Only with a reading: a failed run is no "0 undecoded".
+    if let Some(f) = &s.facts.conntrack_stale {
+        let undecoded = out.gauge(
+            "proxywatch_conntrack_stale_undecoded_service_ports",
+            "Service ports whose path through kube-proxy's rules the conntrack_stale decoder did not understand, per source, at the latest check: their entries are not judged (stale detection is partial above 0).",
+            &["source"],
+        );
+        for source in crate::probe::conntrack_stale::SOURCES {
+            let n = f.undecoded.get(*source).copied().unwrap_or(0);
+            undecoded.with_label_values(&[source]).set(n as f64);
+        }
+    }
 }
 
 /// Conntrack: the table, its growth trend and the kernel's statistics.
@@ -541,6 +553,11 @@ fn nftables(out: &Out, s: &Snapshot) {
             "endpoint-* chains (one per endpoint) in kube-proxy's nftables table.",
             &["family"],
         );
+        let local = out.gauge(
+            "proxywatch_nftables_local_chains",
+            "local-* chains (one per service port with internalTrafficPolicy or externalTrafficPolicy Local and local endpoints) in kube-proxy's nftables table.",
+            &["family"],
+        );
         let elements = out.gauge(
             "proxywatch_nftables_map_elements",
             "Elements of kube-proxy's fixed maps (service-ips, service-nodeports, ...).",
@@ -557,6 +574,7 @@ fn nftables(out: &Out, s: &Snapshot) {
             rules.with_label_values(&[f]).set(t.counts.rules as f64);
             svc.with_label_values(&[f]).set(t.counts.service_chains as f64);
             ep.with_label_values(&[f]).set(t.counts.endpoint_chains as f64);
+            local.with_label_values(&[f]).set(t.counts.local_chains as f64);
             secs.with_label_values(&[f]).set(t.duration_seconds);
             // Only kube-proxy's fixed map names: per-service sets would be unbounded.
             for (map, n) in &t.counts.map_elements {

@@ -45,6 +45,8 @@ pub const IPS_DST_NAT: u32 = 1 << 5;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CtEntry {
     pub l4proto: u8,
+    /// The client: the original tuple's source.
+    pub orig_src: Option<IpAddr>,
     /// Where the client sent it: the original tuple's destination.
     pub orig_dst: IpAddr,
     pub orig_dport: u16,
@@ -143,6 +145,7 @@ pub fn decode_entry(ty: u16, payload: &[u8]) -> Result<Option<CtEntry>, NlError>
     Ok(match (o.proto, o.dst, o.dport, r.src, r.sport) {
         (Some(l4proto), Some(orig_dst), Some(orig_dport), Some(reply_src), Some(reply_sport)) => Some(CtEntry {
             l4proto,
+            orig_src: o.src,
             orig_dst,
             orig_dport,
             reply_src,

@@ -348,6 +348,24 @@ pub fn data_verdict_chain<'a>(data: Attr<'a>) -> Result<Option<&'a str>, NlError
     Ok(None)
 }
 
+/// The verdict code an NFTA_DATA_* attribute holds (`NF_DROP` 0, `NF_ACCEPT`
+/// 1, `NFT_JUMP` -3, ...), if it holds a verdict.
+pub fn data_verdict_code(data: Attr<'_>) -> Result<Option<i32>, NlError> {
+    for d in data.nested() {
+        let d = d?;
+        if d.kind != NFTA_DATA_VERDICT {
+            continue;
+        }
+        for v in d.nested() {
+            let v = v?;
+            if v.kind == NFTA_VERDICT_CODE {
+                return Ok(Some(v.be_u32()? as i32));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// One set or map of a set dump.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Set<'a> {

@@ -29,6 +29,21 @@ const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
 const NFT_META_L4PROTO: u32 = 16;
 const NFT_CMP_EQ: u32 = 0;
+const NF_DROP: i32 = 0;
+const NFTA_FIB_F_SADDR: u32 = 1;
+const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
+const RTN_LOCAL: u32 = 2;
+/// xt_addrtype v1: `1 << RTN_LOCAL`, and the flag that inverts the source match.
+const XT_ADDRTYPE_LOCAL: u16 = 1 << 2;
+const XT_ADDRTYPE_INVERT_SOURCE: u32 = 1;
+
+/// The source address field of the family's network header: (offset, length).
+fn saddr_field(family: Family) -> (u32, u32) {
+    match family {
+        Family::Ip => (12, 4),
+        _ => (8, 16),
+    }
+}
 const NFT_NAT_DNAT: u32 = 1;
 const NF_NAT_RANGE_MAP_IPS: u32 = 1;
 const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
@@ -50,11 +65,46 @@ pub struct RuleFacts {
     pub dnat: Option<(IpAddr, Option<u16>)>,
     /// A compat REJECT target (kube-proxy's "has no endpoints" rule).
     pub reject: bool,
+    /// A drop verdict (`-j DROP`, `drop`: kube-proxy's "has no local endpoints" rule).
+    pub drop: bool,
+    /// What the rule requires of the packet's source, if anything (the
+    /// `externalTrafficPolicy: Local` short-circuits: `ip saddr 10.0.0.0/8`,
+    /// `fib saddr type local`, `-m addrtype --src-type LOCAL`).
+    pub source: Option<SourceGuard>,
+}
+
+/// A rule's condition on the packet's source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceGuard {
+    /// The source is in this prefix (address, prefix length).
+    Prefix(IpAddr, u8),
+    /// The source is a local address of the node.
+    Local,
+    /// Any other condition on the source (negated, a set, several at once).
+    Other,
+}
+
+impl RuleFacts {
+    /// Adds a condition on the source: a second one makes it `Other`.
+    pub fn guard(&mut self, g: SourceGuard) {
+        self.source = Some(match self.source {
+            None => g,
+            Some(_) => SourceGuard::Other,
+        });
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Reg {
-    Payload { base: u32, offset: u32, len: u32 },
+    Payload {
+        base: u32,
+        offset: u32,
+        len: u32,
+    },
+    /// The source address under a mask (a prefix match), with the prefix length.
+    MaskedSaddr(u8),
+    /// `fib saddr type`: the source address's route type.
+    FibSaddrType,
     L4proto,
     Value(Vec<u8>),
     Other,
@@ -141,10 +191,44 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                     set(&mut regs, dreg, v);
                 }
             }
-            "bitwise" | "ct" | "numgen" | "hash" => {
-                // Whatever is in the destination register is no longer a plain field.
-                let dreg = if name == "bitwise" { num(2)? } else { num(1)? };
+            "bitwise" => {
+                // A masked source address is a prefix match; anything else is no plain field.
+                let (sreg, dreg) = (num(1)?, num(2)?);
+                let mask = at[4].map(super::nft::data_value).transpose()?.flatten();
+                let src = regs.iter().find(|(n, _)| Some(*n) == sreg).map(|(_, r)| r.clone());
+                let (offset, len) = saddr_field(family);
+                let v = match (src, mask) {
+                    (
+                        Some(Reg::Payload {
+                            base: NFT_PAYLOAD_NETWORK_HEADER,
+                            offset: o,
+                            len: l,
+                        }),
+                        Some(m),
+                    ) if o == offset && l <= len && m.len() == l as usize => {
+                        Reg::MaskedSaddr(m.iter().map(|b| b.count_ones() as u8).sum())
+                    }
+                    _ => Reg::Other,
+                };
                 if let Some(d) = dreg {
+                    set(&mut regs, d, v);
+                }
+            }
+            "fib" => {
+                // NFTA_FIB_DREG, NFTA_FIB_RESULT, NFTA_FIB_FLAGS.
+                if let Some(d) = num(1)? {
+                    let v = match (num(2)?, num(3)?) {
+                        (Some(NFT_FIB_RESULT_ADDRTYPE), Some(flags)) if flags & NFTA_FIB_F_SADDR != 0 => {
+                            Reg::FibSaddrType
+                        }
+                        _ => Reg::Other,
+                    };
+                    set(&mut regs, d, v);
+                }
+            }
+            "ct" | "numgen" | "hash" => {
+                // Whatever is in the destination register is no longer a plain field.
+                if let Some(d) = num(1)? {
                     set(&mut regs, d, Reg::Other);
                 }
             }
@@ -152,6 +236,8 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                 let Some(d) = at[2] else { continue };
                 if let Some(chain) = super::nft::data_verdict_chain(d)?.map(str::to_string) {
                     f.jumps.push(chain);
+                } else if super::nft::data_verdict_code(d)? == Some(NF_DROP) {
+                    f.drop = true;
                 } else if let (Some(dreg), Some(v)) = (num(1)?, super::nft::data_value(d)?) {
                     set(&mut regs, dreg, Reg::Value(v.to_vec()));
                 }
@@ -160,13 +246,40 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                 let (Some(sreg), Some(op), Some(d)) = (num(1)?, num(2)?, at[3]) else {
                     continue;
                 };
-                if op != NFT_CMP_EQ {
-                    continue;
-                }
                 let Some(v) = super::nft::data_value(d)? else { continue };
                 let Some((_, reg)) = regs.iter().find(|(n, _)| *n == sreg) else {
                     continue;
                 };
+                let (so, sl) = saddr_field(family);
+                let on_source = match reg {
+                    Reg::MaskedSaddr(_) | Reg::FibSaddrType => true,
+                    // nft loads only the prefix's bytes of a byte-aligned prefix.
+                    Reg::Payload { base, offset, len } => {
+                        *base == NFT_PAYLOAD_NETWORK_HEADER && *offset == so && *len <= sl
+                    }
+                    _ => false,
+                };
+                if op != NFT_CMP_EQ {
+                    if on_source {
+                        f.guard(SourceGuard::Other);
+                    }
+                    continue;
+                }
+                if on_source {
+                    // The compared bytes, zero-padded to a whole address.
+                    let mut full = v.to_vec();
+                    full.resize(sl as usize, 0);
+                    let g = match (reg, family.addr(&full)) {
+                        (Reg::MaskedSaddr(bits), Some(a)) => SourceGuard::Prefix(a, *bits),
+                        (Reg::Payload { len, .. }, Some(a)) if v.len() == *len as usize => {
+                            SourceGuard::Prefix(a, (*len * 8) as u8)
+                        }
+                        (Reg::FibSaddrType, _) if ne32(v, 0) == Some(RTN_LOCAL) => SourceGuard::Local,
+                        _ => SourceGuard::Other,
+                    };
+                    f.guard(g);
+                    continue;
+                }
                 match reg {
                     Reg::L4proto => f.l4proto = v.first().copied(),
                     Reg::Payload { base, offset, len } => match (family, *base, *offset, *len) {
@@ -177,10 +290,19 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                         (_, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2) => f.dport = be16(v),
                         _ => {}
                     },
-                    Reg::Value(_) | Reg::Other => {}
+                    _ => {}
                 }
             }
             "lookup" => {
+                // A set lookup on the source (`ip saddr @affinity-X`) is a condition on it.
+                let (so, sl) = saddr_field(family);
+                let sreg = num(2)?;
+                if regs.iter().any(|(n, r)| {
+                    Some(*n) == sreg
+                        && matches!(r, Reg::Payload { base: NFT_PAYLOAD_NETWORK_HEADER, offset, len } if *offset == so && *len <= sl)
+                }) {
+                    f.guard(SourceGuard::Other);
+                }
                 if let Some(s) = at[1] {
                     f.lookups.push(s.str()?.to_string());
                 }
@@ -190,6 +312,19 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
                     continue;
                 };
                 let info = info.value;
+                // xt_addrtype_info_v1 { u16 source, dest; u32 flags }: `--src-type`.
+                if n.str()? == "addrtype" && num(2)? == Some(1) {
+                    if let (Some(src), Some(flags)) = (ne16(info, 0), ne32(info, 4)) {
+                        if src != 0 {
+                            f.guard(if src == XT_ADDRTYPE_LOCAL && flags & XT_ADDRTYPE_INVERT_SOURCE == 0 {
+                                SourceGuard::Local
+                            } else {
+                                SourceGuard::Other
+                            });
+                        }
+                    }
+                    continue;
+                }
                 // xt_udp { u16 spts[2], dpts[2]; u8 invflags } and xt_tcp
                 // { u16 spts[2], dpts[2]; u8 option, flg_mask, flg_cmp, invflags }.
                 if let m @ ("udp" | "tcp") = n.str()? {

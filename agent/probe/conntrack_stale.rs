@@ -9,7 +9,10 @@
 //!    from [`StaleMemory`] when the generation is the one it was read at, else
 //!    read anew: kube-proxy's iptables-nft `nat`/`filter` chains and its
 //!    nftables `kube-proxy` table, both families, one walk per family — plus
-//!    the IPVS table (`/proc/net/ip_vs`, when IPVS is loaded), read every run;
+//!    the IPVS table (`/proc/net/ip_vs`, when IPVS is loaded), read every run,
+//!    and the iptables-legacy table the iptables probe decoded from its latest
+//!    `iptables-legacy-save` ([`crate::probe::service_endpoints::iptables::LegacyMemory`]);
+//!    a service port whose path was not understood is undecoded: not judged;
 //! 3. the node's addresses (rtnetlink), to tell NodePort traffic;
 //! 4. per family with service ports, one ctnetlink dump ([`ct_dump`]),
 //!    streamed — only DST_NAT entries, filtered in the kernel, unless IPVS
@@ -48,6 +51,22 @@ use crate::netlink::{ct_dump, nft_count, NlError, Socket, NETLINK_NETFILTER};
 pub const MAX_GROUPS: usize = 10_000;
 /// Pairs listed in the facts (the largest first).
 pub const MAX_LISTED: usize = 50;
+/// Undecoded service ports listed in the facts.
+pub const MAX_UNDECODED_LISTED: usize = 10;
+/// The sources of a service table, each always present in `undecoded`.
+pub const SOURCES: &[&str] = &["iptables-nft", "iptables-legacy", "nftables", "ipvs"];
+
+/// A service port whose path the decoder did not understand: never judged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UndecodedPort {
+    /// `10.96.0.10:53/udp`; a NodePort as `0.0.0.0:30053/udp` (`[::]` for IPv6);
+    /// `unknown` for map elements whose key could not be read.
+    pub service: String,
+    /// The source that could not decode it (`nftables`, `iptables-nft`, ...).
+    pub source: String,
+    /// What the decoder met.
+    pub reason: String,
+}
 
 /// Entries NATed for one service port to one endpoint it no longer has.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,6 +111,22 @@ pub struct ConntrackStaleFacts {
     pub stale: Vec<StaleGroup>,
     /// Wall time of the dumps, in seconds.
     pub dump_seconds: f64,
+    /// Service ports whose path the decoder did not understand, per source
+    /// (every source present, 0 when none): their entries are not judged, so
+    /// stale detection is partial when any is above 0.
+    #[serde(default)]
+    pub undecoded: BTreeMap<String, u64>,
+    /// The first [`MAX_UNDECODED_LISTED`] of them (by service), with the reason.
+    #[serde(default)]
+    pub undecoded_ports: Vec<UndecodedPort>,
+    /// Entries to an undecoded service port (examined, not judged).
+    #[serde(default)]
+    pub undecoded_entries: u64,
+    /// Why the service table of the iptables probe's latest legacy save could
+    /// not be read (a failed, cut or garbled save): its service ports are
+    /// missing from this check, whose other sources still count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub legacy_errors: Vec<String>,
 }
 
 /// The nf_tables part of the service table, with the sources that listed services.
@@ -223,6 +258,8 @@ pub struct Counter {
     pub seen: u64,
     /// Of those, with the DST_NAT status.
     pub dst_nat: u64,
+    /// Of those, to a service port whose path was not understood (not judged).
+    pub undecoded: u64,
 }
 
 impl Counter {
@@ -246,10 +283,19 @@ impl Counter {
             protocol: e.l4proto,
         };
         let node_port = ServicePort::node_port(e.orig_dst.is_ipv6(), e.l4proto, e.orig_dport);
-        let current = match table.is_current(&svc, e.reply_src, e.reply_sport) {
+        // Unknown is not empty: a port whose path was not understood is never judged.
+        if table.is_undecoded(&svc)
+            || (!table.services.contains_key(&svc)
+                && self.local.contains(&e.orig_dst)
+                && table.is_undecoded(&node_port))
+        {
+            self.undecoded += 1;
+            return;
+        }
+        let current = match table.is_current_from(&svc, e.orig_src, &self.local, e.reply_src, e.reply_sport) {
             Some(c) => c,
             None if self.local.contains(&e.orig_dst) => {
-                match table.is_current(&node_port, e.reply_src, e.reply_sport) {
+                match table.is_current_from(&node_port, e.orig_src, &self.local, e.reply_src, e.reply_sport) {
                     Some(c) => c,
                     None => return,
                 }
@@ -290,7 +336,29 @@ impl Counter {
         });
         let stale_groups = groups.len() as u64;
         groups.truncate(MAX_LISTED);
+        let mut undecoded: BTreeMap<String, u64> = SOURCES.iter().map(|s| (s.to_string(), 0)).collect();
+        for (source, n) in table.undecoded_by_source() {
+            *undecoded.entry(source.to_string()).or_default() += n;
+        }
+        let mut ports: Vec<(&ServicePort, &super::service_endpoints::Undecoded)> = table.undecoded.iter().collect();
+        ports.sort_by_key(|(svc, _)| **svc);
+        let unkeyed = table.unkeyed.iter().map(|(u, _)| UndecodedPort {
+            service: "unknown".into(),
+            source: u.source.to_string(),
+            reason: u.reason.clone(),
+        });
+        let undecoded_ports = unkeyed
+            .chain(ports.into_iter().map(|(svc, u)| UndecodedPort {
+                service: service_label(svc),
+                source: u.source.to_string(),
+                reason: u.reason.clone(),
+            }))
+            .take(MAX_UNDECODED_LISTED)
+            .collect();
         ConntrackStaleFacts {
+            undecoded,
+            undecoded_ports,
+            undecoded_entries: self.undecoded,
             stale_entries: per_protocol(self.per_protocol),
             stale_groups,
             stale: groups,
@@ -311,6 +379,8 @@ fn nl(e: NlError) -> ProbeError {
 /// What one run reads, and with what.
 struct Run<'a> {
     memory: &'a StaleMemory,
+    /// The tables the iptables probe decoded from its legacy saves.
+    legacy: &'a super::service_endpoints::iptables::LegacyMemory,
     host: &'a Host,
     local: &'a HashSet<IpAddr>,
     /// nf_tables is loaded (else only IPVS can list services: asking would load it).
@@ -343,15 +413,39 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
         let (gen, nf, reused) = run.nf_table().map_err(nl)?;
         let ipvs = ipvs_table(host)?;
         let mut sources = nf.sources.clone();
+        // iptables-legacy: as of the iptables probe's latest legacy save.
+        let (legacy, mut legacy_errors) = run.legacy.tables();
+        for (v6, names) in [
+            (false, "/proc/net/ip_tables_names"),
+            (true, "/proc/net/ip6_tables_names"),
+        ] {
+            let listed = host.read_optional(names)?.is_some_and(|t| !t.trim().is_empty());
+            if listed && !run.legacy.has(v6) {
+                legacy_errors.push(format!(
+                    "{names} lists iptables-legacy tables the iptables probe has not saved yet"
+                ));
+            }
+        }
+        let legacy: Vec<_> = legacy
+            .into_iter()
+            .filter(|t| !t.services.is_empty() || !t.undecoded.is_empty())
+            .collect();
+        if !legacy.is_empty() {
+            sources.push("iptables-legacy");
+        }
         if !ipvs.services.is_empty() {
             sources.push("ipvs");
         }
         let dst_nat_only = ipvs.services.is_empty();
-        // The nf_tables part is shared with the memory; copied only to add IPVS.
-        let table: Cow<'_, ServiceTable> = if ipvs.services.is_empty() {
+        // The nf_tables part is shared with the memory; copied only to add IPVS or legacy.
+        let table: Cow<'_, ServiceTable> = if ipvs.services.is_empty() && ipvs.undecoded.is_empty() && legacy.is_empty()
+        {
             Cow::Borrowed(&nf.table)
         } else {
             let mut t = nf.table.clone();
+            for l in &legacy {
+                t.merge(ServiceTable::clone(l));
+            }
             t.merge(ipvs.clone());
             Cow::Owned(t)
         };
@@ -397,6 +491,7 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
             generation: end,
             table_reused: reused,
             dump_seconds,
+            legacy_errors,
             ..counter.facts(&table)
         });
     }
@@ -426,6 +521,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
         }
         let run = Run {
             memory: &memory.stale,
+            legacy: &memory.legacy_services,
             host: &host,
             local: &local,
             nf_tables: !super::modules::tool_would_load(&host, "nf_tables"),
@@ -443,6 +539,7 @@ mod tests {
     fn entry(dst: &str, dport: u16, src: &str, sport: u16, proto: u8) -> ct_dump::CtEntry {
         ct_dump::CtEntry {
             l4proto: proto,
+            orig_src: None,
             orig_dst: dst.parse().unwrap(),
             orig_dport: dport,
             reply_src: src.parse().unwrap(),

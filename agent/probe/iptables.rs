@@ -597,8 +597,18 @@ pub fn detect_backend(saves: &[SaveRun]) -> (String, String, Vec<String>) {
 /// Runs one save command and streams its output through the parser.
 pub(crate) async fn run_save(
     ctx: &super::ProbeContext,
+    run: (&str, &str, &str),
+    deadline: super::Deadline,
+) -> Result<SaveRun, super::ProbeError> {
+    run_save_with(ctx, run, deadline, &mut |_| {}).await
+}
+
+/// [`run_save`], also giving each line to `also` (the legacy service-table decoder).
+pub(crate) async fn run_save_with(
+    ctx: &super::ProbeContext,
     (backend, family, command): (&str, &str, &str),
     deadline: super::Deadline,
+    also: &mut (dyn FnMut(&str) + Send),
 ) -> Result<SaveRun, super::ProbeError> {
     // Never `-t TABLE`: a legacy save with -t creates the table it names.
     let spec = crate::exec::CommandSpec::new(command, &[])
@@ -609,7 +619,10 @@ pub(crate) async fn run_save(
     let mut parser = SaveParser::new(command);
     let fin = ctx
         .runner
-        .run_lines(&spec, |line| parser.feed_line(line).map_err(|e| e.to_string()))
+        .run_lines(&spec, |line| {
+            also(line);
+            parser.feed_line(line).map_err(|e| e.to_string())
+        })
         .await?;
     crate::exec::ExecError::check_status(&spec, &fin)?;
     let mut counts = parser.finish()?;

@@ -16,8 +16,8 @@ use std::time::{Instant, SystemTime};
 
 use super::counted::NetlinkCount;
 use super::iptables::{
-    classify_chain, detect_backend, read_with_saves, run_save, CountMismatch, CrossCheck, IptablesFacts, Read,
-    SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
+    classify_chain, detect_backend, read_with_saves, run_save, run_save_with, CountMismatch, CrossCheck, IptablesFacts,
+    Read, SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
 };
 use super::Memory;
 use super::{Deadline, ProbeContext, ProbeError, ProbeName};
@@ -251,7 +251,9 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, Probe
                     legacy_tables.join(", ")
                 )));
             }
-            saves.push(run_save(ctx, ("legacy", label, legacy_save), deadline).await?);
+            saves.push(legacy_save_and_services(ctx, (label, legacy_save), deadline).await?);
+        } else {
+            ctx.memory.legacy_services.clear(*label == "ipv6");
         }
     }
     if !nft && saves.is_empty() {
@@ -266,6 +268,34 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, Probe
         None
     };
     Ok(Read::Present(saves, cross_check, Vec::new()))
+}
+
+/// One legacy save, its lines also decoded into kube-proxy's service table
+/// for the conntrack_stale probe (kept in memory; rebuilt only when the text
+/// changed). A save that fails, or text the decoder cannot read, leaves an
+/// error there instead, so the stale check says so and uses its other sources.
+async fn legacy_save_and_services(
+    ctx: &ProbeContext,
+    (label, command): (&str, &str),
+    deadline: Deadline,
+) -> Result<SaveRun, ProbeError> {
+    use super::service_endpoints::iptables::SaveText;
+    let v6 = label == "ipv6";
+    let mut text = SaveText::new(if v6 { Family::Ip6 } else { Family::Ip });
+    let mut bad: Option<String> = None;
+    let run = run_save_with(ctx, ("legacy", label, command), deadline, &mut |line| {
+        if bad.is_none() {
+            bad = text.feed_line(line).err();
+        }
+    })
+    .await;
+    let memory = &ctx.memory.legacy_services;
+    match (&run, bad) {
+        (Err(e), _) => memory.put(v6, Err(format!("{command}: {e}"))),
+        (Ok(_), Some(e)) => memory.put(v6, Err(e)),
+        (Ok(_), None) => memory.put(v6, Ok(text.finish(memory.previous(v6)))),
+    }
+    run
 }
 
 /// iptables-nft-save against the netlink counts of the same generation, when

@@ -160,6 +160,8 @@ pub struct Memory {
     pub node_ports: counted::CountCache<node_ports::Found>,
     /// The conntrack_stale probe's service table, by generation.
     pub stale: conntrack_stale::StaleMemory,
+    /// kube-proxy's service table decoded from the iptables probe's legacy saves.
+    pub legacy_services: service_endpoints::iptables::LegacyMemory,
     /// When the iptables-nft-save cross-check last ran, and what it found.
     cross_check: std::sync::Mutex<Option<(std::time::Instant, iptables::CrossCheck)>>,
 }

@@ -41,6 +41,10 @@ pub struct NftTableCounts {
     pub endpoint_chains: u64,
     /// kube-proxy external-traffic chains, `external-<8 base32 chars>-...`, in chains.
     pub external_chains: u64,
+    /// kube-proxy local-endpoint chains (internalTrafficPolicy / externalTrafficPolicy
+    /// Local), `local-<8 base32 chars>-...`, in chains.
+    #[serde(default)]
+    pub local_chains: u64,
     /// Named sets (`set NAME { ... }`), in sets.
     pub sets: u64,
     /// Named maps, including verdict maps (`map NAME { ... }`), in maps.
@@ -258,6 +262,8 @@ pub fn parse_list_table(source_name: &str, text: &str) -> Result<NftTableCounts,
                         counts.endpoint_chains += 1;
                     } else if is_hashed(name, "external-") {
                         counts.external_chains += 1;
+                    } else if is_hashed(name, "local-") {
+                        counts.local_chains += 1;
                     }
                     block_line = n;
                     State::Chain
@@ -437,6 +443,8 @@ impl crate::netlink::nft_count::Tally for NftTally {
             n.endpoint_chains += 1;
         } else if is_hashed(c.name, "external-") {
             n.external_chains += 1;
+        } else if is_hashed(c.name, "local-") {
+            n.local_chains += 1;
         }
         Ok(())
     }
@@ -679,6 +687,7 @@ mod tests {
             service_chains: 5,
             endpoint_chains: 6,
             external_chains: 4,
+            local_chains: 0,
             sets: 3,
             maps: 5,
             map_elements: elements(&[
@@ -746,6 +755,7 @@ mod tests {
             service_chains: 50,
             endpoint_chains: 100,
             external_chains: 10,
+            local_chains: 0,
             sets: 2,
             maps: 5,
             map_elements: elements(&[

@@ -120,7 +120,9 @@ def generate(services, endpoints, v):
     sets = {"cluster-ips": [], "nodeport-ips": [v.node_ip]}
     maps = {k: [] for k in ("service-ips", "service-nodeports", "no-endpoint-services",
                             "no-endpoint-nodeports", "firewall-ips")}
-    counts = {"service_chains": 0, "endpoint_chains": 0, "external_chains": 0}
+    # No local-* chains: every generated service has externalTrafficPolicy and
+    # internalTrafficPolicy Cluster (the corpus has the Local layouts).
+    counts = {"service_chains": 0, "endpoint_chains": 0, "external_chains": 0, "local_chains": 0}
 
     def rule(chain, text):
         rules.append((chain, text))
@@ -254,6 +256,7 @@ def generate(services, endpoints, v):
         "service_chains": counts["service_chains"],
         "endpoint_chains": counts["endpoint_chains"],
         "external_chains": counts["external_chains"],
+        "local_chains": counts["local_chains"],
         "sets": len(sets),
         "maps": len(maps),
         "map_elements": {k: len(e) for k, e in maps.items()},

@@ -4,11 +4,12 @@
 //! them, weight 0 included: kube-proxy sets a terminating endpoint's weight to
 //! 0 and deletes the real server only once its connections are gone, so until
 //! then its entries are not stale. Firewall-mark services have no address and
-//! are left out.
+//! are left out. A virtual server of a protocol, or with a real server of an
+//! address, the decoder does not know is undecoded (never judged).
 
 use std::net::IpAddr;
 
-use super::{ServicePort, ServiceTable};
+use super::{ServicePort, ServiceTable, Undecoded};
 use crate::probe::ipvs::VirtualServer;
 
 fn protocol(name: &str) -> Option<u8> {
@@ -23,25 +24,53 @@ fn protocol(name: &str) -> Option<u8> {
 /// The service table of an IPVS table (as parsed from `/proc/net/ip_vs`).
 pub fn table(servers: &[VirtualServer]) -> ServiceTable {
     let mut t = ServiceTable::default();
+    let undecoded = |reason: String| Undecoded { source: "ipvs", reason };
     for vs in servers {
-        let (Some(protocol), Ok(address)) = (protocol(&vs.protocol), vs.address.parse::<IpAddr>()) else {
+        if vs.fwmark.is_some() || vs.protocol == "FWM" {
+            continue;
+        }
+        let Ok(address) = vs.address.parse::<IpAddr>() else {
             continue;
         };
-        let eps = t
-            .services
-            .entry(ServicePort {
+        let Some(protocol) = protocol(&vs.protocol) else {
+            let svc = ServicePort {
                 address,
                 port: vs.port,
-                protocol,
-            })
-            .or_default();
+                protocol: 0,
+            };
+            let why = format!(
+                "virtual server of protocol {}, which the decoder does not know",
+                vs.protocol
+            );
+            t.undecoded.insert(svc, undecoded(why));
+            continue;
+        };
+        let svc = ServicePort {
+            address,
+            port: vs.port,
+            protocol,
+        };
+        let mut eps = Vec::with_capacity(vs.real_servers.len());
+        let mut bad = None;
         for rs in &vs.real_servers {
-            if let Ok(a) = rs.address.parse::<IpAddr>() {
-                eps.push((a, Some(rs.port)));
+            match rs.address.parse::<IpAddr>() {
+                Ok(a) => eps.push((a, Some(rs.port))),
+                Err(_) => bad = Some(rs.address.clone()),
             }
         }
-        eps.sort();
-        eps.dedup();
+        if let Some(a) = bad {
+            t.services.remove(&svc);
+            t.undecoded
+                .insert(svc, undecoded(format!("real server address {a:?} not understood")));
+            continue;
+        }
+        if t.undecoded.contains_key(&svc) {
+            continue;
+        }
+        let mine = t.services.entry(svc).or_default();
+        mine.extend(eps);
+        mine.sort();
+        mine.dedup();
     }
     t
 }
