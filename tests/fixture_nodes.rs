@@ -290,7 +290,7 @@ fn normalize_json(v: Value) -> Value {
                 .map(|(k, v)| {
                     let v = match k.as_str() {
                         "collected_at" => Value::String("<collected_at>".into()),
-                        "duration_seconds" | "last_run_seconds" | "last_success_seconds" if v.is_number() => {
+                        "duration_seconds" | "last_run_seconds" | "last_success_seconds" | "reading_seconds" if v.is_number() => {
                             Value::from(0)
                         }
                         _ => normalize_json(v),
@@ -343,6 +343,7 @@ fn normalize_metrics(text: &str) -> String {
     const TIMES: &[&str] = &[
         "proxywatch_probe_duration_seconds",
         "proxywatch_probe_last_success_timestamp_seconds",
+        "proxywatch_probe_reading_timestamp_seconds",
         "proxywatch_iptables_save_duration_seconds",
         "proxywatch_nftables_list_duration_seconds",
     ];
