@@ -16,10 +16,12 @@
 #              previous ones become stale), in one transaction each, as
 #              kube-proxy's resync (iptables-nft-restore, or nft -f replacing
 #              table ip kube-proxy);
-#   conntrack  every CT_PERIOD s, the client's entries deleted (conntrack -D)
-#              and CT_FLOWS new flows to service addresses sent (UDP to the
-#              dns services, TCP SYNs to the others; out a veth with no peer address, so
-#              nothing answers): real DST_NAT entries from the rules above;
+#   conntrack  every CT_PERIOD s, CT_FLOWS short flows' entries deleted
+#              (conntrack -D) and as many new flows to service addresses
+#              sent (UDP to the dns services, TCP SYNs to the others; out a
+#              veth with no peer address, so nothing answers): real DST_NAT
+#              entries from the rules above; plus CT_FLOWS/2 long-lived UDP
+#              flows kept alive, stale whenever the rules moved their endpoint;
 #   kube-proxy a stand-in (python3 run as `kube-proxy`: /metrics from a real
 #              capture, /healthz, /proxyMode on 10249/10256), every KP_PERIOD
 #              s in turn: killed (SIGKILL), terminated (SIGTERM), frozen
@@ -46,7 +48,9 @@
 # Keep it nice: the churn alone takes a good part of a core at the defaults.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# SOAK_ROOT: the repository, when running a copy of this script (bash reads
+# a script as it goes: editing the one a soak runs breaks the soak).
+ROOT=${SOAK_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 MODE=${1:?usage: soak.sh ipt|nft|load [OUT_DIR]}
 if [[ $MODE == load ]]; then
 	cd "$ROOT"
@@ -77,7 +81,12 @@ WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
 	local p
-	for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+	# Each PID this script started, and the children of its loops (by parent PID).
+	for p in "${PIDS[@]}"; do
+		pkill -P "$p" 2>/dev/null || true
+		kill -CONT "$p" 2>/dev/null || true
+		kill "$p" 2>/dev/null || true
+	done
 	[[ -f $WORK/kp.pid ]] && { p=$(cat "$WORK/kp.pid"); kill -CONT "$p" 2>/dev/null || true; kill -9 "$p" 2>/dev/null || true; }
 	wait 2>/dev/null || true
 	ip netns del "$NS" 2>/dev/null || true
@@ -93,6 +102,7 @@ in_ns ip link set lo up
 # has no address: OUTPUT's DNAT sees the flows, nothing answers them.
 in_ns ip link add pwd0 type veth peer name pwd1
 in_ns ip addr add 10.250.0.1/24 dev pwd0
+in_ns ip addr add 10.250.0.2/24 dev pwd0
 in_ns ip link set pwd0 up
 in_ns ip link set pwd1 up
 in_ns ip route add 10.96.0.0/12 dev pwd0 src 10.250.0.1
@@ -141,20 +151,36 @@ PIDS+=($!)
 
 # Conntrack churn: delete the client's entries, send new flows.
 cat >"$WORK/flows.py" <<'PY'
-import random, socket, sys, time
+import random, socket, subprocess, sys, time
 services = [l.split() for l in open(sys.argv[1])]
 n, period = int(sys.argv[2]), float(sys.argv[3])
-import subprocess
+udp = [s for s in services if s[1] == "udp"]
+# Long-lived flows (from 10.250.0.1, kept alive by a datagram every period):
+# NATed when they began, stale once the rules moved their endpoint away, and
+# current again when the rules come back.
+kept = []
+for addr, proto, port in random.sample(udp, min(n // 2, len(udp))):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("10.250.0.1", 0))
+    kept.append((s, (addr, int(port))))
 while True:
-    subprocess.run(["conntrack", "-D", "-s", "10.250.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for s, dst in kept:
+        try:
+            s.sendto(b"k", dst)
+        except OSError:
+            pass
+    # Short flows (from 10.250.0.2): deleted, then made anew.
+    subprocess.run(["conntrack", "-D", "-s", "10.250.0.2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     socks = []
     for addr, proto, port in random.sample(services, min(n, len(services))):
         try:
             if proto == "udp":
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.bind(("10.250.0.2", 0))
                 s.sendto(b"q", (addr, int(port)))
             else:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.bind(("10.250.0.2", 0))
                 s.setblocking(False)
                 s.connect_ex((addr, int(port)))
             socks.append(s)
