@@ -321,7 +321,10 @@ mod tests {
         // A transient failure: the reading of t = 100 stays, said to be of t = 100.
         let p = a.record(fail(), 110.0, 10.0).unwrap();
         assert_eq!(p.document.facts.conntrack.as_ref().map(|c| c.entries), Some(10));
-        assert!(p.document.derived.conntrack.is_some(), "nor are the values derived from it cleared");
+        assert!(
+            p.document.derived.conntrack.is_some(),
+            "nor are the values derived from it cleared"
+        );
         let o = &p.document.probes["conntrack"];
         assert_eq!((o.last_success_seconds, o.reading_seconds), (Some(100.0), Some(100.0)));
         assert_eq!(o.last_run_seconds, 110.0);
@@ -343,7 +346,10 @@ mod tests {
         assert_eq!((o.last_success_seconds, o.reading_seconds), (Some(100.0), None));
         let m = metrics(&p);
         assert!(!m.contains("proxywatch_conntrack_entries "), "{m}");
-        assert!(!m.contains("proxywatch_probe_reading_timestamp_seconds{probe=\"conntrack\"}"), "{m}");
+        assert!(
+            !m.contains("proxywatch_probe_reading_timestamp_seconds{probe=\"conntrack\"}"),
+            "{m}"
+        );
         // A success brings them back, and an absent source clears them at once.
         let p = a.record(ok(ProbeName::Conntrack, ct(12, 0)), 500.0, 400.0).unwrap();
         assert_eq!(p.document.probes["conntrack"].reading_seconds, Some(500.0));
@@ -355,7 +361,10 @@ mod tests {
         let p = a.record(absent, 505.0, 405.0).unwrap();
         assert!(p.document.facts.conntrack.is_none());
         let p = a.record(fail(), 510.0, 410.0).unwrap();
-        assert!(p.document.facts.conntrack.is_none(), "nothing to hold after an absent run");
+        assert!(
+            p.document.facts.conntrack.is_none(),
+            "nothing to hold after an absent run"
+        );
     }
 
     #[test]
@@ -412,10 +421,17 @@ mod tests {
         assert_eq!(severity(&p), Some(crate::evaluate::Severity::Critical));
         let p = a.record(changed(), 220.0, 120.0).unwrap();
         assert_eq!(gauge(&p).as_deref(), Some("685"), "the last good value, not 0");
-        assert_eq!(severity(&p), Some(crate::evaluate::Severity::Critical), "the finding holds");
+        assert_eq!(
+            severity(&p),
+            Some(crate::evaluate::Severity::Critical),
+            "the finding holds"
+        );
         let p = a.record(stale(), 280.0, 180.0).unwrap();
         let f = p.document.derived.conntrack_stale.as_ref().unwrap();
-        assert_eq!(f.groups[0].first_seen_seconds, 100.0, "the pair's history survived the failure");
+        assert_eq!(
+            f.groups[0].first_seen_seconds, 100.0,
+            "the pair's history survived the failure"
+        );
         // Failing for longer than the hold: unknown (no series), never 0.
         for t in [400.0, 500.0, 600.0] {
             a.record(changed(), t, t - 100.0);

@@ -97,10 +97,21 @@ fn a_kept_alive_client_gets_every_answer_across_connection_ages() {
         }
         std::thread::sleep(Duration::from_secs(1));
     }
-    eprintln!("10 requests in {:?}: {answered} answered, {closes} said Connection: close, {connections} connections", started.elapsed());
-    assert!(failures.is_empty(), "requests without an answer:\n{}\n{}", failures.join("\n"), agent.log());
+    eprintln!(
+        "10 requests in {:?}: {answered} answered, {closes} said Connection: close, {connections} connections",
+        started.elapsed()
+    );
+    assert!(
+        failures.is_empty(),
+        "requests without an answer:\n{}\n{}",
+        failures.join("\n"),
+        agent.log()
+    );
     // At one request a second and an age of 2 s, each connection carries a few
     // requests and the client moved through several ages.
-    assert!(closes >= 3, "{closes} answers said Connection: close in 10 s at a 2 s age");
+    assert!(
+        closes >= 3,
+        "{closes} answers said Connection: close in 10 s at a 2 s age"
+    );
     agent.assert_running();
 }

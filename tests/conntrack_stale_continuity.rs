@@ -200,8 +200,14 @@ fn the_stale_gauge_and_finding_hold_through_commits_during_every_dump() {
         let success = series(&m, "proxywatch_probe_success{probe=\"conntrack_stale\"}");
         if success == Some(0.0) {
             held += 1;
-            let reading = series(&m, "proxywatch_probe_reading_timestamp_seconds{probe=\"conntrack_stale\"}");
-            let run = agent.snapshot().ok().and_then(|d| d["probes"]["conntrack_stale"]["last_run_seconds"].as_f64());
+            let reading = series(
+                &m,
+                "proxywatch_probe_reading_timestamp_seconds{probe=\"conntrack_stale\"}",
+            );
+            let run = agent
+                .snapshot()
+                .ok()
+                .and_then(|d| d["probes"]["conntrack_stale"]["last_run_seconds"].as_f64());
             if let (Some(r), Some(now)) = (reading, run) {
                 oldest = oldest.max(now - r);
             }
@@ -221,7 +227,11 @@ fn the_stale_gauge_and_finding_hold_through_commits_during_every_dump() {
     for l in failures.iter().take(5) {
         eprintln!("  {l}");
     }
-    assert!(bad.is_empty(), "samples that did not read the stale entries:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "samples that did not read the stale entries:\n{}",
+        bad.join("\n")
+    );
     assert!(samples as u64 >= CHURN.as_secs() - 3, "only {samples} samples");
     assert!(commits >= 40, "only {commits} commits: the churn did not run");
     for l in &failures {
@@ -229,7 +239,10 @@ fn the_stale_gauge_and_finding_hold_through_commits_during_every_dump() {
             l.contains("kube-proxy's rules changed") || l.contains("kube-proxy's service table"),
             "a failure that does not name the rules: {l}"
         );
-        assert!(!l.contains("conntrack entries over ctnetlink"), "blames the conntrack entries: {l}");
+        assert!(
+            !l.contains("conntrack entries over ctnetlink"),
+            "blames the conntrack entries: {l}"
+        );
     }
     agent.stop_cleanly();
 }

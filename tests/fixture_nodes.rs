@@ -290,7 +290,9 @@ fn normalize_json(v: Value) -> Value {
                 .map(|(k, v)| {
                     let v = match k.as_str() {
                         "collected_at" => Value::String("<collected_at>".into()),
-                        "duration_seconds" | "last_run_seconds" | "last_success_seconds" | "reading_seconds" if v.is_number() => {
+                        "duration_seconds" | "last_run_seconds" | "last_success_seconds" | "reading_seconds"
+                            if v.is_number() =>
+                        {
                             Value::from(0)
                         }
                         _ => normalize_json(v),

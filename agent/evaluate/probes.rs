@@ -72,7 +72,11 @@ mod tests {
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(f.evidence["conntrack"], "/proc/x: line 2: bad");
         assert!(!f.evidence.contains_key("sysctls"), "absent is not failed");
-        assert!(f.summary.contains("conntrack (its facts are not reported"), "{}", f.summary);
+        assert!(
+            f.summary.contains("conntrack (its facts are not reported"),
+            "{}",
+            f.summary
+        );
         // A failure that holds the last good reading says how old it is.
         let mut held = outcome(ProbeStatus::Failed, Some("changed"));
         held.last_run_seconds = 130.0;
@@ -80,7 +84,8 @@ mod tests {
         s.probes.insert(ProbeName::ConntrackStale, held);
         let f = judge(failed, &s, &crate::config::default_thresholds()).unwrap();
         assert!(
-            f.summary.contains("conntrack_stale (its last good reading, 30 s old, is shown meanwhile)"),
+            f.summary
+                .contains("conntrack_stale (its last good reading, 30 s old, is shown meanwhile)"),
             "{}",
             f.summary
         );

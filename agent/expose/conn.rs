@@ -200,8 +200,10 @@ impl<S> Aging<S> {
 
 fn close<B, E>(r: Result<axum::http::Response<B>, E>) -> Result<axum::http::Response<B>, E> {
     r.map(|mut resp| {
-        resp.headers_mut()
-            .insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
         resp
     })
 }
@@ -281,7 +283,13 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(4096);
         let (_stop_tx, stop) = watch::channel(false);
         let conn = serve(server, Duration::from_millis(300));
-        let served = tokio::spawn(drive(conn, stop, Duration::from_secs(3600), Duration::from_secs(1), Duration::from_secs(1)));
+        let served = tokio::spawn(drive(
+            conn,
+            stop,
+            Duration::from_secs(3600),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        ));
         // Pipelined requests, nothing read.
         client
             .write_all(&b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n".repeat(20))
@@ -302,7 +310,13 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(4096);
         let (_stop_tx, stop) = watch::channel(false);
         let conn = serve(server, Duration::from_millis(300));
-        let served = tokio::spawn(drive(conn, stop, Duration::from_secs(3600), Duration::from_secs(1), Duration::from_secs(1)));
+        let served = tokio::spawn(drive(
+            conn,
+            stop,
+            Duration::from_secs(3600),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        ));
         client
             .write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
             .await
@@ -346,7 +360,11 @@ mod tests {
         let mut byte = [0u8; 1];
         while !buf.ends_with(b"\r\n\r\n") {
             if client.read(&mut byte).await.unwrap() == 0 {
-                assert!(buf.is_empty(), "EOF inside a response: {:?}", String::from_utf8_lossy(&buf));
+                assert!(
+                    buf.is_empty(),
+                    "EOF inside a response: {:?}",
+                    String::from_utf8_lossy(&buf)
+                );
                 return None;
             }
             buf.push(byte[0]);
@@ -378,15 +396,26 @@ mod tests {
         ));
         client.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
         let first = response(&mut client).await.expect("an answer");
-        assert!(first.starts_with("http/1.1 200") && !first.contains("connection: close"), "{first}");
+        assert!(
+            first.starts_with("http/1.1 200") && !first.contains("connection: close"),
+            "{first}"
+        );
         // Past the age, idle: not closed under a request on its way.
         tokio::time::sleep(Duration::from_millis(400)).await;
-        assert!(!served.is_finished(), "an idle aged connection is not closed at its age");
+        assert!(
+            !served.is_finished(),
+            "an idle aged connection is not closed at its age"
+        );
         client.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
-        let last = response(&mut client).await.expect("the request sent past the age is answered");
+        let last = response(&mut client)
+            .await
+            .expect("the request sent past the age is answered");
         assert!(last.contains("connection: close"), "{last}");
         assert_eq!(response(&mut client).await, None, "then EOF");
-        let r = tokio::time::timeout(Duration::from_secs(5), served).await.unwrap().unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(5), served)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(r.is_ok(), "{r:?}");
     }
 
@@ -403,7 +432,10 @@ mod tests {
             Duration::from_secs(30),
             Duration::from_secs(1),
         ));
-        let r = tokio::time::timeout(Duration::from_secs(10), served).await.unwrap().unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(matches!(r, Err(ConnEnd::Http(_))), "{r:?}");
 
         // A response that cannot be delivered: cut `linger` past the age.
@@ -418,7 +450,10 @@ mod tests {
             Duration::from_secs(1),
         ));
         client.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
-        let r = tokio::time::timeout(Duration::from_secs(10), served).await.unwrap().unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(matches!(r, Err(ConnEnd::Aged(_))), "{r:?}");
     }
 
@@ -427,7 +462,13 @@ mod tests {
         let (_client, server) = tokio::io::duplex(4096);
         let (stop_tx, stop) = watch::channel(false);
         let conn = serve(server, Duration::from_secs(60));
-        let served = tokio::spawn(drive(conn, stop, Duration::from_secs(3600), Duration::from_secs(5), Duration::from_secs(5)));
+        let served = tokio::spawn(drive(
+            conn,
+            stop,
+            Duration::from_secs(3600),
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+        ));
         tokio::time::sleep(Duration::from_millis(50)).await;
         stop_tx.send(true).unwrap();
         let r = tokio::time::timeout(Duration::from_secs(5), served)
