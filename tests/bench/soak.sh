@@ -39,12 +39,15 @@
 # RSS over the second half of the run (least squares, MiB/h) against
 # SLOPE_BOUND (MiB/h), fds/threads (first vs second half), failed scrapes,
 # scrape p50/p99, probe runs and failures per probe. PASS needs: slope <=
-# bound, 0 failed scrapes, no zombie, fds and threads no higher in the second
-# half than in the first. Exit 0 on PASS, 1 on FAIL.
+# bound, 0 failed scrapes, no zombie, threads no higher in the second half
+# than in the first, fds at most 2 higher (open connections vary). Exit 0 on
+# PASS, 1 on FAIL. `soak_report.py OUT_DIR` prints the same for a soak still
+# running.
 #
 # Environment: DURATION=7200 (s), SERVICES=2000, ENDPOINTS=3, RULE_PERIOD=1,
 # CT_FLOWS=300, CT_PERIOD=2, KP_PERIOD=60, STALE_INTERVAL=5s, SLOPE_BOUND=0.5,
-# PORT=19100 (ipt) / 19101 (nft), PW_BIN (else built).
+# PORT=19100 (ipt) / 19101 (nft), AGENT_ENV (extra environment for the agent,
+# e.g. MALLOC_ARENA_MAX=2), PW_BIN (else built), SOAK_ROOT (see below).
 # Keep it nice: the churn alone takes a good part of a core at the defaults.
 set -euo pipefail
 
@@ -253,11 +256,13 @@ PIDS+=($!)
 
 # The agent.
 # ip netns exec and nice exec the agent: $! is its PID.
-ip netns exec "$NS" nice -n 10 "$PW_BIN" serve --listen "127.0.0.1:$PORT" \
+# AGENT_ENV: extra environment for the agent (e.g. MALLOC_ARENA_MAX=2).
+read -r -a AGENT_ENV <<<"${AGENT_ENV:-}"
+ip netns exec "$NS" env "${AGENT_ENV[@]}" nice -n 10 "$PW_BIN" serve --listen "127.0.0.1:$PORT" \
 	--conntrack.stale-interval "$STALE_INTERVAL" 2>"$OUT/agent.log" >/dev/null &
 AGENT=$!
 PIDS+=("$AGENT")
-echo "soak $MODE: $SERVICES x $ENDPOINTS services, rules every ${RULE_PERIOD}s, $CT_FLOWS flows every ${CT_PERIOD}s," \
+echo "soak $MODE${AGENT_ENV:+ (${AGENT_ENV[*]})}: $SERVICES x $ENDPOINTS services, rules every ${RULE_PERIOD}s, $CT_FLOWS flows every ${CT_PERIOD}s," \
 	"kube-proxy fate every ${KP_PERIOD}s; agent pid $AGENT on $PORT for ${DURATION}s; samples in $OUT" >&2
 
 cat >"$WORK/observe.py" <<'PY'

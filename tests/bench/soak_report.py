@@ -76,7 +76,9 @@ ok = (
     s <= bound
     and failed == 0
     and zombies == 0
-    and max(col("fds", half)) <= max(col("fds", first))
+    # fds follow the connections open at the sample (scrapes, kube-proxy's,
+    # netlink sockets of a running probe): flat means no higher than 2 above.
+    and max(col("fds", half)) <= max(col("fds", first)) + 2
     and max(col("threads", half)) <= max(col("threads", first))
 )
 lines.insert(0, "PASS" if ok else "FAIL")
