@@ -62,6 +62,12 @@ USER 0
 
 EXPOSE 9877
 
+# glibc's malloc gives each thread that allocates an arena of its own (up to 8
+# per CPU) and an arena keeps what it once held: as the runtime's blocking
+# threads came and went, arena after arena filled and RSS crept up for an hour
+# of soak. Two arenas level off several MiB lower (docs/benchmarks.md, soak).
+ENV MALLOC_ARENA_MAX=2
+
 # Health is checked by the kubelet (httpGet /healthz in the DaemonSet), which
 # ignores Docker HEALTHCHECKs; the image has no curl/wget to run one anyway.
 HEALTHCHECK NONE

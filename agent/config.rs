@@ -230,7 +230,7 @@ pub struct ServeArgs {
     #[arg(long = "web.write-stall-timeout", env = "PROXYWATCH_WEB_WRITE_STALL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub write_stall_timeout: Duration,
 
-    /// Age after which a connection is closed once its current response is written (cut --web.request-timeout later).
+    /// Age after which a connection's next response says `Connection: close` and is its last (cut if still open --web.header-read-timeout + --web.request-timeout later).
     #[arg(long = "web.max-connection-age", env = "PROXYWATCH_WEB_MAX_CONNECTION_AGE", default_value = "5m", value_parser = parse_duration)]
     pub max_connection_age: Duration,
 

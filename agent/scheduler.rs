@@ -42,6 +42,14 @@ pub struct RunReport {
 /// command's timeout, with its stderr) before the run is cut from outside.
 pub(crate) const GRACE: Duration = Duration::from_millis(250);
 
+/// How long a failing probe's last good reading stays in the snapshot, in
+/// seconds: a transient failure (a rules commit during the stale check's dump,
+/// a slow read) must not turn its gauges into a false 0 nor clear its findings
+/// (which would reset every `for:` clause); a probe that keeps failing loses
+/// its facts after this long, so nothing old passes for current for long.
+/// Prometheus' own lookback for a series that stopped is the same 5 minutes.
+pub const HOLD_SECONDS: f64 = 300.0;
+
 /// Folds probe results into the current snapshot: probe -> history -> evaluate
 /// -> expose. Pure apart from the times it is given.
 pub struct Aggregator {
@@ -84,22 +92,27 @@ impl Aggregator {
         let previous = self.snapshot.probes.get(&p);
         let previous_success = previous.and_then(|o| o.last_success_seconds);
         let previous_status = previous.map(|o| o.status);
-        let (status, error) = match report.result {
+        let previous_reading = previous.and_then(|o| o.reading_seconds);
+        let (status, error, reading_seconds) = match report.result {
             Ok(Probed::Present(reading)) => {
                 self.history.observe(&reading, now, mono, &mut self.snapshot.derived);
                 self.snapshot.facts.apply(reading);
-                (ProbeStatus::Ok, None)
+                (ProbeStatus::Ok, None, Some(now))
             }
             Ok(Probed::Absent(why)) => {
                 self.history.absent(p, now, &mut self.snapshot.derived);
                 self.snapshot.facts.clear(p);
                 self.history.missed(p, &mut self.snapshot.derived);
-                (ProbeStatus::Absent, Some(why))
+                (ProbeStatus::Absent, Some(why), None)
             }
             Err(e) => {
-                self.snapshot.facts.clear(p);
-                self.history.missed(p, &mut self.snapshot.derived);
-                (ProbeStatus::Failed, Some(e.to_string()))
+                // The last good reading is held, with its time, until it is too old.
+                let held = previous_reading.filter(|t| now - t <= HOLD_SECONDS);
+                if held.is_none() {
+                    self.snapshot.facts.clear(p);
+                    self.history.missed(p, &mut self.snapshot.derived);
+                }
+                (ProbeStatus::Failed, Some(e.to_string()), held)
             }
         };
         if self.log_changes && previous_status != Some(status) {
@@ -118,6 +131,7 @@ impl Aggregator {
                 error,
                 last_run_seconds: now,
                 last_success_seconds,
+                reading_seconds,
             },
         );
         self.snapshot.collected_at = now;
@@ -547,27 +561,142 @@ mod tests {
     }
 
     #[test]
-    fn failure_clears_facts_and_keeps_last_success() {
+    fn a_failure_holds_the_last_good_reading_with_its_time_then_drops_it() {
         let mut a = Aggregator::new(
             "n",
             crate::config::default_thresholds(),
             &[ProbeName::Conntrack],
             history(60.0, 900.0),
         );
-        let p = a.record(ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 0.0).unwrap();
-        assert!(p.document.facts.conntrack.is_some());
-        let fail = RunReport {
+        a.record(ok(ProbeName::Conntrack, ct(10, 0)), 95.0, 0.0).unwrap();
+        let p = a.record(ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 5.0).unwrap();
+        assert!(p.document.derived.conntrack.is_some(), "two readings: a window");
+        let fail = || RunReport {
             probe: ProbeName::Conntrack,
             result: Err(ProbeError::Timeout(Duration::from_secs(1))),
             duration: Duration::from_secs(1),
         };
-        let p = a.record(fail, 110.0, 10.0).unwrap();
-        assert!(p.document.facts.conntrack.is_none(), "no stale numbers after a failure");
+        let metrics = |p: &Publication| String::from_utf8_lossy(&p.metrics).into_owned();
+        // A transient failure: the reading of t = 100 stays, said to be of t = 100.
+        let p = a.record(fail(), 110.0, 10.0).unwrap();
+        assert_eq!(p.document.facts.conntrack.as_ref().map(|c| c.entries), Some(10));
+        assert!(
+            p.document.derived.conntrack.is_some(),
+            "nor are the values derived from it cleared"
+        );
+        let o = &p.document.probes["conntrack"];
+        assert_eq!((o.last_success_seconds, o.reading_seconds), (Some(100.0), Some(100.0)));
+        assert_eq!(o.last_run_seconds, 110.0);
+        assert!(o.error.as_deref().unwrap().contains("timed out"));
+        let m = metrics(&p);
+        assert!(m.contains("proxywatch_probe_success{probe=\"conntrack\"} 0"), "{m}");
+        assert!(m.contains("proxywatch_conntrack_entries 10"), "{m}");
+        assert!(
+            m.contains("proxywatch_probe_reading_timestamp_seconds{probe=\"conntrack\"} 100"),
+            "{m}"
+        );
+        // Still failing past the hold: the facts go, with their time.
+        let p = a.record(fail(), 100.0 + HOLD_SECONDS, HOLD_SECONDS).unwrap();
+        assert!(p.document.facts.conntrack.is_some(), "held up to {HOLD_SECONDS} s");
+        let p = a.record(fail(), 101.0 + HOLD_SECONDS, 1.0 + HOLD_SECONDS).unwrap();
+        assert!(p.document.facts.conntrack.is_none(), "no old numbers past the hold");
         assert!(p.document.derived.conntrack.is_none(), "nor values derived from them");
         let o = &p.document.probes["conntrack"];
-        assert_eq!(o.last_success_seconds, Some(100.0));
-        assert!(o.error.as_deref().unwrap().contains("timed out"));
-        assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_probe_success{probe=\"conntrack\"} 0"));
+        assert_eq!((o.last_success_seconds, o.reading_seconds), (Some(100.0), None));
+        let m = metrics(&p);
+        assert!(!m.contains("proxywatch_conntrack_entries "), "{m}");
+        assert!(
+            !m.contains("proxywatch_probe_reading_timestamp_seconds{probe=\"conntrack\"}"),
+            "{m}"
+        );
+        // A success brings them back, and an absent source clears them at once.
+        let p = a.record(ok(ProbeName::Conntrack, ct(12, 0)), 500.0, 400.0).unwrap();
+        assert_eq!(p.document.probes["conntrack"].reading_seconds, Some(500.0));
+        let absent = RunReport {
+            probe: ProbeName::Conntrack,
+            result: Ok(Probed::Absent("gone".into())),
+            duration: Duration::ZERO,
+        };
+        let p = a.record(absent, 505.0, 405.0).unwrap();
+        assert!(p.document.facts.conntrack.is_none());
+        let p = a.record(fail(), 510.0, 410.0).unwrap();
+        assert!(
+            p.document.facts.conntrack.is_none(),
+            "nothing to hold after an absent run"
+        );
+    }
+
+    #[test]
+    fn a_failed_stale_check_keeps_its_gauge_and_finding_then_reads_unknown_not_zero() {
+        use crate::probe::conntrack_stale::{ConntrackStaleFacts, StaleGroup};
+        let mut a = Aggregator::new(
+            "n",
+            crate::config::default_thresholds(),
+            &[ProbeName::ConntrackStale],
+            history(60.0, 900.0),
+        );
+        let stale = || {
+            let g = StaleGroup {
+                service: "10.96.0.10:53/udp".into(),
+                address: "10.96.0.10".parse().unwrap(),
+                port: 53,
+                protocol: "udp".into(),
+                node_port: false,
+                endpoint: "10.244.0.9:53".into(),
+                entries: 685,
+            };
+            ok(
+                ProbeName::ConntrackStale,
+                Reading::ConntrackStale(ConntrackStaleFacts {
+                    source: "iptables-nft".into(),
+                    service_ports: 1,
+                    stale_entries: crate::probe::service_endpoints::per_protocol([(17, 685)]),
+                    stale_groups: 1,
+                    stale: vec![g],
+                    ..Default::default()
+                }),
+            )
+        };
+        let changed = || RunReport {
+            probe: ProbeName::ConntrackStale,
+            result: Err(ProbeError::NfNetlink("the rules changed".into())),
+            duration: Duration::from_millis(5),
+        };
+        let severity = |p: &Publication| {
+            p.document
+                .findings
+                .iter()
+                .find(|f| f.id == "conntrack_stale_endpoint_entries")
+                .map(|f| f.severity)
+        };
+        let gauge = |p: &Publication| {
+            let m = String::from_utf8_lossy(&p.metrics).into_owned();
+            m.lines()
+                .find_map(|l| l.strip_prefix("proxywatch_conntrack_stale_entries{protocol=\"udp\"} "))
+                .map(|v| v.to_string())
+        };
+        a.record(stale(), 100.0, 0.0).unwrap();
+        let p = a.record(stale(), 160.0, 60.0).unwrap();
+        assert_eq!(severity(&p), Some(crate::evaluate::Severity::Critical));
+        let p = a.record(changed(), 220.0, 120.0).unwrap();
+        assert_eq!(gauge(&p).as_deref(), Some("685"), "the last good value, not 0");
+        assert_eq!(
+            severity(&p),
+            Some(crate::evaluate::Severity::Critical),
+            "the finding holds"
+        );
+        let p = a.record(stale(), 280.0, 180.0).unwrap();
+        let f = p.document.derived.conntrack_stale.as_ref().unwrap();
+        assert_eq!(
+            f.groups[0].first_seen_seconds, 100.0,
+            "the pair's history survived the failure"
+        );
+        // Failing for longer than the hold: unknown (no series), never 0.
+        for t in [400.0, 500.0, 600.0] {
+            a.record(changed(), t, t - 100.0);
+        }
+        let p = a.record(changed(), 700.0, 600.0).unwrap();
+        assert_eq!(gauge(&p), None);
     }
 
     #[test]

@@ -19,8 +19,10 @@ use crate::probe::node_ports::NodePortFacts;
 use crate::probe::sysctl::SysctlFacts;
 use crate::probe::{ProbeName, Reading};
 
-/// Everything the probes found. A probe that failed or found its source
-/// absent leaves its slot empty: a stale or partial number is never shown as current.
+/// Everything the probes found. A probe that found its source absent leaves
+/// its slot empty; one that failed keeps its last good reading for a while,
+/// with that reading's time in its outcome (`reading_seconds`), never a
+/// partial one: an old number is shown as old, never as current.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Facts {
     #[serde(default)]
@@ -106,6 +108,12 @@ pub struct ProbeOutcome {
     /// Unix time of the latest run that did not fail, in seconds.
     #[serde(default, rename = "last_success_timestamp_seconds", alias = "last_success_seconds")]
     pub last_success_seconds: Option<f64>,
+    /// Unix time of the reading the facts show, in seconds: the latest run's,
+    /// or, while runs fail, the last good one's (held for at most
+    /// [`crate::scheduler::HOLD_SECONDS`]); none when no facts are shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "reading_timestamp_seconds", alias = "reading_seconds")]
+    pub reading_seconds: Option<f64>,
 }
 
 /// One node at one time.

@@ -293,7 +293,10 @@ fn normalize_json(v: Value) -> Value {
                         "since" if v.is_string() => Value::String("<since>".into()),
                         // The commit built, like proxywatch_build_info's label.
                         "revision" if v.is_string() => Value::String("<revision>".into()),
-                        "duration_seconds" | "last_run_timestamp_seconds" | "last_success_timestamp_seconds"
+                        "duration_seconds"
+                        | "last_run_timestamp_seconds"
+                        | "last_success_timestamp_seconds"
+                        | "reading_timestamp_seconds"
                             if v.is_number() =>
                         {
                             Value::from(0)
@@ -351,6 +354,7 @@ fn normalize_metrics(text: &str) -> String {
         "proxywatch_probe_duration_seconds",
         "proxywatch_probe_last_success_timestamp_seconds",
         "proxywatch_finding_active_since_timestamp_seconds",
+        "proxywatch_probe_reading_timestamp_seconds",
         "proxywatch_iptables_save_duration_seconds",
         "proxywatch_nftables_list_duration_seconds",
     ];

@@ -435,6 +435,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
                 error: None,
                 last_run_seconds: s.collected_at,
                 last_success_seconds: Some(s.collected_at),
+                reading_seconds: Some(s.collected_at),
             },
         );
     }

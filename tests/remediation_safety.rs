@@ -264,6 +264,7 @@ fn broken_node() -> Snapshot {
             error: None,
             last_run_seconds: s.collected_at,
             last_success_seconds: Some(s.collected_at),
+            reading_seconds: None,
         },
     );
     s

@@ -766,6 +766,7 @@ mod tests {
                 error: None,
                 last_run_seconds: s.collected_at,
                 last_success_seconds: Some(s.collected_at),
+                reading_seconds: None,
             },
         );
     }

@@ -193,6 +193,7 @@ mod tests {
                 error: None,
                 last_run_seconds: 1001.0,
                 last_success_seconds: Some(1001.0),
+                reading_seconds: None,
             },
         );
         s

@@ -85,6 +85,7 @@ mod tests {
             error: None,
             last_run_seconds: 1_800_000_000.0,
             last_success_seconds: Some(1_799_999_000.0),
+            reading_seconds: None,
         };
         let v = serde_json::to_value(&o).unwrap();
         assert_eq!(v["last_run_timestamp_seconds"], 1_800_000_000.0);

@@ -261,7 +261,15 @@ fn probes(out: &Out, s: &Snapshot) {
         "Unix time of the probe's latest run that did not fail.",
         &["probe"],
     );
+    let reading = out.gauge(
+        "proxywatch_probe_reading_timestamp_seconds",
+        "Unix time of the reading the probe's series show: its latest run's, or while its runs fail, the last good one's (kept for 5 minutes, so a transient failure turns no gauge into a false 0; then the series go). Absent when the probe's source is absent.",
+        &["probe"],
+    );
     for (p, o) in &s.probes {
+        if let Some(t) = o.reading_seconds {
+            reading.with_label_values(&[p.as_str()]).set(t);
+        }
         success
             .with_label_values(&[p.as_str()])
             .set(if o.status == ProbeStatus::Failed { 0.0 } else { 1.0 });
@@ -272,13 +280,21 @@ fn probes(out: &Out, s: &Snapshot) {
     }
 }
 
-/// Stale conntrack entries: always exported, 0 when none (or not checked).
+/// Stale conntrack entries: 0 when none (or not checked); a failed check
+/// shows its last good reading for a while, then nothing (unknown is not 0).
 fn conntrack_stale(out: &Out, s: &Snapshot) {
     let stale = out.gauge(
         "proxywatch_conntrack_stale_entries",
-        "Conntrack entries whose original destination is a service port and whose reply source (the endpoint they were NATed to) is no longer among that service's endpoints, by L4 protocol, at the latest conntrack_stale check; 0 when none or when the check did not run (see proxywatch_probe_success{probe=\"conntrack_stale\"}).",
+        "Conntrack entries whose original destination is a service port and whose reply source (the endpoint they were NATed to) is no longer among that service's endpoints, by L4 protocol, at the latest conntrack_stale check that completed (while checks fail, its reading is kept for 5 minutes: see proxywatch_probe_reading_timestamp_seconds{probe=\"conntrack_stale\"}); 0 when none or when the check does not run here; absent when checks failed for longer.",
         &["protocol"],
     );
+    let failed = s
+        .probes
+        .get(&crate::probe::ProbeName::ConntrackStale)
+        .is_some_and(|o| o.status == ProbeStatus::Failed);
+    if s.facts.conntrack_stale.is_none() && failed {
+        return;
+    }
     let zero = crate::probe::service_endpoints::per_protocol([]);
     let by_proto = s.facts.conntrack_stale.as_ref().map_or(&zero, |f| &f.stale_entries);
     for (p, n) in by_proto {
@@ -1080,6 +1096,7 @@ mod tests {
             error: None,
             last_run_seconds: 0.0,
             last_success_seconds: None,
+            reading_seconds: None,
         };
         let mut s = crate::evaluate::test_support::healthy();
         s.probes.insert(ProbeName::KubeProxy, outcome(ProbeStatus::Absent));

@@ -430,6 +430,7 @@ mod tests {
             error: error.map(str::to_string),
             last_run_seconds: 0.0,
             last_success_seconds: None,
+            reading_seconds: None,
         }
     }
 

@@ -3,7 +3,8 @@
 //! Per connection (`admit`, `conn`): a cap on connections in total and per
 //! client address, a few slots held back for `/healthz` so the kubelet's probe
 //! gets through when the caps are reached, a header-read timeout, a
-//! write-stall timeout (a client that stops reading is cut), a maximum age,
+//! write-stall timeout (a client that stops reading is cut), a maximum age
+//! (ended with `Connection: close` on the next response, never under a request),
 //! and small fixed socket buffers (the kernel would otherwise grow each send
 //! buffer to 4 MiB, charged to the agent's memory limit).
 //!
@@ -22,7 +23,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
 
 use super::admit::{Admission, Caps, Slot};
-use super::conn::{drive, StallGuard};
+use super::conn::{drive, Aging, StallGuard};
 use super::guard::{self, AllowedHosts, RequestLimits};
 use super::token::BearerToken;
 
@@ -55,7 +56,8 @@ pub struct Limits {
     pub reserved_health_connections: usize,
     /// How long a response write may make no progress before the connection is cut.
     pub write_stall_timeout: Duration,
-    /// Age after which a connection is closed after its current response.
+    /// Age after which a connection's next response says `Connection: close`
+    /// (and is its last); cut if still open an idle period and a request's deadline later.
     pub max_connection_age: Duration,
     /// Bearer token required on every endpoint but /healthz, when set.
     pub bearer_token: Option<BearerToken>,
@@ -115,6 +117,8 @@ struct ConnSettings {
     header_read_timeout: Duration,
     write_stall_timeout: Duration,
     max_age: Duration,
+    /// How long past its age a connection is cut if it is still open.
+    linger: Duration,
     grace: Duration,
 }
 
@@ -134,6 +138,10 @@ pub async fn serve(
         header_read_timeout: limits.header_read_timeout,
         write_stall_timeout: limits.write_stall_timeout,
         max_age: limits.max_connection_age,
+        // An idle period (hyper closes a kept-alive connection idle this long)
+        // and one request's deadline: any client that reads its answers has
+        // closed an aged connection by then.
+        linger: limits.header_read_timeout + limits.request_timeout,
         grace: limits.request_timeout,
     };
     // A reserved connection: one /healthz request, short-lived whatever the client does.
@@ -141,6 +149,7 @@ pub async fn serve(
         app: guard::hygiene(health),
         keep_alive: false,
         max_age: limits.header_read_timeout,
+        linger: Duration::from_secs(1),
         grace: Duration::from_secs(1),
         ..regular.clone()
     };
@@ -206,6 +215,6 @@ async fn serve_connection(
         .header_read_timeout(s.header_read_timeout)
         .keep_alive(s.keep_alive)
         .max_buf_size(HTTP_BUFFER_BYTES)
-        .serve_connection(io, TowerToHyperService::new(s.app));
-    drive(conn, stop, s.max_age, s.grace).await
+        .serve_connection(io, Aging::new(TowerToHyperService::new(s.app), s.max_age));
+    drive(conn, stop, s.max_age, s.linger, s.grace).await
 }

@@ -23,8 +23,10 @@
 //! 5. the generation (and the IPVS table) again: if the rules changed during
 //!    the dump, the table is read at the new generation; the same table means
 //!    the counts hold (other commits, e.g. a CNI's, do not fail the run), a
-//!    different one may hold endpoints that were just added: the dump is
-//!    redone, once, then the run fails (never a false count).
+//!    different one may hold endpoints that were just added: the run starts
+//!    again with the table at the new generation, up to [`RUNS`] times while
+//!    the deadline leaves room for one more, then fails naming the rules
+//!    (never a false count; the scheduler keeps the last good reading meanwhile).
 //!
 //! Memory: one receive buffer and the counts per (service, dead endpoint),
 //! at most [`MAX_GROUPS`] of them (beyond, entries still count in the
@@ -203,8 +205,21 @@ impl Tally for Walk {
     }
 }
 
-/// The nf_tables service table at the current generation (both families, one generation).
+/// The nf_tables service table at the current generation (both families, one
+/// generation): read again, up to [`nft_count::ATTEMPTS`] times, when a commit
+/// fell between the two families' walks.
 fn nf_table(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<NfTable>, bool), NlError> {
+    let mut why = Vec::new();
+    for _ in 0..nft_count::ATTEMPTS {
+        match nf_table_once(memory, deadline) {
+            Err(NlError::Changed(w)) => why.push(w),
+            r => return r,
+        }
+    }
+    Err(NlError::Changed(why.join("; ")))
+}
+
+fn nf_table_once(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<NfTable>, bool), NlError> {
     let gen = generation(deadline)?;
     if let Some(t) = memory.get(gen) {
         return Ok((gen, t, true));
@@ -229,7 +244,9 @@ fn nf_table(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<NfTable
         }
     }
     if gens.iter().any(|g| *g != gens[0]) {
-        return Err(NlError::Changed(format!("generations {gens:?} between the families")));
+        return Err(NlError::Changed(format!(
+            "a commit between the two families' walks: generations {gens:?}"
+        )));
     }
     let t = Arc::new(all);
     memory.put(gens[0], t.clone());
@@ -372,8 +389,24 @@ impl Counter {
     }
 }
 
+/// Runs of one check at most: each starts again with the table at the
+/// generation that interrupted the previous one.
+pub const RUNS: usize = 4;
+
+/// An error of the conntrack dump itself.
 fn nl(e: NlError) -> ProbeError {
     ProbeError::NfNetlink(format!("conntrack entries over ctnetlink: {e}"))
+}
+
+/// An error reading kube-proxy's rules (the service table, the generation):
+/// what changed there is the rules, not the conntrack entries.
+fn rules(e: NlError) -> ProbeError {
+    match e {
+        NlError::Changed(why) => ProbeError::NfNetlink(format!(
+            "kube-proxy's service table over nf_tables netlink: the rules kept changing while it was read ({why})"
+        )),
+        e => ProbeError::NfNetlink(format!("kube-proxy's service table over nf_tables netlink: {e}")),
+    }
 }
 
 /// What one run reads, and with what.
@@ -407,95 +440,119 @@ impl Run<'_> {
 }
 
 fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
-    let (host, local, deadline) = (run.host, run.local, run.deadline);
-    let mut last = String::new();
-    for _ in 0..2 {
-        let (gen, nf, reused) = run.nf_table().map_err(nl)?;
-        let ipvs = ipvs_table(host)?;
-        let mut sources = nf.sources.clone();
-        // iptables-legacy: as of the iptables probe's latest legacy save.
-        let (legacy, mut legacy_errors) = run.legacy.tables();
-        for (v6, names) in [
-            (false, "/proc/net/ip_tables_names"),
-            (true, "/proc/net/ip6_tables_names"),
-        ] {
-            let listed = host.read_optional(names)?.is_some_and(|t| !t.trim().is_empty());
-            if listed && !run.legacy.has(v6) {
-                legacy_errors.push(format!(
-                    "{names} lists iptables-legacy tables the iptables probe has not saved yet"
-                ));
-            }
-        }
-        let legacy: Vec<_> = legacy
-            .into_iter()
-            .filter(|t| !t.services.is_empty() || !t.undecoded.is_empty())
-            .collect();
-        if !legacy.is_empty() {
-            sources.push("iptables-legacy");
-        }
-        if !ipvs.services.is_empty() {
-            sources.push("ipvs");
-        }
-        let dst_nat_only = ipvs.services.is_empty();
-        // The nf_tables part is shared with the memory; copied only to add IPVS or legacy.
-        let table: Cow<'_, ServiceTable> = if ipvs.services.is_empty() && ipvs.undecoded.is_empty() && legacy.is_empty()
-        {
-            Cow::Borrowed(&nf.table)
-        } else {
-            let mut t = nf.table.clone();
-            for l in &legacy {
-                t.merge(ServiceTable::clone(l));
-            }
-            t.merge(ipvs.clone());
-            Cow::Owned(t)
-        };
+    let mut why: Vec<String> = Vec::new();
+    for _ in 0..RUNS {
         let started = Instant::now();
-        let mut counter = Counter::with_local(local.clone());
-        // One dump per family: each dump walks the whole conntrack hash table
-        // (shared by every namespace), so a dump per protocol would walk it
-        // once more per protocol. The protocol is filtered in the kernel only
-        // when the family's service ports have a single one.
-        for (family, v6) in [(2u8, false), (10u8, true)] {
-            let protocols = table.protocols(v6);
-            if protocols.is_empty() {
-                continue;
-            }
-            let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
-            let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
-            ct_dump::dump(conn, deadline, family, only, dst_nat_only, |e| counter.add(&table, e)).map_err(nl)?;
+        match read_once(run)? {
+            Ok(facts) => return Ok(facts),
+            Err(w) => why.push(w),
         }
-        let dump_seconds = started.elapsed().as_secs_f64();
-        // Rules committed during the dump (by kube-proxy, or by anything else
-        // in nf_tables: a CNI, a firewall) matter only if they changed the
-        // service table: the same table before and after the dump means the
-        // counts hold for it.
-        let mut end = run.generation().map_err(nl)?;
-        if end != gen {
-            let (now, after, _) = run.nf_table().map_err(nl)?;
-            if after.table != nf.table {
-                last = format!("generation {gen} → {now} during the conntrack dump, with other service endpoints");
-                continue;
-            }
-            end = now;
+        // Another run only when the deadline leaves room for one as long as
+        // this one: else it would end as a timeout and hide why it failed.
+        if Instant::now() + started.elapsed() >= run.deadline {
+            break;
         }
-        if ipvs_table(host)? != ipvs {
-            last = "the IPVS table changed during the conntrack dump".into();
+    }
+    Err(ProbeError::NfNetlink(format!(
+        "kube-proxy's rules changed during each of {} conntrack dumps, each time to another service table \
+         (no count is made against a table the dump did not run under): {}",
+        why.len(),
+        why.join("; ")
+    )))
+}
+
+/// One run: the facts, or why the dump must be redone (the service table it
+/// was counted against changed under it).
+fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, ProbeError> {
+    let (host, local, deadline) = (run.host, run.local, run.deadline);
+    let (gen, nf, reused) = run.nf_table().map_err(rules)?;
+    let ipvs = ipvs_table(host)?;
+    let mut sources = nf.sources.clone();
+    // iptables-legacy: as of the iptables probe's latest legacy save.
+    let (legacy, mut legacy_errors) = run.legacy.tables();
+    for (v6, names) in [
+        (false, "/proc/net/ip_tables_names"),
+        (true, "/proc/net/ip6_tables_names"),
+    ] {
+        let listed = host.read_optional(names)?.is_some_and(|t| !t.trim().is_empty());
+        if listed && !run.legacy.has(v6) {
+            legacy_errors.push(format!(
+                "{names} lists iptables-legacy tables the iptables probe has not saved yet"
+            ));
+        }
+    }
+    let legacy: Vec<_> = legacy
+        .into_iter()
+        .filter(|t| !t.services.is_empty() || !t.undecoded.is_empty())
+        .collect();
+    if !legacy.is_empty() {
+        sources.push("iptables-legacy");
+    }
+    if !ipvs.services.is_empty() {
+        sources.push("ipvs");
+    }
+    let dst_nat_only = ipvs.services.is_empty();
+    // The nf_tables part is shared with the memory; copied only to add IPVS or legacy.
+    let table: Cow<'_, ServiceTable> = if ipvs.services.is_empty() && ipvs.undecoded.is_empty() && legacy.is_empty() {
+        Cow::Borrowed(&nf.table)
+    } else {
+        let mut t = nf.table.clone();
+        for l in &legacy {
+            t.merge(ServiceTable::clone(l));
+        }
+        t.merge(ipvs.clone());
+        Cow::Owned(t)
+    };
+    let started = Instant::now();
+    let mut counter = Counter::with_local(local.clone());
+    // One dump per family: each dump walks the whole conntrack hash table
+    // (shared by every namespace), so a dump per protocol would walk it
+    // once more per protocol. The protocol is filtered in the kernel only
+    // when the family's service ports have a single one.
+    for (family, v6) in [(2u8, false), (10u8, true)] {
+        let protocols = table.protocols(v6);
+        if protocols.is_empty() {
             continue;
         }
-        return Ok(ConntrackStaleFacts {
-            source: if sources.is_empty() {
-                "none".into()
-            } else {
-                sources.join("+")
-            },
-            generation: end,
-            table_reused: reused,
-            dump_seconds,
-            legacy_errors,
-            ..counter.facts(&table)
-        });
+        let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
+        let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
+        match ct_dump::dump(conn, deadline, family, only, dst_nat_only, |e| counter.add(&table, e)) {
+            Ok(_) => {}
+            // The conntrack table itself changed under the dump (NLM_F_DUMP_INTR).
+            Err(NlError::Changed(w)) => return Ok(Err(format!("the conntrack table changed during its dump ({w})"))),
+            Err(e) => return Err(nl(e)),
+        }
     }
-    Err(nl(NlError::Changed(last)))
+    let dump_seconds = started.elapsed().as_secs_f64();
+    // Rules committed during the dump (by kube-proxy, or by anything else
+    // in nf_tables: a CNI, a firewall) matter only if they changed the
+    // service table: the same table before and after the dump means the
+    // counts hold for it.
+    let mut end = run.generation().map_err(rules)?;
+    if end != gen {
+        let (now, after, _) = run.nf_table().map_err(rules)?;
+        if after.table != nf.table {
+            return Ok(Err(format!(
+                "generation {gen} → {now} during the dump, with other service endpoints"
+            )));
+        }
+        end = now;
+    }
+    if ipvs_table(host)? != ipvs {
+        return Ok(Err("the IPVS table changed during the dump".into()));
+    }
+    Ok(Ok(ConntrackStaleFacts {
+        source: if sources.is_empty() {
+            "none".into()
+        } else {
+            sources.join("+")
+        },
+        generation: end,
+        table_reused: reused,
+        dump_seconds,
+        legacy_errors,
+        ..counter.facts(&table)
+    }))
 }
 
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ConntrackStaleFacts>, ProbeError> {
