@@ -196,7 +196,11 @@ t1=$(date +%s)
 log="$WORK/logs/build.log"
 echo "=== tests/image: podman build -f ${DOCKERFILE#"$REPO"/} -t $IMAGE (log: $log)"
 set +e
+# The commit built, for proxywatch_build_info{revision} (the image has no .git): the same
+# revision as the host binary built from this checkout.
+revision=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || true)
 podman build --pull=never --network=host --format=docker --layers \
+    --build-arg PROXYWATCH_REVISION="$revision" \
     --file "$DOCKERFILE" --tag "$IMAGE" "$REPO" > "$log" 2>&1
 rc=$?
 set -e
