@@ -31,17 +31,6 @@ impl Liveness {
         }
     }
 
-    /// The bound for these schedules: three times the longest a report of the
-    /// most frequent probe can take to arrive (its interval, its deadline and
-    /// the grace past it), so that one slow or failed round never trips it.
-    pub fn bound_for(schedules: &[crate::scheduler::Schedule]) -> Duration {
-        schedules
-            .iter()
-            .map(|s| s.interval + s.timeout + crate::scheduler::GRACE)
-            .min()
-            .map_or(Duration::from_secs(60), |d| (d * 3).max(Duration::from_secs(30)))
-    }
-
     pub fn bound(&self) -> Duration {
         self.bound
     }
@@ -114,23 +103,5 @@ mod tests {
         );
         l.progressed_at(Duration::from_secs(42));
         assert!(l.check_at(Duration::from_secs(42)).is_ok(), "progress again: healthy");
-    }
-
-    #[test]
-    fn bound_follows_the_most_frequent_probe() {
-        use crate::probe::ProbeName;
-        use crate::scheduler::Schedule;
-        let s = |probe, i, t| Schedule {
-            probe,
-            interval: Duration::from_secs(i),
-            timeout: Duration::from_secs(t),
-        };
-        let b = Liveness::bound_for(&[s(ProbeName::Conntrack, 5, 10), s(ProbeName::Iptables, 60, 30)]);
-        assert_eq!(b, (Duration::from_secs(15) + crate::scheduler::GRACE) * 3);
-        assert_eq!(
-            Liveness::bound_for(&[s(ProbeName::Conntrack, 1, 1)]),
-            Duration::from_secs(30),
-            "never below 30 s"
-        );
     }
 }

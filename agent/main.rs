@@ -273,7 +273,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     proxywatch::reaper::start_if_pid1();
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let schedules = common.schedules();
-    let liveness = Arc::new(Liveness::new(Liveness::bound_for(&schedules)));
+    let liveness = Arc::new(Liveness::new(scheduler::liveness_bound(&schedules)));
     let latest = scheduler::spawn(ctx, schedules, aggregator.log_changes(), liveness.clone());
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
     let (routes, health) = (http::router(latest, liveness.clone()), http::health_only(liveness));

@@ -240,6 +240,18 @@ fn left_out_note(n: u64) -> String {
     }
 }
 
+/// How long the pipeline may go without progress before `/healthz` fails: three
+/// times the longest a report of the most frequent probe can take to arrive (its
+/// interval, its deadline and the grace past it), so that one slow or failed round
+/// never trips it; at least 30 s.
+pub fn liveness_bound(schedules: &[Schedule]) -> Duration {
+    schedules
+        .iter()
+        .map(|s| s.interval + s.timeout + GRACE)
+        .min()
+        .map_or(Duration::from_secs(60), |d| (d * 3).max(Duration::from_secs(30)))
+}
+
 /// Folds one report in with the pipeline isolated: a panic in history,
 /// evaluation or rendering is caught, logged and counted in `liveness` (the
 /// previous publication stays up, and `/healthz` fails if no report goes
@@ -477,6 +489,22 @@ mod tests {
             .unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Critical);
         assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_conntrack_seconds_to_full 300"));
+    }
+
+    #[test]
+    fn bound_follows_the_most_frequent_probe() {
+        let s = |probe, i, t| Schedule {
+            probe,
+            interval: Duration::from_secs(i),
+            timeout: Duration::from_secs(t),
+        };
+        let b = liveness_bound(&[s(ProbeName::Conntrack, 5, 10), s(ProbeName::Iptables, 60, 30)]);
+        assert_eq!(b, (Duration::from_secs(15) + GRACE) * 3);
+        assert_eq!(
+            liveness_bound(&[s(ProbeName::Conntrack, 1, 1)]),
+            Duration::from_secs(30),
+            "never below 30 s"
+        );
     }
 
     fn render_panics(_: &Snapshot, _: evaluate::Verdict) -> Publication {
