@@ -25,23 +25,6 @@ use std::time::Duration;
 use common::fake_kube_proxy::{FakeKubeProxy, Reply};
 use serde_json::Value;
 
-const ONE_ROUND: &[&str] = &[
-    "--node.interval",
-    "1h",
-    "--modules.interval",
-    "1h",
-    "--conntrack.interval",
-    "1h",
-    "--sysctls.interval",
-    "1h",
-    "--iptables.interval",
-    "1h",
-    "--nftables.interval",
-    "1h",
-    "--ipvs.interval",
-    "1h",
-];
-
 /// One alerting rule of the manifest: name, expression, severity label.
 #[derive(Debug)]
 struct Rule {
@@ -199,7 +182,7 @@ fn root_state(node: &str, root: &Path, extra: &[&str]) -> State {
         .arg("--host-root")
         .arg(root)
         .args(common::NO_KUBE_PROXY)
-        .args(ONE_ROUND)
+        .args(common::ONE_ROUND)
         .args(extra)
         .start();
     let s = state(&format!("{node} {extra:?}"), &agent);
@@ -337,7 +320,7 @@ fn kube_proxy_state(name: &str, mode: &str, first: String, then: String, extra: 
             "--kube-proxy.healthz-url",
             &kp.url(),
         ])
-        .args(ONE_ROUND)
+        .args(common::ONE_ROUND)
         .args(extra)
         .start();
     kp.set("/metrics", Reply::ok(then));
@@ -413,7 +396,7 @@ fn the_alerts_fire_exactly_as_the_agent_says() {
             "--kube-proxy.healthz-url",
             &kp.url(),
         ])
-        .args(ONE_ROUND)
+        .args(common::ONE_ROUND)
         .start();
     kp.set("/metrics", Reply::ok(kube_proxy_metrics(110)));
     common::poll("slow syncs in the window", Duration::from_secs(10), || {

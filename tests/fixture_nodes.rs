@@ -61,28 +61,6 @@ fn update_goldens() -> bool {
     update
 }
 
-/// Every probe's interval, made longer than any test: `serve` runs one round of
-/// probes, as `check` does. (A second conntrack reading would open the drop window,
-/// which changes the conntrack_drops finding.)
-const ONE_ROUND: &[&str] = &[
-    "--node.interval",
-    "1h",
-    "--modules.interval",
-    "1h",
-    "--conntrack.interval",
-    "1h",
-    "--sysctls.interval",
-    "1h",
-    "--iptables.interval",
-    "1h",
-    "--nftables.interval",
-    "1h",
-    "--ipvs.interval",
-    "1h",
-    "--kube-proxy.interval",
-    "1h",
-];
-
 struct Run {
     code: i32,
     stdout: String,
@@ -113,7 +91,7 @@ fn check(cwd: &Path, host_root: &Path, exec: &Path, format: &str, extra: &[&str]
 }
 
 /// `proxywatch serve` on a host root with what `check` gets (the same environment,
-/// directory and flags, plus ONE_ROUND), scraped once: its first `/metrics` and
+/// directory and flags, plus common::ONE_ROUND), scraped once: its first `/metrics` and
 /// `/snapshot`, published once every probe has reported.
 fn serve_once(cwd: &Path, host_root: &Path, exec: &Path) -> (String, Value) {
     let agent = common::Serve::new()
@@ -124,7 +102,8 @@ fn serve_once(cwd: &Path, host_root: &Path, exec: &Path) -> (String, Value) {
         .arg("--host-root")
         .arg(host_root)
         .args(common::NO_KUBE_PROXY)
-        .args(ONE_ROUND)
+        .args(common::ONE_ROUND)
+        .args(["--kube-proxy.interval", "1h"])
         .start();
     let metrics = agent.first_answer().to_string();
     let snapshot = agent.get_ok("/snapshot");

@@ -11,24 +11,6 @@ use std::time::Duration;
 
 use common::fake_kube_proxy::{FakeKubeProxy, Reply};
 
-/// Every probe reads once (an hour between runs), as `check` does.
-const ONE_ROUND: &[&str] = &[
-    "--node.interval",
-    "1h",
-    "--modules.interval",
-    "1h",
-    "--conntrack.interval",
-    "1h",
-    "--sysctls.interval",
-    "1h",
-    "--iptables.interval",
-    "1h",
-    "--nftables.interval",
-    "1h",
-    "--ipvs.interval",
-    "1h",
-];
-
 /// promtool's verdict on an exposition: Ok, or its complaints.
 fn promtool_check(text: &str) -> Result<(), String> {
     let mut child = Command::new("promtool")
@@ -79,7 +61,7 @@ fn every_fixture_node_passes_promtool_check_metrics() {
             .arg("--host-root")
             .arg(&root)
             .args(common::NO_KUBE_PROXY)
-            .args(ONE_ROUND)
+            .args(common::ONE_ROUND)
             .start();
         let text = agent.get_ok("/metrics");
         agent.stop_cleanly();
@@ -130,7 +112,7 @@ fn a_node_with_kube_proxy_syncing_passes_promtool_check_metrics() {
             "--kube-proxy.healthz-url",
             &kp.url(),
         ])
-        .args(ONE_ROUND)
+        .args(common::ONE_ROUND)
         .start();
     common::poll("a first read of kube-proxy", Duration::from_secs(10), || {
         let t = agent.get_ok("/metrics");

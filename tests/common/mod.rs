@@ -917,3 +917,24 @@ impl KubeNat {
         t
     }
 }
+
+/// Every probe's interval, made longer than any test: `serve` runs one round of
+/// probes, as `check` does (a second conntrack reading would open the drop window,
+/// which changes the conntrack_drops finding). kube-proxy's stays the default: tests
+/// that follow a stand-in kube-proxy read it again.
+pub const ONE_ROUND: &[&str] = &[
+    "--node.interval",
+    "1h",
+    "--modules.interval",
+    "1h",
+    "--conntrack.interval",
+    "1h",
+    "--sysctls.interval",
+    "1h",
+    "--iptables.interval",
+    "1h",
+    "--nftables.interval",
+    "1h",
+    "--ipvs.interval",
+    "1h",
+];
