@@ -32,6 +32,12 @@ if [ "${PROXYWATCH_SKIP_IMAGE:-}" = 1 ] && [ "${CI:-}" = true ]; then
     exit 1
 fi
 
+# Each stage's wall time, printed at the end (CI keeps this log only when it fails).
+TIMES=()
+t0=$SECONDS
+stage_done() { TIMES+=("$1 $((SECONDS - t0)) s"); t0=$SECONDS; }
+trap 'echo "=== stage times: ${TIMES[*]:-none} (total $SECONDS s)"' EXIT
+
 PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps chromium python3-yaml
     qemu-system-x86 busybox-static cpio kmod binutils xz-utils prometheus-alertmanager
     podman runc debootstrap curl)
@@ -51,7 +57,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     # tests start their own on loopback ports, so keep services from starting.
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
     chmod +x /usr/sbin/policy-rc.d
-    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    trap 'rm -f /usr/sbin/policy-rc.d; echo "=== stage times: ${TIMES[*]:-none} (total $SECONDS s)"' EXIT
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     rm -f /usr/sbin/policy-rc.d
 fi
@@ -63,29 +69,37 @@ if ! python3 -c 'import yaml' 2>/dev/null; then
     python3 -m pip install --quiet 'PyYAML==6.0.2' || python3 -m pip install --quiet --break-system-packages 'PyYAML==6.0.2'
 fi
 
+stage_done packages
 echo "=== cargo fmt --check"
 cargo fmt --all -- --check
 echo "=== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 
+stage_done fmt+clippy
 echo "=== cargo test"
 # One test binary at a time (cargo's default); tests that share global state
 # also take a file lock (tests/common).
 CI=${CI:-} cargo test --locked --all-targets 2>&1
+stage_done test
 
 if [ "${PROXYWATCH_SKIP_FUZZ:-}" != 1 ]; then
     echo "=== fuzz targets, fixed runs"
     bash fuzz/ci.sh
+    stage_done fuzz
 fi
 
 if [ "${PROXYWATCH_SKIP_MANIFESTS:-}" != 1 ]; then
     echo "=== manifests, Dockerfile, alert rules"
     bash tests/manifests/check.sh
+    stage_done manifests
 fi
 
 if [ "${PROXYWATCH_SKIP_IMAGE:-}" != 1 ]; then
     echo "=== image: build the Dockerfile, run it like the DaemonSet"
     bash tests/image/build.sh
+    stage_done image-build
     bash tests/image/run.sh
+    stage_done image-run
     bash tests/image/selftest.sh
+    stage_done image-selftest
 fi

@@ -104,14 +104,19 @@ ip netns add "$NS"
 in_ns() { ip netns exec "$NS" "$@"; }
 in_ns ip link set lo up
 # Service and pod addresses routed out one end of a veth pair whose other end
-# has no address: OUTPUT's DNAT sees the flows, nothing answers them.
+# has no address: OUTPUT's DNAT sees the flows, nothing answers them. Through one
+# gateway with a permanent neighbour entry (a MAC no one has, so pwd1 drops every
+# frame): routed on-link, every pod address would need its own ARP entry, and the
+# kernel's neighbour table and its gc_thresh3 are shared by every namespace: the
+# soak would fill the machine's table and make other namespaces' neighbours fail.
 in_ns ip link add pwd0 type veth peer name pwd1
 in_ns ip addr add 10.250.0.1/24 dev pwd0
 in_ns ip addr add 10.250.0.2/24 dev pwd0
 in_ns ip link set pwd0 up
 in_ns ip link set pwd1 up
-in_ns ip route add 10.96.0.0/12 dev pwd0 src 10.250.0.1
-in_ns ip route add 10.244.0.0/16 dev pwd0 src 10.250.0.1
+in_ns ip neigh add 10.250.0.254 lladdr 02:00:00:00:00:fe dev pwd0 nud permanent
+in_ns ip route add 10.96.0.0/12 via 10.250.0.254 dev pwd0 src 10.250.0.1
+in_ns ip route add 10.244.0.0/16 via 10.250.0.254 dev pwd0 src 10.250.0.1
 
 # The two rule sets the churn alternates.
 for v in 0 1; do

@@ -226,7 +226,16 @@ t2=$(date +%s)
 echo "=== tests/image: built $IMAGE in $((t2 - t1)) s"
 
 # ------------------------------------------------------------ bounded work folder
-# Old builds' layers become dangling images when the tag moves: drop them. If the
+# The build stage's last layer is no parent of the runtime image (COPY --from), so
+# untagged it is dangling and the prune below would drop it: every later build of
+# this source (the self-test's broken Dockerfiles) would then compile the agent
+# again (132 s of CI's 2005 s, for the first break alone). Tagged, it stays until a
+# newer build stage takes the tag. Cached, this build takes a second.
+podman build --pull=never --network=host --format=docker --layers --target build \
+    --build-arg PROXYWATCH_REVISION="$revision" \
+    --file "$DOCKERFILE" --tag "${IMAGE%:*}-build:${IMAGE##*:}" "$REPO" >> "$log" 2>&1 \
+    || die "image build: tagging the build stage failed (log: $log)"
+# Old builds' layers become dangling images when the tags move: drop them. If the
 # folder still outgrows the bound, drop the cargo cache mounts (the next build is
 # then a cold cargo build, nothing else is lost).
 podman image prune --force >/dev/null

@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -167,18 +168,18 @@ class Pod:
         if ctr.get("command"):
             raise SystemExit(f"{path}: container command overrides the image entrypoint (tini); not reproduced")
 
-    def flags(self, network=None, caps=None):
-        """caps: the capabilities to add, the manifest's when None."""
+    def flags(self, network=None, caps=None, env=None):
+        """caps: the capabilities to add, the manifest's when None; env: added to the manifest's."""
         f = [f"--network={network or self.network}"] + self.base_flags
         f += [f"--cap-add={c.lower()}" for c in (self.cap_add if caps is None else caps)]
-        for k, v in self.env.items():
+        for k, v in {**self.env, **(env or {})}.items():
             f.append(f"--env={k}={v}")
         return f
 
-    def host_env(self):
+    def host_env(self, extra=None):
         """The same env for the host binary: container paths mapped to their hostPath."""
         env = dict(os.environ)
-        for k, v in self.env.items():
+        for k, v in {**self.env, **(extra or {})}.items():
             for cpath, hpath in self.mounts.items():
                 if v == cpath or v.startswith(cpath.rstrip("/") + "/"):
                     v = hpath + v[len(cpath):]
@@ -275,6 +276,12 @@ def diff(a, b, path=""):
     return [] if a == b else [f"{path}: {json.dumps(a)[:120]} != {json.dumps(b)[:120]}"]
 
 
+# `check` on kube-proxy-shaped rules with no kube-proxy waits --kube-proxy.down-grace
+# (30 s) before it calls kube-proxy down, so that it agrees with `serve`: 30 s per
+# read, twice per namespace when a read is retried. Both sides judge at once here.
+CHECK_ENV = {"PROXYWATCH_KUBE_PROXY_DOWN_GRACE": "0s"}
+
+
 def compare_checks(where, pod, cts, host_bin, network, netns):
     """Host binary vs container, same env; retried once, since the node is shared."""
     for attempt in (1, 2):
@@ -282,8 +289,8 @@ def compare_checks(where, pod, cts, host_bin, network, netns):
         # host's /sys/fs/cgroup (the container has it at /host/sys/fs/cgroup).
         host_cmd = ([] if netns is None else ["nsenter", f"--net=/run/netns/{netns}"]) + [
             host_bin, "check", "--format", "json"]
-        h = run(host_cmd, check_rc=False, env=pod.host_env())
-        c = cts.run(pod.flags(network=network), ["check", "--format", "json"])
+        h = run(host_cmd, check_rc=False, env=pod.host_env(CHECK_ENV))
+        c = cts.run(pod.flags(network=network, env=CHECK_ENV), ["check", "--format", "json"])
         try:
             hj, cj = json.loads(h.stdout), json.loads(c.stdout)
         except json.JSONDecodeError:
@@ -374,6 +381,7 @@ def main():
             fail(f"the run stopped: {type(e).__name__}: {e}")
     finally:
         cts.remove_all()
+        shutil.rmtree(tmp, ignore_errors=True)
         for ns in netns.values():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         after = host_rules()
@@ -477,7 +485,7 @@ def tests(pod, cts, host_bin, netns, tmp):
 
     # 4. Without the two capabilities (in the nftables-mode namespace, which has a
     # table for every netlink probe to read), the netlink probes fail and say why.
-    probes = probes_of(cts, pod.flags(network=net["nftables"], caps=[]), "no capabilities")
+    probes = probes_of(cts, pod.flags(network=net["nftables"], caps=[], env=CHECK_ENV), "no capabilities")
     if probes is not None:
         # The probes that read the kernel over netlink (nf_tables, ctnetlink); the others
         # read /proc and /sys, which need no capability.
@@ -490,7 +498,7 @@ def tests(pod, cts, host_bin, netns, tmp):
         check(not silent, "no capabilities: every failing probe names the capability it lacks", f"{silent}")
 
     # 5. Without NET_RAW, iptables-legacy-save cannot read the legacy rules.
-    probes = probes_of(cts, pod.flags(network=net["legacy"], caps=["NET_ADMIN"]), "NET_ADMIN only")
+    probes = probes_of(cts, pod.flags(network=net["legacy"], caps=["NET_ADMIN"], env=CHECK_ENV), "NET_ADMIN only")
     if probes is not None:
         ipt = probes["iptables"]
         check(ipt["status"] == "failed" and "CAP_NET_RAW" in (ipt["error"] or ""),

@@ -57,6 +57,6 @@ else
     echo "FAIL - the image without tini -s did not build (log: $dir/tini-build.log)"
     failed=1
 fi
-podman image rm localhost/proxywatch:selftest > /dev/null 2>&1 || true
+podman image rm localhost/proxywatch:selftest localhost/proxywatch-build:selftest > /dev/null 2>&1 || true
 
 [ $failed = 0 ] || die "a deliberate break went unnoticed (see above)"
