@@ -393,7 +393,7 @@ fn is_wall_time(name: &str) -> bool {
 
 /// A wall time changed when it moved by at least this many seconds... Two reads of
 /// the same 200-service rule set in a row took 31 ms and 13 ms on the 2-core test
-/// machine (tests/compare.rs, unchanged_rules_on_the_real_kernel_list_no_duration).
+/// machine (tests/offline/compare.rs, unchanged_rules_on_the_real_kernel_list_no_duration).
 const WALL_TIME_MIN_CHANGE_SECONDS: f64 = 0.1;
 /// ...and at least doubled or halved.
 const WALL_TIME_MIN_CHANGE_RATIO: f64 = 2.0;

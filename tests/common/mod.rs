@@ -110,7 +110,11 @@ pub struct Netns {
 
 impl Netns {
     pub fn new(tag: &str) -> Netns {
-        let name = format!("pwt-{tag}-{}", std::process::id());
+        // The pid and a count: the tests of a grouped binary (tests/<group>/main.rs) run
+        // concurrently in one process, and two files may use the same tag.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("pwt-{tag}-{}-{n}", std::process::id());
         // A namespace left by a killed earlier run of this same test would clash.
         let _ = Command::new("ip")
             .args(["netns", "del", &name])

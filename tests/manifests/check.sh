@@ -457,7 +457,7 @@ PYEOF
 step "promtool parses every dashboard query" dashboard_queries
 
 # ---------------------------------------------------------------- metric names
-# The agent's metric names and finding ids as the README lists them (tests/readme.rs proves
+# The agent's metric names and finding ids as the README lists them (tests/docs/readme.rs proves
 # those tables equal what the agent emits and its CHECKS): no hand-kept copy to go stale.
 KNOWN_METRICS=$WORK/known_metrics.txt
 KNOWN_IDS=$WORK/known_finding_ids.txt

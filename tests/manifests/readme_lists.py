@@ -4,7 +4,7 @@ them, for metric_names.py --known-list / --finding-ids.
 
 usage: readme_lists.py README.md STAT_SAMPLE OUT_METRICS OUT_FINDING_IDS
 
-tests/readme.rs proves those tables equal what the agent emits (metrics
+tests/docs/readme.rs proves those tables equal what the agent emits (metrics
 rendered for a node with every source) and its CHECKS, so these lists follow
 the agent instead of being kept by hand. `proxywatch_conntrack_stat_<field>_total`
 is expanded with the columns of STAT_SAMPLE, a captured /proc/net/stat/nf_conntrack

@@ -1,6 +1,6 @@
 //! docs/testing.md's table "Every finding, end to end" stays true: one row per id of
 //! `CHECKS`, no other row, and every `file::test` it names is a `#[test]` function in
-//! `tests/<file>.rs`. A row that says **none yet** names no test.
+//! `tests/<file>.rs` (or `tests/<group>/<file>.rs`, a module of a grouped test binary). A row that says **none yet** names no test.
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -38,6 +38,21 @@ fn rows() -> Vec<(String, Vec<(String, String)>)> {
         .collect()
 }
 
+/// `tests/<file>.rs`, or `tests/<group>/<file>.rs` for a file that is a module of a grouped
+/// test binary (`tests/<group>/main.rs`).
+fn test_file(file: &str) -> Option<std::path::PathBuf> {
+    let tests = root().join("tests");
+    let top = tests.join(format!("{file}.rs"));
+    if top.is_file() {
+        return Some(top);
+    }
+    std::fs::read_dir(&tests)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|d| d.path().join(format!("{file}.rs")))
+        .find(|p| p.is_file() && p.parent().is_some_and(|g| g.join("main.rs").is_file()))
+}
+
 #[test]
 fn the_finding_table_lists_every_check_and_real_tests() {
     let rows = rows();
@@ -47,11 +62,11 @@ fn the_finding_table_lists_every_check_and_real_tests() {
     assert_eq!(ids, checks, "docs/testing.md's finding table vs CHECKS");
     for (id, tests) in &rows {
         for (file, test) in tests {
-            let path = root().join("tests").join(format!("{file}.rs"));
+            let path = test_file(file).unwrap_or_else(|| panic!("{id}: no tests/{file}.rs nor tests/*/{file}.rs"));
             let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{id}: {}: {e}", path.display()));
             let at = text
                 .find(&format!("\nfn {test}() {{"))
-                .unwrap_or_else(|| panic!("{id}: no fn {test}() in tests/{file}.rs"));
+                .unwrap_or_else(|| panic!("{id}: no fn {test}() in {}", path.display()));
             assert!(
                 text[..at].trim_end().ends_with("#[test]"),
                 "{id}: {file}::{test} is not a #[test]"

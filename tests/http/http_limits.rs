@@ -9,7 +9,7 @@
 //! the per-address cap and the total cap can be told apart. Knobs the fix
 //! added are passed as environment variables: an agent without them ignores
 //! them, so the tests also run (and fail for the right reason) against it.
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};

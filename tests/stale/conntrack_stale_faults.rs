@@ -38,7 +38,7 @@
 //! stopped by its PID, the churn loop stops and is joined before the
 //! namespace goes. Nothing global is touched (no sysctl, no rule or entry
 //! outside the namespace), so no global lock is taken.
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! a node where everything that has a remediation goes wrong at once (built with the library,
 //! evaluated in iptables, IPVS and no-kube-proxy mode), the source of every check
 //! (agent/evaluate/*.rs, branches no state above reaches included), and docs/alerts.md.
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

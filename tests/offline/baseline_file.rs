@@ -2,7 +2,7 @@
 //! symlink someone planted beside FILE (issue 16). The agent runs as PID 1 of
 //! a new PID namespace (`unshare --pid --fork`), which makes the temporary
 //! name an older version used, `FILE.tmp-<pid>`, predictable: `FILE.tmp-1`.
-mod common;
+use crate::common;
 
 use std::os::unix::fs::symlink;
 use std::process::{Command, Stdio};

@@ -7,7 +7,7 @@
 //! `Connection: close` on its next response and is closed after it, never
 //! while a request is on its way (which the client would see as EOF instead
 //! of an answer, Python's `RemoteDisconnected`).
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -12,7 +12,7 @@
 //! finding after two checks (critical: udp/53), and resolve after
 //! `conntrack -D`. A flow DNATed to the removed pod through a non-service
 //! address is never counted. IPVS mode is proven in a VM (tests/vm_kernel.rs).
-mod common;
+use crate::common;
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! rewrites expected.json / expected.txt / expected.metrics but not them; it is
 //! refused in CI). Expected numbers are read from the scenario's own files, so a
 //! fixture edit cannot silently agree with a bug.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,7 +56,7 @@ fn update_goldens() -> bool {
     assert!(
         !(update && common::in_ci()),
         "{UPDATE}=1 with CI set: goldens are not regenerated in CI; regenerate them \
-         locally ({UPDATE}=1 cargo test --test fixture_nodes), review the diff and commit them"
+         locally ({UPDATE}=1 cargo test --test offline fixture_nodes::), review the diff and commit them"
     );
     update
 }
@@ -252,7 +252,7 @@ fn compare_golden(path: &Path, got: &str) {
         let lo = i.saturating_sub(3);
         panic!(
             "{} differs from the output at line {}\n--- expected\n{}\n--- got\n{}\n\
-             (if the change is intended: PROXYWATCH_UPDATE_GOLDEN=1 cargo test --test fixture_nodes)",
+             (if the change is intended: PROXYWATCH_UPDATE_GOLDEN=1 cargo test --test offline fixture_nodes::)",
             path.display(),
             i + 1,
             w[lo..(i + 4).min(w.len())].join("\n"),
@@ -455,7 +455,7 @@ fn every_scenario_directory_has_a_test() {
 fn golden_update_is_refused_in_ci() {
     // This test binary again, on one scenario, as CI would run it with the update asked for.
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["healthy_iptables", "--exact", "--test-threads=1"])
+        .args(["fixture_nodes::healthy_iptables", "--exact", "--test-threads=1"])
         .env(UPDATE, "1")
         .env("CI", "true")
         .output()

@@ -1,5 +1,5 @@
 //! The command line itself: exit codes and help, on the real binary.
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! environment variable, default, help) and every flag has a row; every metric
 //! the agent emits has a row and every row is emitted; every finding id both ways;
 //! every documented endpoint answers.
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,7 +3,7 @@
 //! directory, so a new one is checked too), and on a node where kube-proxy is present and syncing
 //! (a stand-in kube-proxy whose sync and network-programming histograms grow between two reads):
 //! its latency quantiles are a summary, the one type promtool lets carry a `quantile` label.
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! The rules' job selector is configurable in one place (manifests/render-rules.py, as
 //! monitoring mixins have it): rendered for `job="pw",cluster="eu-1"`, no series is left on the
 //! default job, promtool accepts the rules, and they fire on the new job's series only.
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

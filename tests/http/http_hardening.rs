@@ -1,7 +1,7 @@
 //! The listener on the real binary: slow clients cut off near the configured
 //! timeout, methods, bearer token, and a graceful exit on SIGTERM (the request in
 //! flight answered, the running command's process group gone).
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -1,8 +1,8 @@
 //! `proxywatch baseline save` and `proxywatch compare`, end to end on fixture
 //! nodes (tests/fixtures/nodes), with the controlled environment of
-//! tests/fixture_nodes.rs: no inherited environment, PATH = the node's
+//! tests/offline/fixture_nodes.rs: no inherited environment, PATH = the node's
 //! stand-in commands, kube-proxy's URLs on a closed port.
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

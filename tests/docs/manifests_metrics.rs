@@ -1,7 +1,7 @@
 //! Every metric and finding id the alert rules and the dashboard use must
 //! exist in what the agent really serves: a renamed metric would otherwise
 //! silently disable an alert.
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -240,7 +240,7 @@ fn fleet_conventions(body: &str) {
     );
     assert!(!body.contains("revision=\"unknown\""), "build_info without a revision");
     // docs/upgrading.md's renamed series: the old names are no longer served, the new ones
-    // have their row in the metrics table of docs/reference.md (which tests/readme.rs holds to
+    // have their row in the metrics table of docs/reference.md (which tests/docs/readme.rs holds to
     // the binary).
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let note = std::fs::read_to_string(repo.join("docs/upgrading.md")).unwrap();

@@ -24,7 +24,7 @@
 //! Cleanup: the namespace is deleted on drop (also on panic), the agent is
 //! stopped by its PID, the churn loop stops and is joined before the
 //! namespace goes. Nothing global is touched, so no global lock.
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
