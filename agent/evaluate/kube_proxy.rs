@@ -20,7 +20,6 @@ fn derived(s: &Snapshot) -> KubeProxyDerived {
 /// Grades a latency over the window since the previous reading when there is
 /// one, else since kube-proxy started.
 fn latency(
-    id: &str,
     what: &str,
     (l, w): (&Latency, Option<&LatencyWindow>),
     warning: f64,
@@ -41,7 +40,7 @@ fn latency(
         severity = severity.min(Severity::Warning);
     }
     Some(
-        Finding::new(id, severity, format!("kube-proxy {what} p99 is {p99:.2} s {scope}"))
+        Finding::new(severity, format!("kube-proxy {what} p99 is {p99:.2} s {scope}"))
             .evidence("p99_seconds", p99)
             .evidence("p50_seconds", p50)
             .evidence("count_window", w.map(|w| w.count))
@@ -60,7 +59,6 @@ const SLOW_SYNC: &[&str] = &[
 
 pub fn sync_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     latency(
-        "kube_proxy_sync_slow",
         "rule sync",
         (
             kp(s)?.sync.as_ref()?,
@@ -74,7 +72,6 @@ pub fn sync_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Findi
 
 pub fn network_programming_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     latency(
-        "kube_proxy_network_programming_slow",
         "network programming",
         (
             kp(s)?.network_programming.as_ref()?,
@@ -141,7 +138,7 @@ pub fn unhealthy(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Findi
         )
     };
     Some(
-        Finding::new("kube_proxy_unhealthy", severity, summary)
+        Finding::new(severity, summary)
             .evidence("healthz_status", h.status_code)
             .evidence("healthz_error", h.error.clone())
             .evidence("staleness_seconds", h.staleness_seconds)
@@ -200,7 +197,7 @@ pub fn process_ambiguous(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Opti
         _ => (Severity::Ok, format!("{} process(es) look like kube-proxy", candidates.len())),
     };
     Some(
-        Finding::new("kube_proxy_process_ambiguous", severity, summary)
+        Finding::new(severity, summary)
             .evidence("pid", k.process.as_ref().map(|p| p.pid))
             .evidence("metrics_start_time_seconds", metrics_start)
             .evidence(
@@ -222,9 +219,7 @@ pub fn sync_stale(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Find
     let k = derived(s);
     let waited = k.queued_unsynced_seconds?;
     Some(
-        Finding::new(
-            "kube_proxy_sync_stale",
-            if waited > t.kube_proxy_queued_warning_seconds { Severity::Warning } else { Severity::Ok },
+        Finding::new(if waited > t.kube_proxy_queued_warning_seconds { Severity::Warning } else { Severity::Ok },
             format!("changes have waited {waited:.0} s for a kube-proxy sync"),
         )
         .evidence("queued_unsynced_seconds", waited)
@@ -244,9 +239,7 @@ pub fn restarted(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Findi
         .last_restart_seconds
         .is_some_and(|r| s.collected_at - r <= t.kube_proxy_restart_window_seconds);
     Some(
-        Finding::new(
-            "kube_proxy_restarted",
-            if recent { Severity::Warning } else { Severity::Ok },
+        Finding::new(if recent { Severity::Warning } else { Severity::Ok },
             format!(
                 "kube-proxy restarted {} time(s) since the agent started, the latest within {:.0} min",
                 k.restarts,
@@ -267,9 +260,7 @@ pub fn resources_near_limit(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> O
     let limit = p.memory_limit_bytes?;
     let ratio = p.resident_memory_bytes as f64 / limit as f64;
     Some(
-        Finding::new(
-            "kube_proxy_resources_near_limit",
-            if ratio >= 0.9 { Severity::Warning } else { Severity::Ok },
+        Finding::new(if ratio >= 0.9 { Severity::Warning } else { Severity::Ok },
             format!(
                 "kube-proxy uses {:.0}% of its memory limit ({} of {} bytes)",
                 ratio * 100.0,
@@ -308,9 +299,7 @@ pub fn cpu_throttled(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<F
         Severity::Ok
     };
     Some(
-        Finding::new(
-            "kube_proxy_cpu_throttled",
-            severity,
+        Finding::new(severity,
             format!(
                 "kube-proxy's cgroup was CPU-throttled in {:.0}% of its periods over the last {:.0} s ({:.1} s throttled)",
                 ratio * 100.0,
@@ -441,9 +430,7 @@ pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     }
     let grace = t.kube_proxy_down_grace_seconds;
     if outcome.status == ProbeStatus::Ok {
-        return Some(
-            Finding::new("kube_proxy_down", Severity::Ok, "kube-proxy is present").evidence("expected_because", why),
-        );
+        return Some(Finding::new(Severity::Ok, "kube-proxy is present").evidence("expected_because", why));
     }
     let since = presence.absent_since_seconds.unwrap_or(s.collected_at);
     let gone = (s.collected_at - since).max(0.0);
@@ -474,7 +461,7 @@ pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     };
     let node = &s.node;
     Some(
-        Finding::new("kube_proxy_down", severity, summary)
+        Finding::new(severity, summary)
             .evidence("expected_because", why)
             .evidence("absent_since_seconds", since)
             .evidence("absent_for_seconds", gone)
