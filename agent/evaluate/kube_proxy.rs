@@ -236,8 +236,8 @@ pub fn restarted(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Findi
     kp(s)?;
     let k = derived(s);
     let recent = k
-        .last_restart_seconds
-        .is_some_and(|r| s.collected_at - r <= t.kube_proxy_restart_window_seconds);
+        .last_restart_mono
+        .is_some_and(|r| s.collected_mono - r <= t.kube_proxy_restart_window_seconds);
     Some(
         Finding::new(if recent { Severity::Warning } else { Severity::Ok },
             format!(
@@ -433,7 +433,10 @@ pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
         return Some(Finding::new(Severity::Ok, "kube-proxy is present").evidence("expected_because", why));
     }
     let since = presence.absent_since_seconds.unwrap_or(s.collected_at);
-    let gone = (s.collected_at - since).max(0.0);
+    // How long on the monotonic clock: a wall clock step neither hastens nor delays the verdict.
+    let gone = presence
+        .absent_since_mono
+        .map_or(0.0, |m| (s.collected_mono - m).max(0.0));
     let services = services_programmed(s);
     let total: u64 = services.values().filter_map(|v| v.as_u64()).max().unwrap_or(0);
     let frozen = if total > 0 {
@@ -506,7 +509,7 @@ mod tests {
 
     fn with(k: KubeProxyFacts) -> Snapshot {
         let mut s = healthy();
-        s.collected_at = 10_000.0;
+        (s.collected_at, s.collected_mono) = (10_000.0, 10_000.0);
         s.facts.kube_proxy = Some(k);
         s
     }
@@ -573,12 +576,22 @@ mod tests {
         s.derived.kube_proxy = Some(KubeProxyDerived {
             restarts: 2,
             last_restart_seconds: Some(9_900.0),
+            last_restart_mono: Some(9_900.0),
             queued_unsynced_seconds: Some(120.0),
             ..Default::default()
         });
         assert_eq!(judge(unhealthy, &s, &t).unwrap().severity, Severity::Critical);
         assert_eq!(judge(restarted, &s, &t).unwrap().severity, Severity::Warning);
         assert_eq!(judge(restarted, &s, &t).unwrap().evidence["restarts"], 2);
+        // The restart window is on the monotonic clock: a wall clock set a day ahead since the
+        // restart changes the timestamp shown, not whether the restart is recent.
+        let mut stepped = s.clone();
+        stepped.collected_at += 86_400.0;
+        let f = judge(restarted, &stepped, &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning, "{f:#?}");
+        assert_eq!(f.evidence["last_restart_timestamp_seconds"], 9_900.0);
+        stepped.collected_mono += t.kube_proxy_restart_window_seconds;
+        assert_eq!(judge(restarted, &stepped, &t).unwrap().severity, Severity::Ok);
         assert_eq!(judge(resources_near_limit, &s, &t).unwrap().severity, Severity::Warning);
         // A health endpoint that accepts and hangs is critical even without a visible process.
         let hung = with(KubeProxyFacts {
@@ -763,7 +776,7 @@ mod tests {
     fn kube_proxy_rules_absent_since(since: f64) -> Snapshot {
         use crate::probe::iptables::{IptablesFacts, SaveRun};
         let mut s = healthy();
-        s.collected_at = 10_000.0;
+        (s.collected_at, s.collected_mono) = (10_000.0, 10_000.0);
         let mut run = SaveRun {
             backend: "nft".into(),
             family: "ipv4".into(),
@@ -778,6 +791,7 @@ mod tests {
         probed(&mut s, ProbeStatus::Absent);
         s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
             absent_since_seconds: Some(since),
+            absent_since_mono: Some(since),
             last_seen_seconds: Some(since - 15.0),
             last_sync_seconds: Some(since - 20.0),
         });
@@ -836,10 +850,11 @@ mod tests {
         let t = crate::config::default_thresholds();
         // A Cilium node: nothing of kube-proxy in the data plane, nothing declared, never seen.
         let mut s = healthy();
-        s.collected_at = 10_000.0;
+        (s.collected_at, s.collected_mono) = (10_000.0, 10_000.0);
         probed(&mut s, ProbeStatus::Absent);
         s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
             absent_since_seconds: Some(1_000.0),
+            absent_since_mono: Some(1_000.0),
             ..Default::default()
         });
         assert_eq!(judge(down, &s, &t), None);
@@ -880,6 +895,7 @@ mod tests {
         s.facts.iptables = None;
         s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
             absent_since_seconds: Some(1_000.0),
+            absent_since_mono: Some(1_000.0),
             ..Default::default()
         });
         assert_eq!(judge(down, &s, &t), None, "nothing left to say kube-proxy belongs");
