@@ -85,7 +85,8 @@ pub fn drops(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> 
             let (drop, early) = (ct.stat("drop"), ct.stat("early_drop"));
             let severity = if drop + early > 0 { Severity::Info } else { Severity::Ok };
             Some(
-                Finding::new(severity,
+                Finding::new(
+                    severity,
                     format!(
                         "{drop} packets dropped and {early} entries evicted since boot because the table was full; one reading cannot tell whether it is still happening"
                     ),
@@ -106,7 +107,8 @@ pub fn insert_failed(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<F
     let w = window(s)?;
     let n = w.get("insert_failed");
     Some(
-        Finding::new(if n > 0 { Severity::Warning } else { Severity::Ok },
+        Finding::new(
+            if n > 0 { Severity::Warning } else { Severity::Ok },
             format!(
                 "{n} conntrack insert failures in the last {} (the SNAT/DNAT race behind 5 s DNS timeouts)",
                 human_duration(w.seconds)
@@ -127,7 +129,8 @@ pub fn max_below_recommended(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> 
     let cpus = s.facts.node.as_ref()?.cpus;
     let want = recommended_conntrack_max(cpus);
     Some(
-        Finding::new(if ct.max < want { Severity::Warning } else { Severity::Ok },
+        Finding::new(
+            if ct.max < want { Severity::Warning } else { Severity::Ok },
             format!(
                 "nf_conntrack_max is {} but kube-proxy's rule for {cpus} CPUs gives {want} (max(131072, 32768 × cores))",
                 ct.max

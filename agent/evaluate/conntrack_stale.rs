@@ -105,7 +105,8 @@ pub fn stale_detection_partial(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -
     let facts = s.facts.conntrack_stale.as_ref()?;
     let total: u64 = facts.undecoded.values().sum();
     if total == 0 && !facts.legacy_errors.is_empty() {
-        let mut f = Finding::new(Severity::Info,
+        let mut f = Finding::new(
+            Severity::Info,
             format!(
                 "stale conntrack detection is partial: kube-proxy's iptables-legacy rules could not be read ({}); the other sources still count",
                 facts.legacy_errors.join("; ")

@@ -143,7 +143,8 @@ pub fn backend_mismatch(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Optio
         "iptables-legacy"
     };
     Some(
-        Finding::new(if both { Severity::Critical } else { Severity::Ok },
+        Finding::new(
+            if both { Severity::Critical } else { Severity::Ok },
             format!(
                 "kube-proxy rules in more than one iptables backend ({}): two rule sets fight over the same packets",
                 ipt.backends_with_kube_rules.join(" and ")
@@ -172,7 +173,8 @@ pub fn stale_kube_rules(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Optio
         .map(label)
         .collect();
     Some(
-        Finding::new(if stale.is_empty() { Severity::Ok } else { Severity::Warning },
+        Finding::new(
+            if stale.is_empty() { Severity::Ok } else { Severity::Warning },
             format!(
                 "kube-proxy service chains without KUBE-PROXY-CANARY in {}: rules left by a kube-proxy that no longer runs",
                 stale.join(", ")

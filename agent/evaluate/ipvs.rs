@@ -22,7 +22,8 @@ pub fn vs_conntrack(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Fi
     }
     let v = s.facts.sysctls.as_ref()?.get("net.ipv4.vs.conntrack")?;
     Some(
-        Finding::new(if v == 1 { Severity::Ok } else { Severity::Critical },
+        Finding::new(
+            if v == 1 { Severity::Ok } else { Severity::Critical },
             format!("net.ipv4.vs.conntrack is {v} in IPVS mode: IPVS connections skip conntrack, so kube-proxy's SNAT/masquerade rules do not apply"),
         )
         .evidence("net.ipv4.vs.conntrack", v)
@@ -45,7 +46,8 @@ pub fn conn_reuse_mode(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option
     let release = s.facts.node.as_ref()?.kernel_release.clone()?;
     let old_kernel = kernel_version(&release).is_some_and(|k| k < (5, 9));
     Some(
-        Finding::new(if v == 1 && old_kernel { Severity::Warning } else { Severity::Ok },
+        Finding::new(
+            if v == 1 && old_kernel { Severity::Warning } else { Severity::Ok },
             format!("net.ipv4.vs.conn_reuse_mode=1 on kernel {release} (< 5.9): new connections reusing a source port can stall 1 s"),
         )
         .evidence("net.ipv4.vs.conn_reuse_mode", v)
@@ -74,7 +76,8 @@ pub fn expire_sysctls(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<
         .map(|(n, _)| *n)
         .collect();
     Some(
-        Finding::new(if off.is_empty() { Severity::Ok } else { Severity::Warning },
+        Finding::new(
+            if off.is_empty() { Severity::Ok } else { Severity::Warning },
             format!("net.ipv4.vs.{} not 1 in IPVS mode: connections to removed or weight-0 endpoints are kept instead of expired, so clients hang after endpoints change", off.join(" and ")),
         )
         .evidence("net.ipv4.vs.expire_nodest_conn", nodest)
@@ -91,7 +94,8 @@ pub fn without_backends(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Optio
     let ipvs = s.facts.ipvs.as_ref()?;
     let n = ipvs.without_backends;
     Some(
-        Finding::new(if n > 0 { Severity::Warning } else { Severity::Ok },
+        Finding::new(
+            if n > 0 { Severity::Warning } else { Severity::Ok },
             format!("{n} of {} IPVS virtual servers have no usable real server (none, or weight 0 only): connections to them fail", ipvs.virtual_servers),
         )
         .evidence("count", n)
@@ -119,7 +123,8 @@ pub fn interface_out_of_sync(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> 
             .collect::<Vec<_>>()
     };
     Some(
-        Finding::new(if bad { Severity::Warning } else { Severity::Ok },
+        Finding::new(
+            if bad { Severity::Warning } else { Severity::Ok },
             if iface.exists {
                 format!(
                     "kube-ipvs0 and IPVS disagree: {} virtual-server IPs are bound nowhere, {} kube-ipvs0 addresses have no virtual server",
@@ -151,7 +156,8 @@ pub fn scheduler(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Findi
         return None;
     }
     Some(
-        Finding::new(Severity::Info,
+        Finding::new(
+            Severity::Info,
             format!("IPVS schedulers in use: {}", schedulers.join(", ")),
         )
         .evidence("schedulers", schedulers)

@@ -7,7 +7,8 @@ use crate::snapshot::Snapshot;
 pub fn ip_forward(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let v = s.facts.sysctls.as_ref()?.get("net.ipv4.ip_forward")?;
     Some(
-        Finding::new(if v == 1 { Severity::Ok } else { Severity::Critical },
+        Finding::new(
+            if v == 1 { Severity::Ok } else { Severity::Critical },
             format!("net.ipv4.ip_forward is {v}: the node does not forward packets, so Service traffic to pods on other nodes is dropped"),
         )
         .evidence("net.ipv4.ip_forward", v)
@@ -23,7 +24,8 @@ pub fn bridge_nf_call_iptables(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -
     // Only meaningful when br_netfilter is active: without it the sysctl does not exist.
     let v = s.facts.sysctls.as_ref()?.get("net.bridge.bridge-nf-call-iptables")?;
     Some(
-        Finding::new(if v == 1 { Severity::Ok } else { Severity::Warning },
+        Finding::new(
+            if v == 1 { Severity::Ok } else { Severity::Warning },
             format!("net.bridge.bridge-nf-call-iptables is {v}: traffic between pods on the same bridge bypasses kube-proxy's rules"),
         )
         .evidence("net.bridge.bridge-nf-call-iptables", v)
@@ -43,7 +45,8 @@ pub fn conntrack_tcp_timeouts(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
     let cw = sys.get("net.netfilter.nf_conntrack_tcp_timeout_close_wait")?;
     let off = est != 86_400 || cw != 3_600;
     Some(
-        Finding::new(if off { Severity::Info } else { Severity::Ok },
+        Finding::new(
+            if off { Severity::Info } else { Severity::Ok },
             format!(
                 "conntrack TCP timeouts are established={est}s close_wait={cw}s; kube-proxy's defaults are 86400s and 3600s"
             ),
@@ -72,7 +75,8 @@ pub fn ipvs_modules_missing(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> O
         (false, _) => Severity::Ok,
     };
     Some(
-        Finding::new(severity,
+        Finding::new(
+            severity,
             format!(
                 "IPVS kernel modules missing: {} (proxy mode {})",
                 missing.join(", "),

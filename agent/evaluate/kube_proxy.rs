@@ -219,7 +219,8 @@ pub fn sync_stale(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Find
     let k = derived(s);
     let waited = k.queued_unsynced_seconds?;
     Some(
-        Finding::new(if waited > t.kube_proxy_queued_warning_seconds { Severity::Warning } else { Severity::Ok },
+        Finding::new(
+            if waited > t.kube_proxy_queued_warning_seconds { Severity::Warning } else { Severity::Ok },
             format!("changes have waited {waited:.0} s for a kube-proxy sync"),
         )
         .evidence("queued_unsynced_seconds", waited)
@@ -239,7 +240,8 @@ pub fn restarted(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Findi
         .last_restart_mono
         .is_some_and(|r| s.collected_mono - r <= t.kube_proxy_restart_window_seconds);
     Some(
-        Finding::new(if recent { Severity::Warning } else { Severity::Ok },
+        Finding::new(
+            if recent { Severity::Warning } else { Severity::Ok },
             format!(
                 "kube-proxy restarted {} time(s) since the agent started, the latest within {:.0} min",
                 k.restarts,
@@ -260,7 +262,8 @@ pub fn resources_near_limit(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> O
     let limit = p.memory_limit_bytes?;
     let ratio = p.resident_memory_bytes as f64 / limit as f64;
     Some(
-        Finding::new(if ratio >= 0.9 { Severity::Warning } else { Severity::Ok },
+        Finding::new(
+            if ratio >= 0.9 { Severity::Warning } else { Severity::Ok },
             format!(
                 "kube-proxy uses {:.0}% of its memory limit ({} of {} bytes)",
                 ratio * 100.0,
@@ -299,7 +302,8 @@ pub fn cpu_throttled(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<F
         Severity::Ok
     };
     Some(
-        Finding::new(severity,
+        Finding::new(
+            severity,
             format!(
                 "kube-proxy's cgroup was CPU-throttled in {:.0}% of its periods over the last {:.0} s ({:.1} s throttled)",
                 ratio * 100.0,

@@ -31,7 +31,8 @@ pub fn sync_failing(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Fi
         None => String::new(),
     };
     Some(
-        Finding::new(severity,
+        Finding::new(
+            severity,
             format!(
                 "{} kube-proxy sync(s) failed in the last {:.0} s{since}",
                 f.increase, f.seconds

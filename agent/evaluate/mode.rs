@@ -137,7 +137,8 @@ pub fn mismatch(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Findin
         _ => "the ConfigMap changed without a kube-proxy restart, or --kube-proxy.mode is out of date".to_string(),
     };
     Some(
-        Finding::new(if differs { Severity::Critical } else { Severity::Ok },
+        Finding::new(
+            if differs { Severity::Critical } else { Severity::Ok },
             format!(
                 "kube-proxy runs in {} mode ({}) but {} mode is declared; likely cause: {cause}",
                 observed.mode, observed.source, declared
@@ -215,7 +216,8 @@ pub fn leftovers(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Findi
         })
         .collect();
     Some(
-        Finding::new(if items.is_empty() { Severity::Ok } else { Severity::Warning },
+        Finding::new(
+            if items.is_empty() { Severity::Ok } else { Severity::Warning },
             format!("state of another proxy mode in {} mode: {}", m.mode, summary.join(", ")),
         )
         .evidence("mode", m.mode.as_str())
@@ -270,7 +272,8 @@ pub fn nftables_migration_blockers(s: &Snapshot, _: &Thresholds, m: &ModeDecisio
         .filter_map(|b| b["blocker"].as_str().map(str::to_string))
         .collect();
     Some(
-        Finding::new(if blockers.is_empty() { Severity::Ok } else { Severity::Info },
+        Finding::new(
+            if blockers.is_empty() { Severity::Ok } else { Severity::Info },
             format!("before moving to nftables mode: {}", names.join("; ")),
         )
         .evidence("blockers", blockers)

@@ -22,7 +22,8 @@ pub fn failed(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding>
             }
         })
         .collect();
-    let mut f = Finding::new(if failed.is_empty() { Severity::Ok } else { Severity::Warning },
+    let mut f = Finding::new(
+        if failed.is_empty() { Severity::Ok } else { Severity::Warning },
         format!("probe failed: {}", names.join(", ")),
     )
     .remediation(&[
