@@ -1,4 +1,5 @@
 //! Command line: every flag also read from a `PROXYWATCH_*` environment variable.
+//! How a value is written (durations, ratios, modes) and read is `config/values.rs`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +10,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::evaluate::{ProxyMode, Thresholds};
 use crate::probe::ProbeName;
 use crate::scheduler::Schedule;
+
+mod values;
+pub use values::{parse_duration, value_error_origin, Every, DURATION_SYNTAX};
+use values::{
+    parse_duration_or_zero, parse_interval_or_never, parse_mode, parse_ratio, parse_severity, DURATIONS_HELP,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -97,16 +104,6 @@ impl NpdArgs {
             Some(id) => crate::expose::npd::Selection::Finding(id.clone()),
             None => crate::expose::npd::Selection::Area(self.area),
         }
-    }
-}
-
-fn parse_severity(s: &str) -> Result<crate::evaluate::Severity, String> {
-    use crate::evaluate::Severity;
-    match s {
-        "info" => Ok(Severity::Info),
-        "warning" => Ok(Severity::Warning),
-        "critical" => Ok(Severity::Critical),
-        _ => Err(format!("{s:?}: expected info, warning or critical")),
     }
 }
 
@@ -623,174 +620,9 @@ pub fn default_thresholds() -> Thresholds {
     args.common.thresholds().expect("the defaults are consistent")
 }
 
-fn parse_mode(s: &str) -> Result<ProxyMode, String> {
-    s.parse()
-}
-
-fn parse_ratio(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
-    if (0.0..=1.0).contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!("{v} is not a ratio between 0 and 1"))
-    }
-}
-
-/// An interval that may be `0`: never.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Every(pub Option<Duration>);
-
-/// A duration, or `0` for never.
-fn parse_interval_or_never(s: &str) -> Result<Every, String> {
-    if s.trim()
-        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
-        .parse::<f64>()
-        == Ok(0.0)
-    {
-        return Ok(Every(None));
-    }
-    parse_duration(s).map(|d| Every(Some(d)))
-}
-
-/// A duration, or `0s` (`--kube-proxy.down-grace 0s`: no grace at all).
-fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
-    match s.trim() {
-        "0" | "0s" | "0ms" => Ok(Duration::ZERO),
-        _ => parse_duration(s),
-    }
-}
-
-/// The end of each command's `--help`.
-const DURATIONS_HELP: &str = "Durations are written 500ms, 30s, 5m, 1h or 1m30s (units h, m, s, ms, largest first); \
-                              a bare number is seconds. A flag's environment variable takes the same values.";
-
-/// How durations are written, for errors and `--help`.
-pub const DURATION_SYNTAX: &str =
-    "a duration like 500ms, 30s, 5m, 1h or 1m30s (units h, m, s, ms, largest first; a bare number is seconds)";
-
-/// Parses `500ms`, `5s`, `2m`, `1h`, compounds largest unit first (`1m30s`, `1h15m`), and a
-/// bare number, which is seconds (`60` = `60s`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let bad = || format!("{s:?}: expected {DURATION_SYNTAX}");
-    let is_num = |c: char| c.is_ascii_digit() || c == '.';
-    let (mut secs, mut rest, mut last_rank) = (0.0_f64, t, 0_u8);
-    if t.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let split = rest.find(|c: char| !is_num(c)).unwrap_or(rest.len());
-        let (num, after) = rest.split_at(split);
-        let n: f64 = num.parse().map_err(|_| bad())?;
-        let end = after.find(is_num).unwrap_or(after.len());
-        let (unit, next) = after.split_at(end);
-        // Rank: units must come largest first, each once (1h30m, not 30m1h or 1m1m).
-        let (per_unit, rank) = match unit {
-            "h" => (3600.0, 1),
-            "m" => (60.0, 2),
-            "s" => (1.0, 3),
-            "ms" => (0.001, 4),
-            // A bare number alone is seconds; inside a compound a unit is required.
-            "" if rest.len() == t.len() => (1.0, 3),
-            "" => return Err(format!("{s:?}: {num:?} has no unit; expected {DURATION_SYNTAX}")),
-            _ => return Err(format!("{s:?}: unknown unit {unit:?}; expected {DURATION_SYNTAX}")),
-        };
-        if rank <= last_rank {
-            return Err(format!("{s:?}: units must come largest first, each once (like 1h30m)"));
-        }
-        last_rank = rank;
-        secs += n * per_unit;
-        rest = next;
-    }
-    if !(0.001..=86_400.0 * 7.0).contains(&secs) {
-        return Err(format!("{s:?}: must be between 1ms and 7 days"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// Where a bad value came from, for the message: clap names the flag, but the DaemonSet sets
-/// the environment variable, and that is the name the user must look for. `args` is the
-/// command line (without the program name); `None` when the error is not about a flag's value.
-pub fn value_error_origin(err: &clap::Error, args: &[std::ffi::OsString]) -> Option<String> {
-    use clap::error::{ContextKind, ContextValue, ErrorKind};
-    use clap::CommandFactory;
-    if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
-        return None;
-    }
-    let Some(ContextValue::String(shown)) = err.get(ContextKind::InvalidArg) else {
-        return None;
-    };
-    // "--conntrack.window <DURATION>" -> "conntrack.window".
-    let long = shown.strip_prefix("--")?.split([' ', '=']).next()?.to_string();
-    let flag = format!("--{long}");
-    let on_command_line = args.iter().any(|a| {
-        let a = a.to_string_lossy();
-        a == flag || a.starts_with(&format!("{flag}="))
-    });
-    if on_command_line {
-        return None;
-    }
-    let cmd = Cli::command();
-    let mut all = vec![&cmd];
-    all.extend(cmd.get_subcommands());
-    let mut subs: Vec<&clap::Command> = Vec::new();
-    for c in &all {
-        subs.extend(c.get_subcommands());
-    }
-    all.extend(subs);
-    let env = all
-        .iter()
-        .flat_map(|c| c.get_arguments())
-        .find(|a| a.get_long() == Some(long.as_str()))?
-        .get_env()?
-        .to_string_lossy()
-        .into_owned();
-    let value = std::env::var_os(&env)?;
-    Some(format!(
-        "the value came from the environment variable {env}={:?}, which sets {flag} (in a cluster: the DaemonSet's env)",
-        value.to_string_lossy()
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
-        // Compounds, largest unit first, as Go and Prometheus write them.
-        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("1h15m").unwrap(), Duration::from_secs(4500));
-        assert_eq!(parse_duration("2s500ms").unwrap(), Duration::from_millis(2500));
-        assert_eq!(parse_duration(" 1h0m1s ").unwrap(), Duration::from_secs(3601));
-        // A bare number is seconds, and the errors say so.
-        assert_eq!(parse_duration("60").unwrap(), Duration::from_secs(60));
-        let e = parse_duration("abc").unwrap_err();
-        assert!(e.contains("1m30s") && e.contains("a bare number is seconds"), "{e}");
-        for bad in [
-            "30s1m", "1m1m", "1m30", "1m 30s", "inf", "nan", "1e3s", "-5s", "1.2.3s", "s", "m5",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad} accepted");
-        }
-        assert!(parse_duration("1m30").unwrap_err().contains("has no unit"));
-        assert!(parse_duration("30s1m").unwrap_err().contains("largest first"));
-        assert!(parse_duration("8d").is_err());
-        assert!(parse_duration("169h").is_err(), "more than 7 days");
-        assert_eq!(parse_interval_or_never("0").unwrap(), Every(None));
-        assert_eq!(parse_interval_or_never("0s").unwrap(), Every(None));
-        assert_eq!(
-            parse_interval_or_never("10m").unwrap(),
-            Every(Some(Duration::from_secs(600)))
-        );
-        assert!(parse_interval_or_never("x").is_err());
-    }
 
     #[test]
     fn flags_and_env() {

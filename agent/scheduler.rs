@@ -4,7 +4,7 @@
 //! A hang or panic in one probe is reported as that probe's failure; the
 //! others go on. The scheduler knows no probe by name.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -62,6 +62,9 @@ pub struct Aggregator {
     log_changes: bool,
     log_budget: LogBudget,
     waiting_for: BTreeSet<ProbeName>,
+    /// When each probe's latest reading was made, on the monotonic clock: what the hold
+    /// (`HOLD_SECONDS`) is measured on. The wall-clock time is the outcome's `reading_seconds`.
+    reading_mono: BTreeMap<ProbeName, f64>,
     /// Renders the verdict (`Publication::new`; a test swaps in one that panics).
     render: fn(&Snapshot, evaluate::Verdict) -> Publication,
 }
@@ -76,6 +79,7 @@ impl Aggregator {
             log_changes: false,
             log_budget: LogBudget::default(),
             waiting_for: probes.iter().copied().collect(),
+            reading_mono: BTreeMap::new(),
             render: Publication::new,
         }
     }
@@ -97,18 +101,22 @@ impl Aggregator {
             Ok(Probed::Present(reading)) => {
                 self.history.observe(&reading, now, mono, &mut self.snapshot.derived);
                 self.snapshot.facts.apply(reading);
+                self.reading_mono.insert(p, mono);
                 (ProbeStatus::Ok, None, Some(now))
             }
             Ok(Probed::Absent(why)) => {
-                self.history.absent(p, now, &mut self.snapshot.derived);
+                self.history.absent(p, now, mono, &mut self.snapshot.derived);
+                self.reading_mono.remove(&p);
                 self.snapshot.facts.clear(p);
                 self.history.missed(p, &mut self.snapshot.derived);
                 (ProbeStatus::Absent, Some(why), None)
             }
             Err(e) => {
                 // The last good reading is held, with its time, until it is too old.
-                let held = previous_reading.filter(|t| now - t <= HOLD_SECONDS);
+                let fresh = self.reading_mono.get(&p).is_some_and(|t| mono - t <= HOLD_SECONDS);
+                let held = previous_reading.filter(|_| fresh);
                 if held.is_none() {
+                    self.reading_mono.remove(&p);
                     self.snapshot.facts.clear(p);
                     self.history.missed(p, &mut self.snapshot.derived);
                 }
@@ -135,6 +143,7 @@ impl Aggregator {
             },
         );
         self.snapshot.collected_at = now;
+        self.snapshot.collected_mono = mono;
         self.waiting_for.remove(&p);
         if !self.waiting_for.is_empty() {
             return None;
@@ -624,9 +633,9 @@ mod tests {
             "{m}"
         );
         // Still failing past the hold: the facts go, with their time.
-        let p = a.record(fail(), 100.0 + HOLD_SECONDS, HOLD_SECONDS).unwrap();
+        let p = a.record(fail(), 100.0 + HOLD_SECONDS, 5.0 + HOLD_SECONDS).unwrap();
         assert!(p.document.facts.conntrack.is_some(), "held up to {HOLD_SECONDS} s");
-        let p = a.record(fail(), 101.0 + HOLD_SECONDS, 1.0 + HOLD_SECONDS).unwrap();
+        let p = a.record(fail(), 101.0 + HOLD_SECONDS, 6.0 + HOLD_SECONDS).unwrap();
         assert!(p.document.facts.conntrack.is_none(), "no old numbers past the hold");
         assert!(p.document.derived.conntrack.is_none(), "nor values derived from them");
         let o = &p.document.probes["conntrack"];
@@ -725,6 +734,83 @@ mod tests {
         }
         let p = a.record(changed(), 700.0, 600.0).unwrap();
         assert_eq!(gauge(&p), None);
+    }
+
+    /// The hold of a failing probe's last reading is measured on the monotonic clock: a wall
+    /// clock set an hour ahead does not drop a reading 10 s old, one set back does not keep a
+    /// reading past the hold.
+    #[test]
+    fn a_wall_clock_step_does_not_move_the_hold() {
+        let fail = || RunReport {
+            probe: ProbeName::Conntrack,
+            result: Err(ProbeError::Timeout(Duration::from_secs(1))),
+            duration: Duration::from_secs(1),
+        };
+        let mut a = Aggregator::new(
+            "n",
+            crate::config::default_thresholds(),
+            &[ProbeName::Conntrack],
+            history(60.0, 900.0),
+        );
+        a.record(ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 0.0).unwrap();
+        let p = a.record(fail(), 3710.0, 10.0).unwrap();
+        assert!(
+            p.document.facts.conntrack.is_some(),
+            "10 s old, whatever the wall clock says"
+        );
+        assert_eq!(
+            p.document.probes["conntrack"].reading_seconds,
+            Some(100.0),
+            "shown as read"
+        );
+        let p = a.record(fail(), 50.0, 1.0 + HOLD_SECONDS).unwrap();
+        assert!(
+            p.document.facts.conntrack.is_none(),
+            "past the hold, wall clock set back or not"
+        );
+    }
+
+    /// An NTP step of the wall clock while kube-proxy is gone: the grace is measured on the
+    /// monotonic clock, so an hour's jump ahead does not make it down early, and a jump back
+    /// does not hold it off; the timestamps shown stay wall-clock.
+    #[test]
+    fn a_wall_clock_step_neither_hastens_nor_delays_kube_proxy_down() {
+        use crate::probe::iptables::{IptablesFacts, SaveRun};
+        let probes = [ProbeName::Iptables, ProbeName::KubeProxy];
+        let absent = || RunReport {
+            probe: ProbeName::KubeProxy,
+            result: Ok(Probed::Absent("nothing listens".into())),
+            duration: Duration::ZERO,
+        };
+        let rules = || {
+            let mut run = SaveRun {
+                backend: "nft".into(),
+                family: "ipv4".into(),
+                ..Default::default()
+            };
+            run.counts.proxy_canary = true;
+            Reading::Iptables(IptablesFacts {
+                saves: vec![run],
+                ..Default::default()
+            })
+        };
+        let down = |p: &Publication| {
+            let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+            (f.severity, f.evidence["absent_since_seconds"].as_f64().unwrap())
+        };
+        for step in [3600.0, -3600.0] {
+            let mut a = Aggregator::new("n", crate::config::default_thresholds(), &probes, history(60.0, 900.0));
+            a.record(ok(ProbeName::Iptables, rules()), 1000.0, 0.0);
+            let p = a.record(absent(), 1000.0, 0.0).unwrap();
+            assert_eq!(down(&p), (crate::evaluate::Severity::Info, 1000.0));
+            // 15 s later on the monotonic clock, the wall clock stepped by an hour.
+            let p = a.record(absent(), 1015.0 + step, 15.0).unwrap();
+            assert_eq!(down(&p), (crate::evaluate::Severity::Info, 1000.0), "step {step}");
+            assert_eq!(a.recheck(), Some((ProbeName::KubeProxy, Duration::from_secs(15))));
+            // The grace (30 s) is over on the monotonic clock: down, whatever the wall says.
+            let p = a.record(absent(), 1030.0 + step, 30.0).unwrap();
+            assert_eq!(down(&p), (crate::evaluate::Severity::Critical, 1000.0), "step {step}");
+        }
     }
 
     #[test]

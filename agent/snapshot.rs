@@ -122,6 +122,10 @@ pub struct Snapshot {
     pub node: String,
     /// Unix time of the latest update, in seconds.
     pub collected_at: f64,
+    /// The same moment on the agent's monotonic clock (seconds since it started): what every
+    /// window over time is measured on, so that a wall clock step (NTP) does not stretch or
+    /// shrink one. Never shown.
+    pub collected_mono: f64,
     /// What each probe read on its latest run.
     pub facts: Facts,
     /// What the history stage derived from the readings so far.

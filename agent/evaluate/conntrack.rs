@@ -25,7 +25,6 @@ pub fn table_fill(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Find
     let severity = grade(ratio, t.conntrack_fill_warning, t.conntrack_fill_critical);
     Some(
         Finding::new(
-            "conntrack_table_fill",
             severity,
             format!(
                 "conntrack table {:.1}% full ({} of {} entries)",
@@ -67,7 +66,6 @@ pub fn drops(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> 
             };
             Some(
                 Finding::new(
-                    "conntrack_drops",
                     severity,
                     format!(
                         "table full, dropping packet: {drop} drops and {early} early evictions in the last {}",
@@ -88,7 +86,6 @@ pub fn drops(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> 
             let severity = if drop + early > 0 { Severity::Info } else { Severity::Ok };
             Some(
                 Finding::new(
-                    "conntrack_drops",
                     severity,
                     format!(
                         "{drop} packets dropped and {early} entries evicted since boot because the table was full; one reading cannot tell whether it is still happening"
@@ -111,7 +108,6 @@ pub fn insert_failed(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<F
     let n = w.get("insert_failed");
     Some(
         Finding::new(
-            "conntrack_insert_failed",
             if n > 0 { Severity::Warning } else { Severity::Ok },
             format!(
                 "{n} conntrack insert failures in the last {} (the SNAT/DNAT race behind 5 s DNS timeouts)",
@@ -134,7 +130,6 @@ pub fn max_below_recommended(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> 
     let want = recommended_conntrack_max(cpus);
     Some(
         Finding::new(
-            "conntrack_max_below_recommended",
             if ct.max < want { Severity::Warning } else { Severity::Ok },
             format!(
                 "nf_conntrack_max is {} but kube-proxy's rule for {cpus} CPUs gives {want} (max(131072, 32768 × cores))",
@@ -178,7 +173,7 @@ pub fn time_to_full(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Fi
     ];
     steps.extend_from_slice(RAISE_MAX);
     Some(
-        Finding::new("conntrack_time_to_full", severity, summary)
+        Finding::new(severity, summary)
             .evidence("slope_per_second", tr.slope_per_second)
             .evidence("seconds_to_full", tr.seconds_to_full)
             .evidence("window_seconds", tr.window_seconds)

@@ -56,7 +56,7 @@ pub fn stale_endpoint_entries(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
             })
         })
         .collect();
-    let mut f = Finding::new("conntrack_stale_endpoint_entries", severity, summary)
+    let mut f = Finding::new(severity, summary)
         .evidence("stale_entries", entries)
         .evidence("pairs", persisting.len() as u64)
         .evidence("services", Value::Array(evidence))
@@ -106,7 +106,6 @@ pub fn stale_detection_partial(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -
     let total: u64 = facts.undecoded.values().sum();
     if total == 0 && !facts.legacy_errors.is_empty() {
         let mut f = Finding::new(
-            "conntrack_stale_partial",
             Severity::Info,
             format!(
                 "stale conntrack detection is partial: kube-proxy's iptables-legacy rules could not be read ({}); the other sources still count",
@@ -120,11 +119,7 @@ pub fn stale_detection_partial(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -
         return Some(f);
     }
     if total == 0 {
-        return Some(Finding::new(
-            "conntrack_stale_partial",
-            Severity::Ok,
-            "every service port's path was decoded",
-        ));
+        return Some(Finding::new(Severity::Ok, "every service port's path was decoded"));
     }
     let by_source: Vec<String> = facts
         .undecoded
@@ -145,7 +140,7 @@ pub fn stale_detection_partial(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -
         .take(UNDECODED_EVIDENCE_CAP)
         .map(|u| json!({"service": u.service, "source": u.source, "reason": u.reason}))
         .collect();
-    let mut f = Finding::new("conntrack_stale_partial", Severity::Info, summary)
+    let mut f = Finding::new(Severity::Info, summary)
         .evidence("undecoded_service_ports", total)
         .evidence("undecoded_entries", facts.undecoded_entries)
         .evidence("by_source", json!(facts.undecoded))

@@ -31,7 +31,6 @@ pub fn rules_large(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Fin
     );
     Some(
         Finding::new(
-            "iptables_rules_large",
             severity,
             format!(
                 "{rules} rules in the nat table ({}); every kube-proxy sync rewrites them all",
@@ -60,7 +59,6 @@ pub fn save_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Findi
     let severity = grade(d, t.iptables_save_warning_seconds, t.iptables_save_critical_seconds);
     Some(
         Finding::new(
-            "iptables_save_slow",
             severity,
             format!(
                 "{} took {d:.2} s; kube-proxy's syncs do at least this much work each time",
@@ -99,7 +97,7 @@ pub fn count_mismatch(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<
         (None, Some(e)) => format!("the iptables-nft-save cross-check failed: {e}"),
         (None, None) => "iptables-nft-save agrees with the netlink counts".to_string(),
     };
-    let mut f = Finding::new("iptables_count_mismatch", severity, summary)
+    let mut f = Finding::new(severity, summary)
         .evidence("mismatches", serde_json::to_value(&check.mismatches).unwrap_or_default())
         .evidence("generations", serde_json::to_value(&check.generations).unwrap_or_default())
         .evidence("checked_at_seconds", check.at_seconds)
@@ -146,7 +144,6 @@ pub fn backend_mismatch(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Optio
     };
     Some(
         Finding::new(
-            "iptables_backend_mismatch",
             if both { Severity::Critical } else { Severity::Ok },
             format!(
                 "kube-proxy rules in more than one iptables backend ({}): two rule sets fight over the same packets",
@@ -177,7 +174,6 @@ pub fn stale_kube_rules(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Optio
         .collect();
     Some(
         Finding::new(
-            "iptables_stale_kube_rules",
             if stale.is_empty() { Severity::Ok } else { Severity::Warning },
             format!(
                 "kube-proxy service chains without KUBE-PROXY-CANARY in {}: rules left by a kube-proxy that no longer runs",

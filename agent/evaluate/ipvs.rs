@@ -23,7 +23,6 @@ pub fn vs_conntrack(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Fi
     let v = s.facts.sysctls.as_ref()?.get("net.ipv4.vs.conntrack")?;
     Some(
         Finding::new(
-            "ipvs_vs_conntrack",
             if v == 1 { Severity::Ok } else { Severity::Critical },
             format!("net.ipv4.vs.conntrack is {v} in IPVS mode: IPVS connections skip conntrack, so kube-proxy's SNAT/masquerade rules do not apply"),
         )
@@ -48,7 +47,6 @@ pub fn conn_reuse_mode(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option
     let old_kernel = kernel_version(&release).is_some_and(|k| k < (5, 9));
     Some(
         Finding::new(
-            "ipvs_conn_reuse_mode",
             if v == 1 && old_kernel { Severity::Warning } else { Severity::Ok },
             format!("net.ipv4.vs.conn_reuse_mode=1 on kernel {release} (< 5.9): new connections reusing a source port can stall 1 s"),
         )
@@ -79,7 +77,6 @@ pub fn expire_sysctls(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<
         .collect();
     Some(
         Finding::new(
-            "ipvs_expire_sysctls",
             if off.is_empty() { Severity::Ok } else { Severity::Warning },
             format!("net.ipv4.vs.{} not 1 in IPVS mode: connections to removed or weight-0 endpoints are kept instead of expired, so clients hang after endpoints change", off.join(" and ")),
         )
@@ -98,7 +95,6 @@ pub fn without_backends(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Optio
     let n = ipvs.without_backends;
     Some(
         Finding::new(
-            "ipvs_virtual_servers_without_backends",
             if n > 0 { Severity::Warning } else { Severity::Ok },
             format!("{n} of {} IPVS virtual servers have no usable real server (none, or weight 0 only): connections to them fail", ipvs.virtual_servers),
         )
@@ -128,7 +124,6 @@ pub fn interface_out_of_sync(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> 
     };
     Some(
         Finding::new(
-            "ipvs_interface_out_of_sync",
             if bad { Severity::Warning } else { Severity::Ok },
             if iface.exists {
                 format!(
@@ -162,7 +157,6 @@ pub fn scheduler(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Findi
     }
     Some(
         Finding::new(
-            "ipvs_scheduler",
             Severity::Info,
             format!("IPVS schedulers in use: {}", schedulers.join(", ")),
         )

@@ -8,7 +8,6 @@ pub fn ip_forward(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Find
     let v = s.facts.sysctls.as_ref()?.get("net.ipv4.ip_forward")?;
     Some(
         Finding::new(
-            "sysctl_ip_forward",
             if v == 1 { Severity::Ok } else { Severity::Critical },
             format!("net.ipv4.ip_forward is {v}: the node does not forward packets, so Service traffic to pods on other nodes is dropped"),
         )
@@ -26,7 +25,6 @@ pub fn bridge_nf_call_iptables(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -
     let v = s.facts.sysctls.as_ref()?.get("net.bridge.bridge-nf-call-iptables")?;
     Some(
         Finding::new(
-            "sysctl_bridge_nf_call_iptables",
             if v == 1 { Severity::Ok } else { Severity::Warning },
             format!("net.bridge.bridge-nf-call-iptables is {v}: traffic between pods on the same bridge bypasses kube-proxy's rules"),
         )
@@ -48,7 +46,6 @@ pub fn conntrack_tcp_timeouts(s: &Snapshot, _: &Thresholds, _: &ModeDecision) ->
     let off = est != 86_400 || cw != 3_600;
     Some(
         Finding::new(
-            "sysctl_conntrack_tcp_timeouts",
             if off { Severity::Info } else { Severity::Ok },
             format!(
                 "conntrack TCP timeouts are established={est}s close_wait={cw}s; kube-proxy's defaults are 86400s and 3600s"
@@ -79,7 +76,6 @@ pub fn ipvs_modules_missing(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> O
     };
     Some(
         Finding::new(
-            "ipvs_modules_missing",
             severity,
             format!(
                 "IPVS kernel modules missing: {} (proxy mode {})",

@@ -20,7 +20,6 @@ fn derived(s: &Snapshot) -> KubeProxyDerived {
 /// Grades a latency over the window since the previous reading when there is
 /// one, else since kube-proxy started.
 fn latency(
-    id: &str,
     what: &str,
     (l, w): (&Latency, Option<&LatencyWindow>),
     warning: f64,
@@ -41,7 +40,7 @@ fn latency(
         severity = severity.min(Severity::Warning);
     }
     Some(
-        Finding::new(id, severity, format!("kube-proxy {what} p99 is {p99:.2} s {scope}"))
+        Finding::new(severity, format!("kube-proxy {what} p99 is {p99:.2} s {scope}"))
             .evidence("p99_seconds", p99)
             .evidence("p50_seconds", p50)
             .evidence("count_window", w.map(|w| w.count))
@@ -60,7 +59,6 @@ const SLOW_SYNC: &[&str] = &[
 
 pub fn sync_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     latency(
-        "kube_proxy_sync_slow",
         "rule sync",
         (
             kp(s)?.sync.as_ref()?,
@@ -74,7 +72,6 @@ pub fn sync_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Findi
 
 pub fn network_programming_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     latency(
-        "kube_proxy_network_programming_slow",
         "network programming",
         (
             kp(s)?.network_programming.as_ref()?,
@@ -141,7 +138,7 @@ pub fn unhealthy(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Findi
         )
     };
     Some(
-        Finding::new("kube_proxy_unhealthy", severity, summary)
+        Finding::new(severity, summary)
             .evidence("healthz_status", h.status_code)
             .evidence("healthz_error", h.error.clone())
             .evidence("staleness_seconds", h.staleness_seconds)
@@ -200,7 +197,7 @@ pub fn process_ambiguous(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Opti
         _ => (Severity::Ok, format!("{} process(es) look like kube-proxy", candidates.len())),
     };
     Some(
-        Finding::new("kube_proxy_process_ambiguous", severity, summary)
+        Finding::new(severity, summary)
             .evidence("pid", k.process.as_ref().map(|p| p.pid))
             .evidence("metrics_start_time_seconds", metrics_start)
             .evidence(
@@ -223,7 +220,6 @@ pub fn sync_stale(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Find
     let waited = k.queued_unsynced_seconds?;
     Some(
         Finding::new(
-            "kube_proxy_sync_stale",
             if waited > t.kube_proxy_queued_warning_seconds { Severity::Warning } else { Severity::Ok },
             format!("changes have waited {waited:.0} s for a kube-proxy sync"),
         )
@@ -241,11 +237,10 @@ pub fn restarted(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Findi
     kp(s)?;
     let k = derived(s);
     let recent = k
-        .last_restart_seconds
-        .is_some_and(|r| s.collected_at - r <= t.kube_proxy_restart_window_seconds);
+        .last_restart_mono
+        .is_some_and(|r| s.collected_mono - r <= t.kube_proxy_restart_window_seconds);
     Some(
         Finding::new(
-            "kube_proxy_restarted",
             if recent { Severity::Warning } else { Severity::Ok },
             format!(
                 "kube-proxy restarted {} time(s) since the agent started, the latest within {:.0} min",
@@ -268,7 +263,6 @@ pub fn resources_near_limit(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> O
     let ratio = p.resident_memory_bytes as f64 / limit as f64;
     Some(
         Finding::new(
-            "kube_proxy_resources_near_limit",
             if ratio >= 0.9 { Severity::Warning } else { Severity::Ok },
             format!(
                 "kube-proxy uses {:.0}% of its memory limit ({} of {} bytes)",
@@ -309,7 +303,6 @@ pub fn cpu_throttled(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<F
     };
     Some(
         Finding::new(
-            "kube_proxy_cpu_throttled",
             severity,
             format!(
                 "kube-proxy's cgroup was CPU-throttled in {:.0}% of its periods over the last {:.0} s ({:.1} s throttled)",
@@ -441,12 +434,13 @@ pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     }
     let grace = t.kube_proxy_down_grace_seconds;
     if outcome.status == ProbeStatus::Ok {
-        return Some(
-            Finding::new("kube_proxy_down", Severity::Ok, "kube-proxy is present").evidence("expected_because", why),
-        );
+        return Some(Finding::new(Severity::Ok, "kube-proxy is present").evidence("expected_because", why));
     }
     let since = presence.absent_since_seconds.unwrap_or(s.collected_at);
-    let gone = (s.collected_at - since).max(0.0);
+    // How long on the monotonic clock: a wall clock step neither hastens nor delays the verdict.
+    let gone = presence
+        .absent_since_mono
+        .map_or(0.0, |m| (s.collected_mono - m).max(0.0));
     let services = services_programmed(s);
     let total: u64 = services.values().filter_map(|v| v.as_u64()).max().unwrap_or(0);
     let frozen = if total > 0 {
@@ -474,7 +468,7 @@ pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     };
     let node = &s.node;
     Some(
-        Finding::new("kube_proxy_down", severity, summary)
+        Finding::new(severity, summary)
             .evidence("expected_because", why)
             .evidence("absent_since_seconds", since)
             .evidence("absent_for_seconds", gone)
@@ -519,7 +513,7 @@ mod tests {
 
     fn with(k: KubeProxyFacts) -> Snapshot {
         let mut s = healthy();
-        s.collected_at = 10_000.0;
+        (s.collected_at, s.collected_mono) = (10_000.0, 10_000.0);
         s.facts.kube_proxy = Some(k);
         s
     }
@@ -586,12 +580,22 @@ mod tests {
         s.derived.kube_proxy = Some(KubeProxyDerived {
             restarts: 2,
             last_restart_seconds: Some(9_900.0),
+            last_restart_mono: Some(9_900.0),
             queued_unsynced_seconds: Some(120.0),
             ..Default::default()
         });
         assert_eq!(judge(unhealthy, &s, &t).unwrap().severity, Severity::Critical);
         assert_eq!(judge(restarted, &s, &t).unwrap().severity, Severity::Warning);
         assert_eq!(judge(restarted, &s, &t).unwrap().evidence["restarts"], 2);
+        // The restart window is on the monotonic clock: a wall clock set a day ahead since the
+        // restart changes the timestamp shown, not whether the restart is recent.
+        let mut stepped = s.clone();
+        stepped.collected_at += 86_400.0;
+        let f = judge(restarted, &stepped, &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning, "{f:#?}");
+        assert_eq!(f.evidence["last_restart_timestamp_seconds"], 9_900.0);
+        stepped.collected_mono += t.kube_proxy_restart_window_seconds;
+        assert_eq!(judge(restarted, &stepped, &t).unwrap().severity, Severity::Ok);
         assert_eq!(judge(resources_near_limit, &s, &t).unwrap().severity, Severity::Warning);
         // A health endpoint that accepts and hangs is critical even without a visible process.
         let hung = with(KubeProxyFacts {
@@ -776,7 +780,7 @@ mod tests {
     fn kube_proxy_rules_absent_since(since: f64) -> Snapshot {
         use crate::probe::iptables::{IptablesFacts, SaveRun};
         let mut s = healthy();
-        s.collected_at = 10_000.0;
+        (s.collected_at, s.collected_mono) = (10_000.0, 10_000.0);
         let mut run = SaveRun {
             backend: "nft".into(),
             family: "ipv4".into(),
@@ -791,6 +795,7 @@ mod tests {
         probed(&mut s, ProbeStatus::Absent);
         s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
             absent_since_seconds: Some(since),
+            absent_since_mono: Some(since),
             last_seen_seconds: Some(since - 15.0),
             last_sync_seconds: Some(since - 20.0),
         });
@@ -849,10 +854,11 @@ mod tests {
         let t = crate::config::default_thresholds();
         // A Cilium node: nothing of kube-proxy in the data plane, nothing declared, never seen.
         let mut s = healthy();
-        s.collected_at = 10_000.0;
+        (s.collected_at, s.collected_mono) = (10_000.0, 10_000.0);
         probed(&mut s, ProbeStatus::Absent);
         s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
             absent_since_seconds: Some(1_000.0),
+            absent_since_mono: Some(1_000.0),
             ..Default::default()
         });
         assert_eq!(judge(down, &s, &t), None);
@@ -893,6 +899,7 @@ mod tests {
         s.facts.iptables = None;
         s.derived.kube_proxy_presence = Some(crate::history::kube_proxy::KubeProxyPresence {
             absent_since_seconds: Some(1_000.0),
+            absent_since_mono: Some(1_000.0),
             ..Default::default()
         });
         assert_eq!(judge(down, &s, &t), None, "nothing left to say kube-proxy belongs");

@@ -32,7 +32,6 @@ pub fn sync_failing(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Fi
     };
     Some(
         Finding::new(
-            "kube_proxy_sync_failing",
             severity,
             format!(
                 "{} kube-proxy sync(s) failed in the last {:.0} s{since}",
@@ -125,7 +124,7 @@ pub fn rules_lost(s: &Snapshot, _: &Thresholds, mode: &ModeDecision) -> Option<F
         )
     };
     Some(
-        Finding::new("kube_proxy_rules_lost", worst, summary)
+        Finding::new(worst, summary)
             .evidence("tables", serde_json::Value::Object(tables))
             .evidence("backend", backend)
             .evidence("kernel_kube_rules", kube_rules)

@@ -69,9 +69,11 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn new(id: &str, severity: Severity, summary: impl Into<String>) -> Self {
+    /// A finding of the check being run. It has no id yet: `evaluate` gives it the id of the
+    /// check's `CHECKS` row (`Check::finding`), the one place each id is written.
+    fn new(severity: Severity, summary: impl Into<String>) -> Self {
         Finding {
-            id: id.to_string(),
+            id: String::new(),
             severity,
             since: None,
             summary: summary.into(),
@@ -137,10 +139,20 @@ pub struct Thresholds {
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
-/// of the snapshot, the thresholds and the mode the node runs in.
+/// of the snapshot, the thresholds and the mode the node runs in. The id is written here
+/// only: the function's finding gets it from its row (`Check::finding`).
 pub struct Check {
     pub id: &'static str,
     pub run: fn(&Snapshot, &Thresholds, &ModeDecision) -> Option<Finding>,
+}
+
+impl Check {
+    /// Runs the check; its finding, if any, carries this row's id.
+    pub fn finding(&self, snapshot: &Snapshot, thresholds: &Thresholds, mode: &ModeDecision) -> Option<Finding> {
+        let mut f = (self.run)(snapshot, thresholds, mode)?;
+        f.id = self.id.to_string();
+        Some(f)
+    }
 }
 
 /// What evaluation concludes about one snapshot.
@@ -213,8 +225,7 @@ pub fn evaluate(snapshot: &Snapshot, thresholds: &Thresholds) -> Verdict {
     let mut findings: Vec<Finding> = CHECKS
         .iter()
         .filter_map(|c| {
-            let f = (c.run)(snapshot, thresholds, &mode)?;
-            debug_assert_eq!(f.id, c.id);
+            let f = c.finding(snapshot, thresholds, &mode)?;
             (f.severity > Severity::Ok).then_some(f)
         })
         .collect();
@@ -322,6 +333,41 @@ mod tests {
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), CHECKS.len());
+    }
+
+    /// Holds in release builds too (no debug_assert): a check's function writes no id, its
+    /// finding takes its row's, so each id is written once, in `CHECKS`.
+    #[test]
+    fn every_finding_carries_the_id_of_its_row_and_only_that() {
+        let t = crate::config::default_thresholds();
+        let mut broken = test_support::healthy();
+        test_support::set_sysctl(&mut broken, "net.ipv4.ip_forward", 0);
+        test_support::set_sysctl(&mut broken, "net.bridge.bridge-nf-call-iptables", 0);
+        test_support::set_sysctl(&mut broken, "net.netfilter.nf_conntrack_max", 1024);
+        let ct = broken.facts.conntrack.as_mut().unwrap();
+        (ct.entries, ct.max) = (1020, 1024);
+        ct.stats.insert("drop".into(), 5);
+        ct.stats_source = Some("test".into());
+        let mut fired = std::collections::BTreeSet::new();
+        for s in [test_support::healthy(), broken, Snapshot::new("empty")] {
+            let mode = effective_mode(&s, &t);
+            for c in CHECKS {
+                if let Some(raw) = (c.run)(&s, &t, &mode) {
+                    assert_eq!(raw.id, "", "{} writes an id of its own", c.id);
+                }
+                if let Some(f) = c.finding(&s, &t, &mode) {
+                    assert_eq!(f.id, c.id);
+                    fired.insert(c.id);
+                }
+            }
+            for f in evaluate(&s, &t).findings {
+                assert!(CHECKS.iter().any(|c| c.id == f.id), "{} is no row of CHECKS", f.id);
+            }
+        }
+        // Not vacuous: these snapshots raise findings of several checks.
+        for id in ["sysctl_ip_forward", "conntrack_table_fill", "conntrack_drops"] {
+            assert!(fired.contains(id), "{id} did not fire: {fired:?}");
+        }
     }
 
     #[test]

@@ -138,7 +138,6 @@ pub fn mismatch(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Findin
     };
     Some(
         Finding::new(
-            "kube_proxy_mode_mismatch",
             if differs { Severity::Critical } else { Severity::Ok },
             format!(
                 "kube-proxy runs in {} mode ({}) but {} mode is declared; likely cause: {cause}",
@@ -218,7 +217,6 @@ pub fn leftovers(s: &Snapshot, _: &Thresholds, m: &ModeDecision) -> Option<Findi
         .collect();
     Some(
         Finding::new(
-            "proxy_mode_leftovers",
             if items.is_empty() { Severity::Ok } else { Severity::Warning },
             format!("state of another proxy mode in {} mode: {}", m.mode, summary.join(", ")),
         )
@@ -275,7 +273,6 @@ pub fn nftables_migration_blockers(s: &Snapshot, _: &Thresholds, m: &ModeDecisio
         .collect();
     Some(
         Finding::new(
-            "nftables_migration_blockers",
             if blockers.is_empty() { Severity::Ok } else { Severity::Info },
             format!("before moving to nftables mode: {}", names.join("; ")),
         )

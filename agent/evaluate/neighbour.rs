@@ -120,7 +120,7 @@ pub fn fill(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
             over.iter().map(|t| describe(t)).collect::<Vec<_>>().join(", ")
         )
     };
-    let mut f = Finding::new("neighbour_table_fill", severity, summary)
+    let mut f = Finding::new(severity, summary)
         .evidence(
             "tables",
             Value::Array(facts.tables.iter().map(table_evidence).collect()),
@@ -186,7 +186,7 @@ pub fn overflow(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Findin
     } else {
         (Severity::Ok, "no neighbour refused (table_fulls unchanged)".to_string())
     };
-    let mut f = Finding::new("neighbour_table_overflow", severity, summary)
+    let mut f = Finding::new(severity, summary)
         .evidence(
             "tables",
             Value::Array(facts.tables.iter().map(table_evidence).collect()),

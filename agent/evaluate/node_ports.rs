@@ -67,7 +67,7 @@ pub fn in_ephemeral_range(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Opt
         .take(EVIDENCE_CAP)
         .map(|p| json!({"port": p.port, "protocol": p.protocol, "kind": p.kind, "families": p.families}))
         .collect();
-    let mut finding = Finding::new("node_ports_in_ephemeral_range", severity, summary)
+    let mut finding = Finding::new(severity, summary)
         .evidence("ip_local_port_range", range_text.as_str())
         .evidence("ip_local_reserved_ports", reserved.as_str())
         .evidence("node_ports", f.node_ports)

@@ -23,7 +23,6 @@ pub fn failed(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding>
         })
         .collect();
     let mut f = Finding::new(
-        "probe_failed",
         if failed.is_empty() { Severity::Ok } else { Severity::Warning },
         format!("probe failed: {}", names.join(", ")),
     )

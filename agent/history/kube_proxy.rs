@@ -87,6 +87,10 @@ pub struct KubeProxyDerived {
     /// Unix time of the latest restart seen, in seconds.
     #[serde(rename = "last_restart_timestamp_seconds", alias = "last_restart_seconds")]
     pub last_restart_seconds: Option<f64>,
+    /// The same restart on the monotonic clock (`Snapshot::collected_mono`'s): what the restart
+    /// window is measured on. Never shown.
+    #[serde(skip)]
+    pub last_restart_mono: Option<f64>,
     /// CPU throttling over [`THROTTLING_WINDOW_SECONDS`]; absent until two readings of the same
     /// cgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +109,10 @@ pub struct KubeProxyPresence {
     /// Unix time of the first reading of the current absence (nothing listening on kube-proxy's
     /// ports and no process that looks like it), in seconds; None while it is present.
     pub absent_since_seconds: Option<f64>,
+    /// The same moment on the monotonic clock (`Snapshot::collected_mono`'s): what the absence's
+    /// length is measured on, whatever the wall clock does. Never shown.
+    #[serde(skip)]
+    pub absent_since_mono: Option<f64>,
     /// kube-proxy's last successful sync as its /metrics last reported it
     /// (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`), Unix seconds: when it last wrote rules.
     pub last_sync_seconds: Option<f64>,
@@ -121,19 +129,23 @@ impl KubeProxyPresence {
 #[derive(Debug, Default)]
 pub struct KubeProxyHistory {
     presence: KubeProxyPresence,
+    /// The previous metrics, with their reading's monotonic time.
     previous: Option<(f64, KubeProxyMetrics)>,
     start_time: Option<f64>,
     restarts: u64,
-    last_restart: Option<f64>,
+    /// The latest restart: wall clock (shown) and monotonic (for the window).
+    last_restart: Option<(f64, f64)>,
     /// The throttling counters' readings, and whose they are (pid and cgroup path): another
     /// process or cgroup starts a new window.
     throttling: Option<(String, CounterWindow)>,
 }
 
 impl KubeProxyHistory {
-    /// Takes a reading made at `now` (wall clock, Unix seconds).
-    pub fn observe(&mut self, facts: &KubeProxyFacts, now: f64) -> KubeProxyDerived {
+    /// Takes a reading made at `now` (wall clock, Unix seconds: timestamps, and ages against
+    /// kube-proxy's own timestamps) and `mono` (monotonic seconds: every window).
+    pub fn observe(&mut self, facts: &KubeProxyFacts, now: f64, mono: f64) -> KubeProxyDerived {
         self.presence.absent_since_seconds = None;
+        self.presence.absent_since_mono = None;
         let answered = facts.metrics_up || facts.healthz.as_ref().is_some_and(|h| h.status_code != 0);
         if answered {
             self.presence.last_seen_seconds = Some(now);
@@ -150,7 +162,7 @@ impl KubeProxyHistory {
         if let (Some(old), Some(new)) = (self.start_time, start) {
             if (new - old).abs() > 1.0 {
                 self.restarts += 1;
-                self.last_restart = Some(now);
+                self.last_restart = Some((now, mono));
             }
         }
         if start.is_some() {
@@ -158,12 +170,13 @@ impl KubeProxyHistory {
         }
         let mut d = KubeProxyDerived {
             restarts: self.restarts,
-            last_restart_seconds: self.last_restart,
+            last_restart_seconds: self.last_restart.map(|(wall, _)| wall),
+            last_restart_mono: self.last_restart.map(|(_, m)| m),
             ..Default::default()
         };
         if let Some(m) = &facts.metrics {
             let prev = self.previous.as_ref();
-            let seconds = prev.map_or(0.0, |(t, _)| now - t);
+            let seconds = prev.map_or(0.0, |(t, _)| mono - t);
             let older = |f: fn(&KubeProxyMetrics) -> Option<&Histogram>| prev.and_then(|(_, p)| f(p));
             d.sync = m
                 .sync_duration
@@ -179,15 +192,19 @@ impl KubeProxyHistory {
                 (Some(_), _) => Some(0.0),
                 _ => None,
             };
-            self.previous = Some((now, m.clone()));
+            self.previous = Some((mono, m.clone()));
         }
-        d.cpu_throttling = self.throttling(facts, now);
+        d.cpu_throttling = self.throttling(facts, mono);
         d
     }
 
-    /// The kube-proxy probe found nothing of kube-proxy at `now` (Unix seconds).
-    pub fn absent(&mut self, now: f64) {
-        self.presence.absent_since_seconds.get_or_insert(now);
+    /// The kube-proxy probe found nothing of kube-proxy at `now` (Unix seconds), `mono`
+    /// (monotonic seconds).
+    pub fn absent(&mut self, now: f64, mono: f64) {
+        if self.presence.absent_since_mono.is_none() {
+            self.presence.absent_since_seconds = Some(now);
+            self.presence.absent_since_mono = Some(mono);
+        }
     }
 
     /// What is known of kube-proxy's presence so far.
@@ -195,7 +212,8 @@ impl KubeProxyHistory {
         self.presence.clone()
     }
 
-    fn throttling(&mut self, facts: &KubeProxyFacts, now: f64) -> Option<CpuThrottling> {
+    /// The throttling window, on the monotonic clock (`mono`, seconds).
+    fn throttling(&mut self, facts: &KubeProxyFacts, mono: f64) -> Option<CpuThrottling> {
         let p = facts.process.as_ref()?;
         let cg = p.cgroup.as_ref()?;
         let cpu = cg.cpu?;
@@ -210,7 +228,7 @@ impl KubeProxyHistory {
             ("throttled_periods".to_string(), cpu.throttled_periods_total),
             ("throttled_us".to_string(), (cpu.throttled_seconds_total * 1e6) as u64),
         ]);
-        let w = window.push(now, &counters)?;
+        let w = window.push(mono, &counters)?;
         let (periods, throttled) = (w.get("periods"), w.get("throttled_periods"));
         Some(CpuThrottling {
             periods,
@@ -251,12 +269,13 @@ mod tests {
     fn presence_remembers_when_kube_proxy_was_seen_and_since_when_it_is_gone() {
         use crate::probe::kube_proxy::HealthzFacts;
         let mut h = KubeProxyHistory::default();
-        h.absent(100.0);
-        h.absent(115.0);
+        h.absent(100.0, 100.0);
+        h.absent(115.0, 115.0);
         assert_eq!(
             h.presence(),
             KubeProxyPresence {
                 absent_since_seconds: Some(100.0),
+                absent_since_mono: Some(100.0),
                 ..Default::default()
             },
             "never seen: absent since the first absent reading"
@@ -265,7 +284,7 @@ mod tests {
             metrics_up: true,
             ..facts(metrics_with_sync(&[(f64::INFINITY, 1.0)], 50.0))
         };
-        h.observe(&answering, 130.0);
+        h.observe(&answering, 130.0, 130.0);
         let p = h.presence();
         assert_eq!(
             (p.last_seen_seconds, p.absent_since_seconds, p.last_sync_seconds),
@@ -279,10 +298,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        h.observe(&silent, 145.0);
+        h.observe(&silent, 145.0, 145.0);
         assert_eq!(h.presence().last_seen_seconds, Some(130.0));
-        h.absent(160.0);
-        h.absent(175.0);
+        h.absent(160.0, 160.0);
+        h.absent(175.0, 175.0);
         let p = h.presence();
         assert_eq!(
             (p.last_seen_seconds, p.absent_since_seconds),
@@ -301,6 +320,7 @@ mod tests {
                 500.0,
             )),
             1000.0,
+            1000.0,
         );
         assert_eq!(d.sync, None, "first read: no window");
         assert_eq!(d.last_sync_age_seconds, Some(10.0));
@@ -311,6 +331,7 @@ mod tests {
                 &[(0.1, 100.0), (1.0, 100.0), (10.0, 110.0), (inf, 110.0)],
                 500.0,
             )),
+            1060.0,
             1060.0,
         );
         let w = d.sync.as_ref().unwrap();
@@ -324,10 +345,50 @@ mod tests {
                 1100.0,
             )),
             1120.0,
+            1120.0,
         );
         assert_eq!(d.restarts, 1);
         assert_eq!(d.last_restart_seconds, Some(1120.0));
         assert_eq!(d.sync, None);
+    }
+
+    /// An NTP step between two readings: the windows (latency, throttling) are as long as the
+    /// monotonic clock says; the timestamps (last seen, restart, absence) are the wall clock's.
+    #[test]
+    fn a_wall_clock_step_does_not_stretch_a_window() {
+        let inf = f64::INFINITY;
+        for step in [3600.0, -3600.0] {
+            let mut h = KubeProxyHistory::default();
+            let mut first = throttled(7, "/a", 1000, 100);
+            first.metrics = Some(metrics_with_sync(&[(0.1, 100.0), (inf, 100.0)], 500.0));
+            h.observe(&first, 1000.0, 0.0);
+            let mut second = throttled(7, "/a", 1200, 150);
+            second.metrics = Some(metrics_with_sync(&[(0.1, 100.0), (inf, 110.0)], 500.0));
+            let d = h.observe(&second, 1015.0 + step, 15.0);
+            assert_eq!(
+                d.sync.as_ref().map(|w| (w.count, w.seconds)),
+                Some((10.0, 15.0)),
+                "step {step}"
+            );
+            let w = d.cpu_throttling.unwrap();
+            assert_eq!((w.periods, w.seconds, w.ratio), (200, 15.0, Some(0.25)), "step {step}");
+            // A restart after the step: shown at the wall time, windowed on the monotonic one.
+            let mut restarted = throttled(7, "/a", 1300, 150);
+            restarted.metrics = Some(metrics_with_sync(&[(0.1, 1.0), (inf, 1.0)], 2000.0));
+            restarted.process.as_mut().unwrap().start_time_seconds = 2000.0;
+            let d = h.observe(&restarted, 1030.0 + step, 30.0);
+            assert_eq!(
+                (d.last_restart_seconds, d.last_restart_mono),
+                (Some(1030.0 + step), Some(30.0))
+            );
+            h.absent(1045.0 + step, 45.0);
+            h.absent(1060.0, 60.0);
+            let p = h.presence();
+            assert_eq!(
+                (p.absent_since_seconds, p.absent_since_mono),
+                (Some(1045.0 + step), Some(45.0))
+            );
+        }
     }
 
     fn throttled(pid: i32, path: &str, periods: u64, throttled: u64) -> KubeProxyFacts {
@@ -353,30 +414,43 @@ mod tests {
     #[test]
     fn cpu_throttling_needs_two_readings_of_the_same_cgroup() {
         let mut h = KubeProxyHistory::default();
-        assert_eq!(h.observe(&throttled(7, "/a", 1000, 100), 0.0).cpu_throttling, None);
-        let w = h.observe(&throttled(7, "/a", 1200, 150), 15.0).cpu_throttling.unwrap();
+        assert_eq!(h.observe(&throttled(7, "/a", 1000, 100), 0.0, 0.0).cpu_throttling, None);
+        let w = h
+            .observe(&throttled(7, "/a", 1200, 150), 15.0, 15.0)
+            .cpu_throttling
+            .unwrap();
         assert_eq!((w.periods, w.throttled_periods, w.seconds), (200, 50, 15.0));
         assert_eq!(w.ratio, Some(0.25));
         assert!((w.throttled_seconds - 2.5).abs() < 1e-6, "{}", w.throttled_seconds);
         // Idle: no period elapsed, no ratio.
-        let w = h.observe(&throttled(7, "/a", 1200, 150), 30.0).cpu_throttling.unwrap();
+        let w = h
+            .observe(&throttled(7, "/a", 1200, 150), 30.0, 30.0)
+            .cpu_throttling
+            .unwrap();
         assert_eq!(
             (w.periods, w.ratio),
             (200, Some(0.25)),
             "the window still holds the first 15 s"
         );
         // A new process (or cgroup) starts a new window: its counters are not compared with the old.
-        assert_eq!(h.observe(&throttled(8, "/b", 5, 5), 45.0).cpu_throttling, None);
-        let w = h.observe(&throttled(8, "/b", 5, 5), 60.0).cpu_throttling.unwrap();
+        assert_eq!(h.observe(&throttled(8, "/b", 5, 5), 45.0, 45.0).cpu_throttling, None);
+        let w = h.observe(&throttled(8, "/b", 5, 5), 60.0, 60.0).cpu_throttling.unwrap();
         assert_eq!((w.periods, w.ratio), (0, None));
         // Readings older than the window leave it.
         let mut h = KubeProxyHistory::default();
-        h.observe(&throttled(7, "/a", 0, 0), 0.0);
-        h.observe(&throttled(7, "/a", 100, 100), 10.0);
+        h.observe(&throttled(7, "/a", 0, 0), 0.0, 0.0);
+        h.observe(&throttled(7, "/a", 100, 100), 10.0, 10.0);
         for t in 1..=40 {
-            h.observe(&throttled(7, "/a", 100 + 10 * t, 100), 10.0 + 10.0 * t as f64);
+            h.observe(
+                &throttled(7, "/a", 100 + 10 * t, 100),
+                10.0 + 10.0 * t as f64,
+                10.0 + 10.0 * t as f64,
+            );
         }
-        let w = h.observe(&throttled(7, "/a", 510, 100), 420.0).cpu_throttling.unwrap();
+        let w = h
+            .observe(&throttled(7, "/a", 510, 100), 420.0, 420.0)
+            .cpu_throttling
+            .unwrap();
         assert_eq!((w.throttled_periods, w.ratio), (0, Some(0.0)), "{w:?}");
     }
 }

@@ -8,6 +8,9 @@
 //! spares work, keyed by the kernel's ruleset generation); evaluation is pure. Everything derived here
 //! lands in [`Derived`], the snapshot's part beside the readings, so a reader
 //! can tell a value read from the node from one computed over time.
+//!
+//! One clock for every window: the monotonic one (`mono`); the wall clock only where a
+//! time is shown (see `History::observe`).
 
 pub mod findings;
 pub mod kube_proxy;
@@ -135,9 +138,12 @@ impl History {
         }
     }
 
-    /// Takes one probe's reading and updates what derives from it. `now` is the
-    /// wall clock (Unix seconds, for timestamps and ages), `mono` a monotonic
-    /// time in seconds (for windows).
+    /// Takes one probe's reading and updates what derives from it. `mono` is a monotonic time
+    /// in seconds: every window is measured on it (counter windows, the trend, kube-proxy's
+    /// latency and throttling windows, its restart and absence, the charts' span), so a wall
+    /// clock step (NTP) moves no window. `now` is the wall clock (Unix seconds), used only for
+    /// what is shown as a time and for ages against the node's own timestamps (kube-proxy's
+    /// last sync).
     pub fn observe(&mut self, reading: &Reading, now: f64, mono: f64, derived: &mut Derived) {
         match reading {
             Reading::Conntrack(ct) => {
@@ -146,7 +152,7 @@ impl History {
                     trend: self.conntrack_trend.push(mono, ct.entries, ct.max),
                 };
                 if let Some(r) = ct.fill_ratio() {
-                    self.fill.push(now, r);
+                    self.fill.push(now, mono, r);
                 }
                 derived.series.conntrack_fill = self.fill.points();
                 // The forecast reaches as far ahead as the drawn history reaches back, at least the trend window.
@@ -158,9 +164,9 @@ impl History {
                 derived.conntrack = (d != ConntrackDerived::default()).then_some(d);
             }
             Reading::KubeProxy(kp) => {
-                let d = self.kube_proxy.observe(kp, now);
+                let d = self.kube_proxy.observe(kp, now, mono);
                 if let Some(p99) = d.sync.as_ref().and_then(|w| w.p99) {
-                    self.sync_p99.push(now, p99);
+                    self.sync_p99.push(now, mono, p99);
                 }
                 derived.series.kube_proxy_sync_p99_seconds = self.sync_p99.points();
                 derived.kube_proxy = Some(d);
@@ -169,7 +175,7 @@ impl History {
             }
             Reading::ConntrackStale(f) => {
                 self.stale_entries
-                    .push(now, f.stale_entries.values().sum::<u64>() as f64);
+                    .push(now, mono, f.stale_entries.values().sum::<u64>() as f64);
                 derived.series.stale_entries = self.stale_entries.points();
                 derived.conntrack_stale = Some(self.stale.observe(f, now));
             }
@@ -178,11 +184,12 @@ impl History {
         }
     }
 
-    /// A probe found its source absent at `now` (Unix seconds); `missed` follows. Only kube-proxy's
-    /// absence is remembered: a node should have it or not, and whether it was seen matters.
-    pub fn absent(&mut self, probe: ProbeName, now: f64, derived: &mut Derived) {
+    /// A probe found its source absent at `now` (Unix seconds), `mono` (monotonic seconds);
+    /// `missed` follows. Only kube-proxy's absence is remembered: a node should have it or not,
+    /// and whether it was seen matters.
+    pub fn absent(&mut self, probe: ProbeName, now: f64, mono: f64, derived: &mut Derived) {
         if probe == ProbeName::KubeProxy {
-            self.kube_proxy.absent(now);
+            self.kube_proxy.absent(now, mono);
             derived.kube_proxy_presence = Some(self.kube_proxy.presence());
         }
     }

@@ -6,7 +6,10 @@
 //! and the spacing between kept points doubles, so memory stays under the
 //! capacity whatever the probe interval, the whole window stays covered, and
 //! the newest reading is always the last point. Pure: the caller gives the
-//! times (wall clock, Unix seconds: the points are shown as times of day).
+//! times. The ring keeps and thins its points on the monotonic clock (a wall clock step
+//! neither empties nor stretches the window) and shows them on the wall clock of the
+//! newest reading (Unix seconds: the points are drawn as times of day), so after a step
+//! every point moves with it and stays as long ago as it was.
 
 use std::collections::VecDeque;
 
@@ -52,7 +55,10 @@ pub struct Ring {
     capacity: usize,
     /// The least time between two kept points, except the newest: 0 until the ring first fills.
     spacing: f64,
+    /// Monotonic seconds, value.
     points: VecDeque<Point>,
+    /// Wall clock minus monotonic clock at the newest reading: how the points are shown.
+    wall_offset: f64,
 }
 
 impl Ring {
@@ -62,15 +68,19 @@ impl Ring {
             capacity: capacity.max(4),
             spacing: 0.0,
             points: VecDeque::new(),
+            wall_offset: 0.0,
         }
     }
 
-    /// Adds the value read at `now` (Unix seconds); non-finite values are not points.
-    pub fn push(&mut self, now: f64, value: f64) {
-        if !now.is_finite() || !value.is_finite() {
+    /// Adds the value read at `now` (Unix seconds) = `mono` (monotonic seconds); non-finite
+    /// values are not points.
+    pub fn push(&mut self, now: f64, mono: f64, value: f64) {
+        if !now.is_finite() || !mono.is_finite() || !value.is_finite() {
             return;
         }
-        // A clock set back: the old points would be drawn in the future. Start over.
+        self.wall_offset = now - mono;
+        let now = mono;
+        // Monotonic time does not go back; were it given so, old points would be drawn in the future.
         if self.points.back().is_some_and(|p| p[0] > now) {
             self.points.clear();
             self.spacing = 0.0;
@@ -112,7 +122,7 @@ impl Ring {
         if self.points.len() < 2 {
             return Vec::new();
         }
-        self.points.iter().copied().collect()
+        self.points.iter().map(|[t, v]| [t + self.wall_offset, *v]).collect()
     }
 
     /// Time covered, oldest point to newest, in seconds.
@@ -152,12 +162,12 @@ mod tests {
     fn keeps_every_reading_until_full_then_thins_evenly() {
         let mut r = Ring::new(3600.0, 20);
         for t in 0..20 {
-            r.push(t as f64, t as f64);
+            r.push(t as f64, t as f64, t as f64);
         }
         assert_eq!(r.points().len(), 20, "every reading while there is room");
         // An hour of readings every 5 s: bounded, the window covered, the newest last.
         for t in 20..720 {
-            r.push(5.0 * t as f64, t as f64);
+            r.push(5.0 * t as f64, 5.0 * t as f64, t as f64);
             assert!(r.points().len() <= 20, "{} points at t={t}", r.points().len());
         }
         let p = r.points();
@@ -177,14 +187,35 @@ mod tests {
     fn old_points_leave_and_a_clock_set_back_starts_over() {
         let mut r = Ring::new(60.0, 100);
         for t in 0..100 {
-            r.push(t as f64, 1.0);
+            r.push(t as f64, t as f64, 1.0);
         }
         assert_eq!(r.points().first().unwrap()[0], 39.0, "only the last 60 s");
-        r.push(10.0, 2.0);
+        r.push(10.0, 10.0, 2.0);
         assert!(r.points().is_empty(), "one point left: no line yet");
-        r.push(11.0, f64::NAN);
-        r.push(12.0, 3.0);
+        r.push(11.0, 11.0, f64::NAN);
+        r.push(12.0, 12.0, 3.0);
         assert_eq!(r.points(), vec![[10.0, 2.0], [12.0, 3.0]], "NaN is not a point");
+    }
+
+    /// An NTP step of the wall clock: the window stays the monotonic clock's (nothing leaves
+    /// early, nothing stays late), and every point moves with the step, as long ago as it was.
+    #[test]
+    fn a_wall_clock_step_moves_the_points_not_the_window() {
+        for step in [3600.0, -3600.0] {
+            let mut r = Ring::new(60.0, 100);
+            for t in 0..30 {
+                r.push(1000.0 + t as f64, t as f64, t as f64);
+            }
+            r.push(1030.0 + step, 30.0, 30.0);
+            let p = r.points();
+            assert_eq!(p.len(), 31, "step {step}: every point still in the 60 s window");
+            assert_eq!(p[0], [1000.0 + step, 0.0], "step {step}");
+            assert_eq!(*p.last().unwrap(), [1030.0 + step, 30.0]);
+            assert_eq!(r.covered(), 30.0);
+            // Then 61 s on the monotonic clock: the first points leave, by that clock only.
+            r.push(1061.0 + step, 61.0, 61.0);
+            assert_eq!(r.points()[0], [1001.0 + step, 1.0], "step {step}");
+        }
     }
 
     #[test]

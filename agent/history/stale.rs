@@ -39,6 +39,8 @@ pub struct StaleHistory {
 }
 
 impl StaleHistory {
+    /// Takes a check made at `now` (wall clock, Unix seconds): only shown, as a pair's first
+    /// seen time. Persistence is counted in checks, not measured in time, so no clock bounds it.
     pub fn observe(&mut self, f: &ConntrackStaleFacts, now: f64) -> StaleDerived {
         let mut next = HashMap::with_capacity(f.stale.len());
         let groups = f

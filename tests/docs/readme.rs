@@ -416,6 +416,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             queued_unsynced_seconds: Some(0.0),
             restarts: 1,
             last_restart_seconds: Some(1_799_999_000.0),
+            last_restart_mono: None,
             cpu_throttling: Some(proxywatch::history::kube_proxy::CpuThrottling {
                 periods: 100,
                 throttled_periods: 5,
