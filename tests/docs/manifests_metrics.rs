@@ -167,7 +167,11 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
     );
     let body = agent.get("/metrics").map(|(_, b)| b).unwrap_or_default();
     fleet_conventions(&body);
-    let source = std::fs::read_to_string(repo.join("agent/expose/metrics.rs")).unwrap();
+    // The renderer: expose/metrics.rs and its sections under expose/metrics/.
+    let mut source = std::fs::read_to_string(repo.join("agent/expose/metrics.rs")).unwrap();
+    for e in std::fs::read_dir(repo.join("agent/expose/metrics")).unwrap() {
+        source += &std::fs::read_to_string(e.unwrap().path()).unwrap();
+    }
     for m in NEED_ACTIVITY.iter().chain(NODE_ONLY) {
         assert!(source.contains(&format!("\"{m}\"")), "{m} is not rendered by the agent");
     }
