@@ -516,7 +516,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
         }
         let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
         let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
-        match ct_dump::dump(conn, deadline, family, only, dst_nat_only, |e| counter.add(&table, e)) {
+        match ct_dump::dump(conn, deadline, family, only, if dst_nat_only { ct_dump::IPS_DST_NAT } else { 0 }, |e| counter.add(&table, e)) {
             Ok(_) => {}
             // The conntrack table itself changed under the dump (NLM_F_DUMP_INTR).
             Err(NlError::Changed(w)) => return Ok(Err(format!("the conntrack table changed during its dump ({w})"))),
@@ -601,6 +601,8 @@ mod tests {
             orig_dport: dport,
             reply_src: src.parse().unwrap(),
             reply_sport: sport,
+            reply_dst: "10.0.0.1".parse().unwrap(),
+            reply_dport: 40000,
             status: ct_dump::IPS_DST_NAT,
         }
     }
