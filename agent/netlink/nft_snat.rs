@@ -126,7 +126,10 @@ pub fn snat_action(family: Family, rule: &Rule<'_>) -> Result<(Option<SnatAction
                 let rev = num(2)?.unwrap_or(0);
                 let info = at[3].map(|a| a.value).unwrap_or_default();
                 let (flags, ports) = target_info(family, rev, info).ok_or_else(|| {
-                    NlError::Malformed(format!("nf_tables expression: a {kind} target rev {rev} of {} bytes", info.len()))
+                    NlError::Malformed(format!(
+                        "nf_tables expression: a {kind} target rev {rev} of {} bytes",
+                        info.len()
+                    ))
                 })?;
                 action = Some(SnatAction {
                     kind,
@@ -209,7 +212,10 @@ pub fn read<C: Conn>(conn: C, family: Family, deadline: Instant) -> Result<(Vec<
             let r = s.dump(&mut nft::dump_rules(family, table, &chain), |m| {
                 let r = nft::decode_rule(m.ty, m.payload)?;
                 if r.gen16 != gen as u16 {
-                    return Err(NlError::Changed(format!("a rule of generation ..{:04x} while reading {gen}", r.gen16)));
+                    return Err(NlError::Changed(format!(
+                        "a rule of generation ..{:04x} while reading {gen}",
+                        r.gen16
+                    )));
                 }
                 position += 1;
                 let (action, jumps) = snat_action(family, &r)?;
@@ -237,7 +243,9 @@ pub fn read<C: Conn>(conn: C, family: Family, deadline: Instant) -> Result<(Vec<
     let (ty, p) = s.request(&mut nft::get_gen())?;
     let end = nft::decode_gen(ty, &p)?;
     if end != gen {
-        return Err(NlError::Changed(format!("generation {gen} → {end} while reading nat POSTROUTING")));
+        return Err(NlError::Changed(format!(
+            "generation {gen} → {end} while reading nat POSTROUTING"
+        )));
     }
     Ok((out, skipped))
 }
@@ -276,7 +284,10 @@ mod tests {
         let (a, jumps) = decode(Family::Ip, IPT_POST, 0);
         assert_eq!((a, jumps), (None, vec!["KUBE-POSTROUTING".to_string()]));
         let a = decode(Family::Ip, IPT_POST, 1).0.unwrap();
-        assert_eq!((a.kind, a.ports, a.packets, a.random_fully()), ("MASQUERADE", None, Some(0), false));
+        assert_eq!(
+            (a.kind, a.ports, a.packets, a.random_fully()),
+            ("MASQUERADE", None, Some(0), false)
+        );
         let a = decode(Family::Ip, IPT_POST, 2).0.unwrap();
         assert_eq!((a.ports, a.random_fully()), (Some((20000, 20009)), false));
         let a = decode(Family::Ip, IPT_POST, 3).0.unwrap();
@@ -292,9 +303,15 @@ mod tests {
     #[test]
     fn decodes_native_masquerade_without_inventing_a_counter() {
         let a = decode(Family::Ip, NFT_MASQ, 2).0.unwrap();
-        assert_eq!((a.kind, a.random_fully(), a.ports, a.packets), ("MASQUERADE", true, None, None));
+        assert_eq!(
+            (a.kind, a.random_fully(), a.ports, a.packets),
+            ("MASQUERADE", true, None, None)
+        );
         let a = decode(Family::Ip, NFT_MASQ, 3).0.unwrap();
-        assert_eq!((a.random_fully(), a.ports, a.packets), (false, Some((3000, 3005)), Some(0)));
+        assert_eq!(
+            (a.random_fully(), a.ports, a.packets),
+            (false, Some((3000, 3005)), Some(0))
+        );
         assert_eq!(decode(Family::Ip, NFT_MASQ, 0).0, None);
     }
 

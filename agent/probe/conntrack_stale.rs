@@ -129,6 +129,10 @@ pub struct ConntrackStaleFacts {
     /// missing from this check, whose other sources still count.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub legacy_errors: Vec<String>,
+    /// Source NAT: ports in use per group from the same dumps, and the
+    /// MASQUERADE/SNAT rules ([`super::snat`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snat: Option<super::snat::SnatFacts>,
 }
 
 /// The nf_tables part of the service table, with the sources that listed services.
@@ -418,6 +422,10 @@ struct Run<'a> {
     local: &'a HashSet<IpAddr>,
     /// nf_tables is loaded (else only IPVS can list services: asking would load it).
     nf_tables: bool,
+    /// Group SRC_NAT entries and read the source NAT rules too.
+    snat: bool,
+    /// The source NAT rules of the iptables probe's latest legacy saves.
+    legacy_snat: super::snat::LegacyRules,
     deadline: Instant,
 }
 
@@ -505,18 +513,36 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     };
     let started = Instant::now();
     let mut counter = Counter::with_local(local.clone());
+    let mut grouper = super::snat::Grouper::default();
     // One dump per family: each dump walks the whole conntrack hash table
     // (shared by every namespace), so a dump per protocol would walk it
     // once more per protocol. The protocol is filtered in the kernel only
-    // when the family's service ports have a single one.
+    // when the family's service ports have a single one. The SNAT grouping
+    // shares the dump: the kernel's status filter is `(status & mask) ==
+    // value`, so a family with service ports is dumped whole (every entry
+    // checked here), one without is dumped for SRC_NAT entries only.
     for (family, v6) in [(2u8, false), (10u8, true)] {
         let protocols = table.protocols(v6);
-        if protocols.is_empty() {
-            continue;
-        }
-        let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
+        let stale = !protocols.is_empty();
+        let (only, status) = match (stale, run.snat) {
+            (false, false) => continue,
+            (false, true) => (None, ct_dump::IPS_SRC_NAT),
+            (true, true) => (None, 0),
+            (true, false) => (
+                (protocols.len() == 1).then(|| protocols.first().copied()).flatten(),
+                if dst_nat_only { ct_dump::IPS_DST_NAT } else { 0 },
+            ),
+        };
         let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
-        match ct_dump::dump(conn, deadline, family, only, if dst_nat_only { ct_dump::IPS_DST_NAT } else { 0 }, |e| counter.add(&table, e)) {
+        let each = |e: &ct_dump::CtEntry| {
+            if stale && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
+                counter.add(&table, e);
+            }
+            if run.snat {
+                grouper.add(e);
+            }
+        };
+        match ct_dump::dump(conn, deadline, family, only, status, each) {
             Ok(_) => {}
             // The conntrack table itself changed under the dump (NLM_F_DUMP_INTR).
             Err(NlError::Changed(w)) => return Ok(Err(format!("the conntrack table changed during its dump ({w})"))),
@@ -541,6 +567,9 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     if ipvs_table(host)? != ipvs {
         return Ok(Err("the IPVS table changed during the dump".into()));
     }
+    let snat = run
+        .snat
+        .then(|| super::snat::read_rules(grouper, run.nf_tables, &run.legacy_snat, deadline));
     Ok(Ok(ConntrackStaleFacts {
         source: if sources.is_empty() {
             "none".into()
@@ -551,6 +580,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
         table_reused: reused,
         dump_seconds,
         legacy_errors,
+        snat,
         ..counter.facts(&table)
     }))
 }
@@ -582,6 +612,8 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
             host: &host,
             local: &local,
             nf_tables: !super::modules::tool_would_load(&host, "nf_tables"),
+            snat: true,
+            legacy_snat: memory.legacy_snat.rules(),
             deadline: at,
         };
         read(&run).map(Probed::Present)

@@ -33,6 +33,7 @@ pub mod nftables;
 pub mod node;
 pub mod node_ports;
 pub mod service_endpoints;
+pub mod snat;
 pub mod sysctl;
 
 use std::time::Duration;
@@ -162,6 +163,8 @@ pub struct Memory {
     pub stale: conntrack_stale::StaleMemory,
     /// kube-proxy's service table decoded from the iptables probe's legacy saves.
     pub legacy_services: service_endpoints::iptables::LegacyMemory,
+    /// The source NAT rules of the iptables probe's legacy saves (for the SNAT facts).
+    pub legacy_snat: snat::LegacySnatMemory,
     /// When the iptables-nft-save cross-check last ran, and what it found.
     cross_check: std::sync::Mutex<Option<(std::time::Instant, iptables::CrossCheck)>>,
 }
