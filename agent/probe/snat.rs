@@ -104,13 +104,16 @@ pub struct SnatFacts {
     pub rule_errors: Vec<String>,
 }
 
+/// (translated source, destination, destination port, protocol).
+type GroupKey = (IpAddr, IpAddr, u16, u8);
+
 /// Groups SRC_NAT entries as the dump streams them.
 #[derive(Debug, Default)]
 pub struct Grouper {
     /// (translated source, destination, port, protocol) → (entries, min port, max port).
-    groups: HashMap<(IpAddr, IpAddr, u16, u8), (u64, u16, u16)>,
+    groups: HashMap<GroupKey, (u64, u16, u16)>,
     pub entries: u64,
-    dropped: std::collections::HashSet<(IpAddr, IpAddr, u16, u8)>,
+    dropped: std::collections::HashSet<GroupKey>,
     dropped_count: u64,
     ungrouped: u64,
 }
@@ -240,12 +243,15 @@ pub fn rule_of(r: &FoundRule) -> SnatRule {
 /// why a family's could not be read.
 pub type LegacyRules = (Vec<FoundRule>, Vec<String>);
 
+/// One family's rules from the latest legacy save, or why there are none.
+type LegacySlot = Option<Result<Vec<FoundRule>, String>>;
+
 /// The source NAT rules the iptables probe found in its legacy saves, per
 /// family, for the conntrack_stale probe (the same reasoning as
 /// [`super::service_endpoints::iptables::LegacyMemory`]).
 #[derive(Debug, Default)]
 pub struct LegacySnatMemory {
-    slots: std::sync::Mutex<[Option<Result<Vec<FoundRule>, String>>; 2]>,
+    slots: std::sync::Mutex<[LegacySlot; 2]>,
 }
 
 impl LegacySnatMemory {
