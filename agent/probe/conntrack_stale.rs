@@ -16,7 +16,7 @@
 //! 3. the node's addresses (rtnetlink), to tell NodePort traffic;
 //! 4. per family with service ports, one ctnetlink dump ([`ct_dump`]),
 //!    streamed — only DST_NAT entries, filtered in the kernel, unless IPVS
-//!    lists services (IPVS does not set DST_NAT): an entry whose
+//!    lists services (IPVS does not set DST_NAT) or SNAT is grouped too: an entry whose
 //!    original destination is a service port (or a NodePort on a node
 //!    address) and whose reply source is not one of its endpoints adds one to
 //!    its (service, dead endpoint) count;
@@ -27,6 +27,12 @@
 //!    again with the table at the new generation, up to [`RUNS`] times while
 //!    the deadline leaves room for one more, then fails naming the rules
 //!    (never a false count; the scheduler keeps the last good reading meanwhile).
+//!
+//! The SNAT grouping ([`super::snat`]) shares step 4's dumps: the kernel's
+//! status filter is `(status & mask) == value`, so a family with service
+//! ports is then dumped whole and each entry checked here; a family without
+//! is dumped for SRC_NAT entries only. The source NAT rules are read after
+//! the dumps (their counters are history's to compare).
 //!
 //! Memory: one receive buffer and the counts per (service, dead endpoint),
 //! at most [`MAX_GROUPS`] of them (beyond, entries still count in the
