@@ -520,27 +520,40 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     let started = Instant::now();
     let mut counter = Counter::with_local(local.clone());
     let mut grouper = super::snat::Grouper::default();
-    // One dump per family: each dump walks the whole conntrack hash table
-    // (shared by every namespace), so a dump per protocol would walk it
-    // once more per protocol. The protocol is filtered in the kernel only
-    // when the family's service ports have a single one. The SNAT grouping
-    // shares the dump: the kernel's status filter is `(status & mask) ==
-    // value`, so a family with service ports is dumped whole (every entry
-    // checked here), one without is dumped for SRC_NAT entries only.
-    for (family, v6) in [(2u8, false), (10u8, true)] {
-        let protocols = table.protocols(v6);
-        let stale = !protocols.is_empty();
-        let (only, status) = match (stale, run.snat) {
-            (false, false) => continue,
-            (false, true) => (None, ct_dump::IPS_SRC_NAT),
-            (true, true) => (None, 0),
-            (true, false) => (
-                (protocols.len() == 1).then(|| protocols.first().copied()).flatten(),
-                if dst_nat_only { ct_dump::IPS_DST_NAT } else { 0 },
-            ),
-        };
+    // Each dump walks the whole conntrack hash table (shared by every
+    // namespace), so a dump per protocol would walk it once more per
+    // protocol. Without the SNAT grouping: one dump per family with service
+    // ports, the protocol filtered in the kernel only when the family's
+    // service ports have a single one. With it: one dump of both families
+    // (AF_UNSPEC: one walk), whole when a family has service ports (the
+    // kernel's status filter is `(status & mask) == value`: no "DST_NAT or
+    // SRC_NAT"), else of SRC_NAT entries only; every entry checked here.
+    let stale_in = [!table.protocols(false).is_empty(), !table.protocols(true).is_empty()];
+    let mut plans: Vec<(u8, Option<u8>, u32)> = Vec::new();
+    if run.snat {
+        plans.push((
+            0,
+            None,
+            if stale_in.contains(&true) {
+                0
+            } else {
+                ct_dump::IPS_SRC_NAT
+            },
+        ));
+    } else {
+        for (family, v6) in [(2u8, false), (10u8, true)] {
+            let protocols = table.protocols(v6);
+            if protocols.is_empty() {
+                continue;
+            }
+            let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
+            plans.push((family, only, if dst_nat_only { ct_dump::IPS_DST_NAT } else { 0 }));
+        }
+    }
+    for (family, only, status) in plans {
         let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
         let each = |e: &ct_dump::CtEntry| {
+            let stale = stale_in[usize::from(e.orig_dst.is_ipv6())];
             if stale && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
                 counter.add(&table, e);
             }
