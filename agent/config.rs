@@ -364,6 +364,10 @@ pub struct Common {
     #[arg(long = "conntrack.stale-timeout", env = "PROXYWATCH_CONNTRACK_STALE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub conntrack_stale_timeout: Duration,
 
+    /// Group the source-NATed conntrack entries (SNAT ports in use) and read the MASQUERADE/SNAT rules in the conntrack_stale probe's run; false: the stale check's dumps filter on DST_NAT in the kernel again.
+    #[arg(long = "conntrack.snat", env = "PROXYWATCH_CONNTRACK_SNAT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub conntrack_snat: bool,
+
     /// Translated source ports in use / ports the rule allows, per (translated source, destination, port, protocol), that raises a warning (critical when full).
     #[arg(long = "conntrack.snat-fill-warning", env = "PROXYWATCH_CONNTRACK_SNAT_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
     pub conntrack_snat_fill_warning: f64,

@@ -997,4 +997,30 @@ fn snat_ports_in_use_match_conntrack_and_masquerade_without_random_fully_is_repo
         (&Value::from("POSTROUTING"), &Value::from(1))
     );
     assert!(listed[0]["packets_delta"].as_u64() >= Some(2), "{masq}");
+
+    // Turned off: no SNAT facts, no SNAT finding (nothing judged, not "fine").
+    let out = node
+        .command(
+            common::binary().to_str().unwrap(),
+            &[
+                "check",
+                "--format",
+                "json",
+                "--iptables.save-interval",
+                "0",
+                "--conntrack.snat",
+                "false",
+            ],
+        )
+        .args(common::NO_KUBE_PROXY)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["probes"]["conntrack_stale"]["status"], "ok",
+        "{}",
+        doc["probes"]["conntrack_stale"]
+    );
+    assert!(doc["facts"]["conntrack_stale"]["snat"].is_null());
+    assert!(finding_by(&doc, "snat_ports_near_exhaustion").is_none());
 }

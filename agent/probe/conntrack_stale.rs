@@ -612,6 +612,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
     }
     let host = ctx.host.clone();
     let memory = ctx.memory.clone();
+    let snat = ctx.snat;
     let at = deadline.at();
     let local: HashSet<IpAddr> = super::ipvs::interface::local_addresses()
         .await?
@@ -631,7 +632,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
             host: &host,
             local: &local,
             nf_tables: !super::modules::tool_would_load(&host, "nf_tables"),
-            snat: true,
+            snat,
             legacy_snat: memory.legacy_snat.rules(),
             deadline: at,
         };

@@ -148,6 +148,8 @@ pub struct ProbeContext {
     pub memory: std::sync::Arc<Memory>,
     /// How often iptables-nft-save cross-checks the netlink counts; None: never.
     pub iptables_save_interval: Option<Duration>,
+    /// The conntrack_stale probe also groups SNAT entries and reads the source NAT rules.
+    pub snat: bool,
 }
 
 /// What the agent remembers for its rule-set probes.
