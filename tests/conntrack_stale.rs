@@ -1024,3 +1024,68 @@ fn snat_ports_in_use_match_conntrack_and_masquerade_without_random_fully_is_repo
     assert!(doc["facts"]["conntrack_stale"]["snat"].is_null());
     assert!(finding_by(&doc, "snat_ports_near_exhaustion").is_none());
 }
+
+/// iptables-legacy's source NAT rules, from the iptables probe's own save
+/// (`iptables-legacy-save`, no `-c`): listed with their chain, position and
+/// random-fully, with no counter, so a rule without random-fully is reported
+/// as of unknown traffic (info), never as idle or as carrying traffic.
+#[test]
+fn legacy_masquerade_rules_are_listed_without_counters() {
+    if !common::can_run(&["ip", "iptables-legacy", "iptables-legacy-save", "conntrack"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let node = Netns::new("snl");
+    for rule in [
+        "-N KUBE-POSTROUTING",
+        "-A POSTROUTING -m comment --comment kubernetes -j KUBE-POSTROUTING",
+        "-A KUBE-POSTROUTING -j MASQUERADE --random-fully",
+        "-A POSTROUTING -s 10.9.0.0/16 -p tcp -j MASQUERADE --to-ports 20000-20009",
+        "-N UNREACHED",
+        "-A UNREACHED -j MASQUERADE",
+    ] {
+        let mut args = vec!["-t", "nat"];
+        args.extend(rule.split(' '));
+        node.exec_ok("iptables-legacy", &args);
+    }
+    let doc = check_json(&node);
+    let snat = &doc["facts"]["conntrack_stale"]["snat"];
+    let rules: Vec<(String, u64, bool, Value, Value)> = snat["rules"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no SNAT facts: {}", doc["probes"]["conntrack_stale"]))
+        .iter()
+        .filter(|r| r["backend"] == "iptables-legacy")
+        .map(|r| {
+            (
+                r["chain"].as_str().unwrap().to_string(),
+                r["position"].as_u64().unwrap(),
+                r["random_fully"].as_bool().unwrap(),
+                r["ports"].clone(),
+                r["packets"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            (
+                "POSTROUTING".to_string(),
+                2,
+                false,
+                Value::from("20000-20009"),
+                Value::Null
+            ),
+            ("KUBE-POSTROUTING".to_string(), 1, true, Value::Null, Value::Null),
+        ],
+        "{snat}"
+    );
+    let f = finding_by(&doc, "masquerade_without_random_fully").expect("a rule without random-fully, traffic unknown");
+    assert_eq!(f["severity"], "info", "{f}");
+    assert!(
+        f["remediation"][0]
+            .as_str()
+            .unwrap()
+            .contains("iptables-legacy -t nat -L POSTROUTING"),
+        "{f}"
+    );
+}

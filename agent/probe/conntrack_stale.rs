@@ -484,6 +484,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     let mut sources = nf.sources.clone();
     // iptables-legacy: as of the iptables probe's latest legacy save.
     let (legacy, mut legacy_errors) = run.legacy.tables();
+    let mut unsaved = Vec::new();
     for (v6, names) in [
         (false, "/proc/net/ip_tables_names"),
         (true, "/proc/net/ip6_tables_names"),
@@ -493,6 +494,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
             legacy_errors.push(format!(
                 "{names} lists iptables-legacy tables the iptables probe has not saved yet"
             ));
+            unsaved.push(legacy_errors.last().cloned().unwrap_or_default());
         }
     }
     let legacy: Vec<_> = legacy
@@ -586,9 +588,12 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     if ipvs_table(host)? != ipvs {
         return Ok(Err("the IPVS table changed during the dump".into()));
     }
-    let snat = run
-        .snat
-        .then(|| super::snat::read_rules(grouper, run.nf_tables, &run.legacy_snat, deadline));
+    let snat = run.snat.then(|| {
+        let mut f = super::snat::read_rules(grouper, run.nf_tables, &run.legacy_snat, deadline);
+        // Their source NAT rules are missing too: said so, never an empty list taken as none.
+        f.rule_errors.extend(unsaved);
+        f
+    });
     Ok(Ok(ConntrackStaleFacts {
         source: if sources.is_empty() {
             "none".into()

@@ -335,7 +335,7 @@ impl LegacySnatText {
                         let p = if w[0] == "--to-ports" {
                             w[1]
                         } else {
-                            w[1].rsplit_once(':').map(|(_, p)| p).filter(|_| !w[1].ends_with(']'))?
+                            to_source_ports(self.family, w[1])?
                         };
                         let (a, b) = p.split_once('-').unwrap_or((p, p));
                         Some((a.parse().ok()?, b.parse().ok()?))
@@ -389,6 +389,16 @@ impl LegacySnatText {
             i += 1;
         }
         Ok(self.rules.into_iter().filter(|r| reach.contains(&r.chain)).collect())
+    }
+}
+
+/// The ports of an SNAT `--to-source`: `1.2.3.4:1000-2000`, `[fd00::1]:1000-2000`
+/// (a bare IPv6 address has colons but no ports).
+fn to_source_ports(family: Family, to: &str) -> Option<&str> {
+    match to.rsplit_once(']') {
+        Some((_, rest)) => rest.strip_prefix(':'),
+        None if family == Family::Ip => to.rsplit_once(':').map(|(_, p)| p),
+        None => None,
     }
 }
 
@@ -585,5 +595,15 @@ mod tests {
         t.feed_line("*nat");
         t.feed_line("-A POSTROUTING -j SNAT --to-source 192.0.2.1:1000-2000");
         assert_eq!(t.finish().unwrap()[0].action.ports, Some((1000, 2000)));
+        for (to, want) in [
+            ("fd00::1", None),
+            ("[fd00::1]:1000-2000", Some((1000, 2000))),
+            ("[fd00::1]", None),
+        ] {
+            let mut t = LegacySnatText::new(Family::Ip6);
+            t.feed_line("*nat");
+            t.feed_line(&format!("-A POSTROUTING -j SNAT --to-source {to}"));
+            assert_eq!(t.finish().unwrap()[0].action.ports, want, "{to}");
+        }
     }
 }
