@@ -1089,3 +1089,35 @@ fn legacy_masquerade_rules_are_listed_without_counters() {
         "{f}"
     );
 }
+
+/// kube-proxy's nftables masquerading, read over netlink from `nat-postrouting`
+/// through the chain it jumps to: `masquerade fully-random` (no counter: kube-proxy
+/// writes none) is listed as random-fully, and nothing is reported about it.
+#[test]
+fn nftables_masquerading_chain_is_read_over_netlink() {
+    if !common::can_run(&["ip", "nft", "conntrack"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let node = Netns::new("snf");
+    nft_load(
+        &node,
+        "table ip kube-proxy {
+            chain nat-postrouting { type nat hook postrouting priority srcnat; policy accept; jump masquerading; }
+            chain masquerading {
+                meta mark & 0x00004000 == 0x00000000 return
+                meta mark set meta mark ^ 0x00004000
+                masquerade fully-random
+            }
+        }",
+    );
+    let doc = check_json(&node);
+    let rules = doc["facts"]["conntrack_stale"]["snat"]["rules"].clone();
+    let want = serde_json::json!([{
+        "backend": "nftables", "family": "ipv4", "table": "kube-proxy", "chain": "masquerading",
+        "position": 3, "action": "MASQUERADE", "random_fully": true, "packets": null,
+    }]);
+    assert_eq!(rules, want);
+    eprintln!("kube-proxy's masquerading rule: {rules}");
+    assert!(finding_by(&doc, "masquerade_without_random_fully").is_none(), "{rules}");
+}
