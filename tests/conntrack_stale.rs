@@ -989,6 +989,17 @@ fn snat_ports_in_use_match_conntrack_and_masquerade_without_random_fully_is_repo
     );
     let snat = finding_by(&doc, "snat_ports_near_exhaustion").unwrap();
     assert_eq!(snat["severity"], "critical", "all 10 ports in use: {snat}");
+    // The same in /metrics: the fullest group's fill, the rules by random-fully.
+    let metrics = ns_get(&node, port, "/metrics").expect("/metrics");
+    assert_eq!(common::series(&metrics, "proxywatch_snat_ports_fill_ratio"), Some(1.0));
+    assert_eq!(
+        common::series(&metrics, "proxywatch_snat_rules{random_fully=\"false\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        common::series(&metrics, "proxywatch_snat_rules{random_fully=\"true\"}"),
+        Some(1.0)
+    );
     let masq = finding_by(&doc, "masquerade_without_random_fully").unwrap();
     let listed = masq["evidence"]["rules_without_random_fully"].as_array().unwrap();
     assert_eq!(listed.len(), 1, "{masq}");

@@ -25,13 +25,14 @@ const NEED_ACTIVITY: &[&str] = &[
 
 /// Metrics of probes that read netlink on the node itself only (`--host-root /`):
 /// a fixture node cannot have them; they must at least be rendered by the agent
-/// (tests/node_ports.rs and tests/neighbour_tables.rs read them on the real kernel).
+/// (tests/node_ports.rs, tests/neighbour_tables.rs and tests/conntrack_stale.rs read them on the real kernel).
 const NODE_ONLY: &[&str] = &[
     "proxywatch_neighbour_entries",
     "proxywatch_neighbour_gc_thresh",
     "proxywatch_neighbour_table_fulls_total",
     "proxywatch_node_ports",
     "proxywatch_node_ports_in_ephemeral_range",
+    "proxywatch_snat_ports_fill_ratio",
 ];
 
 fn names_in(text: &str, prefix: &str) -> Vec<String> {
@@ -167,7 +168,15 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
     );
     let body = agent.get("/metrics").map(|(_, b)| b).unwrap_or_default();
     fleet_conventions(&body);
-    let source = std::fs::read_to_string(repo.join("agent/expose/metrics.rs")).unwrap();
+    let mut source = std::fs::read_to_string(repo.join("agent/expose/metrics.rs")).unwrap();
+    // Its sections in files of their own (agent/expose/metrics/*.rs).
+    for f in std::fs::read_dir(repo.join("agent/expose/metrics"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        source.push_str(&std::fs::read_to_string(f.path()).unwrap_or_default());
+    }
     for m in NEED_ACTIVITY.iter().chain(NODE_ONLY) {
         assert!(source.contains(&format!("\"{m}\"")), "{m} is not rendered by the agent");
     }
