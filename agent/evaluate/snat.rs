@@ -139,6 +139,14 @@ pub fn without_random_fully(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> O
                     .join(", ")
             ),
         )
+    } else if !facts.rule_errors.is_empty() {
+        (
+            Severity::Info,
+            format!(
+                "source NAT rules partly unread, so rules without random-fully may be missing: {}",
+                facts.rule_errors.join("; ")
+            ),
+        )
     } else if without.is_empty() {
         (
             Severity::Ok,
@@ -177,6 +185,10 @@ pub fn without_random_fully(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> O
                 _ => format!("iptables-nft -t nat -L {} -v -n --line-numbers", r.chain),
             };
             steps.push(format!("See the rule and its counters (read-only): {list}"));
+        }
+        if first.is_none() {
+            steps.push("Some source NAT rules could not be read (evidence rule_errors): give the agent CAP_NET_ADMIN in the node's network namespace, or wait for the iptables probe's next legacy save; nothing on the node needs changing for this.".into());
+            return Some(f.remediation_owned(steps));
         }
         steps.push("Have the component that owns the rule add --random-fully (nft: fully-random): kube-proxy does so itself when its iptables supports it; ip-masq-agent, flannel and Calico have a setting for it. A rule edited by hand is rewritten at the owner's next sync.".into());
         f = f.remediation_owned(steps);
@@ -281,6 +293,13 @@ mod tests {
         let f = judge(without_random_fully, &s, &t).unwrap();
         assert_eq!(f.severity, Severity::Warning, "{}", f.summary);
         assert!(f.remediation[0].contains("iptables-nft -t nat -L POSTROUTING -v -n --line-numbers"));
+        // Rules that could not be read: said so (info), never "all with random-fully".
+        let s = with(SnatFacts {
+            rule_errors: vec!["ip source NAT rules over nf_tables netlink: EPERM".into()],
+            ..Default::default()
+        });
+        let f = judge(without_random_fully, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Info, "{}", f.summary);
         // Without a counter: said so, never taken as traffic or as none.
         let s = with(SnatFacts {
             rules: vec![rule(false, None)],

@@ -32,9 +32,13 @@ pub(super) fn snat(out: &Out, s: &Snapshot) {
         "Of those, groups beyond the agent's cap (10,000) whose ports were not counted one by one (their entries are in proxywatch_snat_entries).",
         f.groups_dropped as f64,
     );
+    // Rules partly unread: a count would pass for all of them (unknown is not 0).
+    if !f.rule_errors.is_empty() {
+        return;
+    }
     let rules = out.gauge(
         "proxywatch_snat_rules",
-        "MASQUERADE/SNAT rules of nat POSTROUTING and the chains it reaches (iptables both backends, kube-proxy's nftables table), by whether they pick ports fully at random.",
+        "MASQUERADE/SNAT rules of nat POSTROUTING and the chains it reaches (iptables both backends, kube-proxy's nftables table), by whether they pick ports fully at random; absent while some could not be read.",
         &["random_fully"],
     );
     for want in [true, false] {
