@@ -152,6 +152,15 @@ pub fn without_random_fully(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> O
             Severity::Ok,
             format!("{} source NAT rules, all with random-fully", facts.rules.len()),
         )
+    } else if !unknown.is_empty() {
+        // A single reading (`check`, or serve's first): movement needs a second one.
+        (
+            Severity::Ok,
+            format!(
+                "{} source NAT rules without random-fully; whether they carry traffic needs a second reading of their counters",
+                without.len()
+            ),
+        )
     } else {
         (
             Severity::Ok,
@@ -276,11 +285,9 @@ mod tests {
         let mut h = SnatHistory::default();
         let mut s = with(facts(5));
         s.derived.snat_rules = Some(h.observe(&facts(5), 0.0));
-        assert_eq!(
-            judge(without_random_fully, &s, &t).unwrap().severity,
-            Severity::Ok,
-            "one reading: no movement known"
-        );
+        let f = judge(without_random_fully, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Ok, "one reading: no movement known");
+        assert!(f.summary.contains("needs a second reading"), "{}", f.summary);
         let mut s = with(facts(5));
         s.derived.snat_rules = Some(h.observe(&facts(5), 10.0));
         assert_eq!(
