@@ -534,6 +534,24 @@ mod tests {
         // Ports outside every rule's range: the NAT core's default.
         assert_eq!((f.top[1].range.as_str(), f.top[1].range_size), ("1024-65535", 64512));
         assert_eq!(Grouper::default().facts(&[]).max_fill, None);
+        // Each family's groups against its own family's rules.
+        let mut g = Grouper::default();
+        for p in [20000, 20001] {
+            g.add(&snat("fd00::2", "2001:db8::7", 443, p));
+            g.add(&snat("192.168.0.2", "203.0.113.7", 443, p));
+        }
+        let f = g.facts(&[
+            rule(Family::Ip, Some((20000, 20009))),
+            rule(Family::Ip6, Some((20000, 20001))),
+        ]);
+        let by: Vec<(String, String)> = f.top.iter().map(|g| (g.source.to_string(), g.range.clone())).collect();
+        assert_eq!(
+            by,
+            [
+                ("fd00::2".into(), "20000-20001".into()),
+                ("192.168.0.2".into(), "20000-20009".into())
+            ]
+        );
     }
 
     #[test]
