@@ -35,8 +35,8 @@ use crate::netlink::nft_snat::FoundRule;
 pub const MAX_GROUPS: usize = 10_000;
 /// Groups listed in the facts (the fullest first).
 pub const MAX_LISTED: usize = 20;
-/// Rules listed in the facts.
-pub const MAX_RULES: usize = 64;
+/// Rules listed in the facts (a CNI may write one per pod); beyond, the rest is said unread.
+pub const MAX_RULES: usize = 512;
 /// The NAT core's range for a source port from 1024 (nf_nat_core.c).
 pub const DEFAULT_RANGE: (u16, u16) = (1024, 65535);
 
@@ -97,7 +97,7 @@ pub struct SnatFacts {
     pub top: Vec<SnatGroup>,
     /// The fullest group's fill (None: no SRC_NAT entry).
     pub max_fill: Option<f64>,
-    /// The source NAT rules read (up to [`MAX_RULES`]).
+    /// The source NAT rules read (up to [`MAX_RULES`]; beyond, said in `rule_errors`).
     pub rules: Vec<SnatRule>,
     /// Why a backend's rules could not be read (its rules are missing here).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -463,7 +463,13 @@ pub fn read_rules(grouper: Grouper, nf_tables: bool, legacy: &LegacyRules, deadl
         backend: "iptables-legacy".into(),
         ..rule_of(r)
     }));
-    rules.truncate(MAX_RULES);
+    if rules.len() > MAX_RULES {
+        errors.push(format!(
+            "{} source NAT rules beyond the first {MAX_RULES} were not listed",
+            rules.len() - MAX_RULES
+        ));
+        rules.truncate(MAX_RULES);
+    }
     found.extend(legacy.0.iter().cloned());
     SnatFacts {
         rules,
