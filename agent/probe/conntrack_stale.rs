@@ -28,11 +28,12 @@
 //!    the deadline leaves room for one more, then fails naming the rules
 //!    (never a false count; the scheduler keeps the last good reading meanwhile).
 //!
-//! The SNAT grouping ([`super::snat`]) shares step 4's dumps: the kernel's
-//! status filter is `(status & mask) == value`, so a family with service
-//! ports is then dumped whole and each entry checked here; a family without
-//! is dumped for SRC_NAT entries only. The source NAT rules are read after
-//! the dumps (their counters are history's to compare).
+//! The SNAT grouping ([`super::snat`], `--conntrack.snat`) shares step 4's
+//! dump, which is then one dump of both families (AF_UNSPEC: one walk of the
+//! global hash table): whole when a family has service ports (the kernel's
+//! status filter is `(status & mask) == value`, no "DST_NAT or SRC_NAT"),
+//! else of SRC_NAT entries only; each entry is checked here. The source NAT
+//! rules are read after the dump (their counters are history's to compare).
 //!
 //! Memory: one receive buffer and the counts per (service, dead endpoint),
 //! at most [`MAX_GROUPS`] of them (beyond, entries still count in the
