@@ -361,6 +361,14 @@ pub struct Common {
     #[arg(long = "conntrack.stale-timeout", env = "PROXYWATCH_CONNTRACK_STALE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub conntrack_stale_timeout: Duration,
 
+    /// Group the source-NATed conntrack entries (SNAT ports in use) and read the MASQUERADE/SNAT rules in the conntrack_stale probe's run; false: the stale check's dumps filter on DST_NAT in the kernel again.
+    #[arg(long = "conntrack.snat", env = "PROXYWATCH_CONNTRACK_SNAT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub conntrack_snat: bool,
+
+    /// Translated source ports in use / ports the rule allows, per (translated source, destination, port, protocol), that raises a warning (critical when full).
+    #[arg(long = "conntrack.snat-fill-warning", env = "PROXYWATCH_CONNTRACK_SNAT_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
+    pub conntrack_snat_fill_warning: f64,
+
     /// How often the sysctls probe runs.
     #[arg(long = "sysctls.interval", env = "PROXYWATCH_SYSCTLS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub sysctls_interval: Duration,
@@ -570,6 +578,7 @@ impl Common {
             kube_proxy_sync_failing_critical_seconds: self.kube_proxy_sync_failing_critical.as_secs_f64(),
             kube_proxy_down_grace_seconds: self.kube_proxy_down_grace.as_secs_f64(),
             neighbour_table_fill_warning: self.neighbour_tables_fill_warning,
+            snat_fill_warning: self.conntrack_snat_fill_warning,
         })
     }
 

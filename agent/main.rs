@@ -129,6 +129,7 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
         kube_proxy: common.kube_proxy_endpoints(),
         memory: Default::default(),
         iptables_save_interval: common.iptables_save_interval.0,
+        snat: common.conntrack_snat,
     });
     let probes: Vec<_> = common.schedules().iter().map(|s| s.probe).collect();
     let aggregator = Aggregator::new(&node, thresholds, &probes, common.history());

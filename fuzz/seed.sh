@@ -81,6 +81,17 @@ cpu = msg(0x0104, nfgen(0, 1, *[be(k, k) for k in (2, 4, 8, 9, 10, 11, 12, 13, 1
 glob = msg(0x0105, nfgen(0, 0, be(1, 52), be(2, 262144)))
 open("corpus/netlink_ctnetlink/seed-stats", "wb").write(cpu + cpu + glob)
 PY
+    # netlink_nft: the source NAT rules captured from the kernel (agent/netlink/testdata/snat_*.hex:
+    # MASQUERADE/SNAT compat targets, nft masq), one NFT_MSG_NEWRULE message each.
+    python3 - ../agent/netlink/testdata/snat_*.hex <<'PY'
+import struct, sys
+def pad(b): return b + b"\0" * (-len(b) % 4)
+for f in sys.argv[1:]:
+    for i, l in enumerate(x for x in open(f) if x.strip()):
+        p = bytes.fromhex(l.strip())
+        name = f.rsplit("/", 1)[1][:-4]
+        open(f"corpus/netlink_nft/seed-{name}-{i}", "wb").write(pad(struct.pack("=IHHII", 16 + len(p), 0x0a06, 2, 1, 0) + p))
+PY
     # netlink_stale: the rules captured from the kernel (agent/netlink/testdata, the
     # payloads of NFT_MSG_NEWRULE) for udp 10.96.0.10:53 → 10.244.1.2:53, and the
     # conntrack entry captured with them (ct_dump.rs's UDP_DNAT), each wrapped in a

@@ -17,6 +17,7 @@ mod mode;
 mod neighbour;
 mod node_ports;
 mod probes;
+mod snat;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -136,6 +137,8 @@ pub struct Thresholds {
     pub kube_proxy_down_grace_seconds: f64,
     /// Neighbour table entries / gc_thresh3 at which a warning fires.
     pub neighbour_table_fill_warning: f64,
+    /// SNAT ports in use / ports allowed, per group, at which a warning fires.
+    pub snat_fill_warning: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -179,6 +182,8 @@ pub const CHECKS: &[Check] = &[
     Check { id: "node_ports_in_ephemeral_range", run: node_ports::in_ephemeral_range },
     Check { id: "neighbour_table_fill", run: neighbour::fill },
     Check { id: "neighbour_table_overflow", run: neighbour::overflow },
+    Check { id: "snat_ports_near_exhaustion", run: snat::ports_near_exhaustion },
+    Check { id: "masquerade_without_random_fully", run: snat::without_random_fully },
     Check { id: "ipvs_modules_missing", run: kernel::ipvs_modules_missing },
     Check { id: "iptables_backend_mismatch", run: iptables::backend_mismatch },
     Check { id: "iptables_rules_large", run: iptables::rules_large },

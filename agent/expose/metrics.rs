@@ -48,6 +48,8 @@ fn state_set(g: &Gauges, values: &[&str], active: &str) {
     }
 }
 
+mod snat;
+
 struct Out {
     registry: Registry,
 }
@@ -95,6 +97,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     probes(&out, s);
     conntrack(&out, s);
     conntrack_stale(&out, s);
+    snat::snat(&out, s);
     node(&out, s);
     modules(&out, s);
     sysctls(&out, s);

@@ -72,6 +72,9 @@ pub fn area_of(id: &str) -> Option<Area> {
         "proxy_mode_leftovers" => Area::Rules,
         // Node limits: the kernel's tables and port ranges, set by sysctls.
         "node_ports_in_ephemeral_range" => Area::Kernel,
+        // SNAT ports share the conntrack table's fate (insert_failed); the rules are the data plane's.
+        "snat_ports_near_exhaustion" => Area::Conntrack,
+        "masquerade_without_random_fully" => Area::Rules,
         _ if id.starts_with("neighbour_table_") => Area::Kernel,
         _ if id.starts_with("conntrack_") => Area::Conntrack,
         _ if id.starts_with("kube_proxy_") => Area::KubeProxy,

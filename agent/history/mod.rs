@@ -17,6 +17,7 @@ pub mod kube_proxy;
 pub mod kube_proxy_syncs;
 pub mod neighbour;
 pub mod series;
+pub mod snat;
 pub mod stale;
 pub mod trend;
 pub mod window;
@@ -54,6 +55,9 @@ pub struct Derived {
     /// The neighbour tables' counter increases (the neighbour_tables probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub neighbour_tables: Option<neighbour::NeighbourDerived>,
+    /// Whether each source NAT rule's counter moved (the conntrack_stale probe's SNAT facts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snat_rules: Option<snat::SnatDerived>,
 }
 
 impl Derived {
@@ -118,6 +122,7 @@ pub struct History {
     sync_p99: series::Ring,
     stale_entries: series::Ring,
     neighbour: neighbour::NeighbourHistory,
+    snat: snat::SnatHistory,
 }
 
 impl History {
@@ -135,6 +140,7 @@ impl History {
             sync_p99: series::Ring::new(span, series::CAPACITY),
             stale_entries: series::Ring::new(span, series::CAPACITY),
             neighbour: neighbour::NeighbourHistory::new(c.neighbour_tables_window_seconds),
+            snat: snat::SnatHistory::default(),
         }
     }
 
@@ -178,6 +184,7 @@ impl History {
                     .push(now, mono, f.stale_entries.values().sum::<u64>() as f64);
                 derived.series.stale_entries = self.stale_entries.points();
                 derived.conntrack_stale = Some(self.stale.observe(f, now));
+                derived.snat_rules = f.snat.as_ref().map(|s| self.snat.observe(s, mono));
             }
             Reading::NeighbourTables(f) => derived.neighbour_tables = Some(self.neighbour.observe(f, mono)),
             _ => {}
@@ -208,7 +215,10 @@ impl History {
                 derived.kube_proxy = None;
                 derived.kube_proxy_sync_failures = None;
             }
-            ProbeName::ConntrackStale => derived.conntrack_stale = None,
+            ProbeName::ConntrackStale => {
+                derived.conntrack_stale = None;
+                derived.snat_rules = None;
+            }
             ProbeName::NeighbourTables => derived.neighbour_tables = None,
             _ => {}
         }

@@ -40,6 +40,8 @@ const NLA_F_NESTED: u16 = 0x8000;
 
 /// `IPS_DST_NAT`: the entry's destination was translated.
 pub const IPS_DST_NAT: u32 = 1 << 5;
+/// `IPS_SRC_NAT`: the entry's source was translated (MASQUERADE, SNAT).
+pub const IPS_SRC_NAT: u32 = 1 << 4;
 
 /// One entry, as far as service NAT goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,12 +55,20 @@ pub struct CtEntry {
     /// Who answers: the reply tuple's source (the endpoint after DNAT).
     pub reply_src: IpAddr,
     pub reply_sport: u16,
+    /// Where the answer goes: the reply tuple's destination (after SNAT, the
+    /// translated source address and port).
+    pub reply_dst: IpAddr,
+    pub reply_dport: u16,
     pub status: u32,
 }
 
 impl CtEntry {
     pub fn dst_nat(&self) -> bool {
         self.status & IPS_DST_NAT != 0
+    }
+
+    pub fn src_nat(&self) -> bool {
+        self.status & IPS_SRC_NAT != 0
     }
 }
 
@@ -142,14 +152,24 @@ pub fn decode_entry(ty: u16, payload: &[u8]) -> Result<Option<CtEntry>, NlError>
     let (Some(o), Some(r)) = (orig, reply) else {
         return Err(NlError::Malformed("a conntrack entry without both tuples".into()));
     };
-    Ok(match (o.proto, o.dst, o.dport, r.src, r.sport) {
-        (Some(l4proto), Some(orig_dst), Some(orig_dport), Some(reply_src), Some(reply_sport)) => Some(CtEntry {
+    Ok(match (o.proto, o.dst, o.dport, r.src, r.sport, r.dst, r.dport) {
+        (
+            Some(l4proto),
+            Some(orig_dst),
+            Some(orig_dport),
+            Some(reply_src),
+            Some(reply_sport),
+            Some(reply_dst),
+            Some(reply_dport),
+        ) => Some(CtEntry {
             l4proto,
             orig_src: o.src,
             orig_dst,
             orig_dport,
             reply_src,
             reply_sport,
+            reply_dst,
+            reply_dport,
             status,
         }),
         _ => None,
@@ -171,14 +191,14 @@ fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
     b
 }
 
-/// The dump request of one L3 family (2 or 10): DST_NAT entries only, and of
-/// `l4proto` only when given.
-pub fn dump_request(family: u8, l4proto: Option<u8>, dst_nat_only: bool) -> Request {
+/// The dump request of one L3 family (2 or 10): only entries with every bit
+/// of `status` set (none: every entry), and of `l4proto` only when given.
+pub fn dump_request(family: u8, l4proto: Option<u8>, status: u32) -> Request {
     let mut r = Request::new(msg_type(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, family);
-    if dst_nat_only {
+    if status != 0 {
         r = r
-            .attr(CTA_STATUS, &IPS_DST_NAT.to_be_bytes())
-            .attr(CTA_STATUS_MASK, &IPS_DST_NAT.to_be_bytes());
+            .attr(CTA_STATUS, &status.to_be_bytes())
+            .attr(CTA_STATUS_MASK, &status.to_be_bytes());
     }
     if let Some(p) = l4proto {
         let proto = nla(CTA_TUPLE_PROTO | NLA_F_NESTED, &nla(CTA_PROTO_NUM, &[p]));
@@ -198,24 +218,26 @@ pub struct DumpStats {
     pub bytes: u64,
 }
 
-/// Dumps the entries of `family` (and `l4proto`) — only those with the DST_NAT
-/// status with `dst_nat_only` — giving each decoded entry to `each`; memory is
-/// one receive buffer. (IPVS rewrites an entry's reply tuple without setting
-/// DST_NAT, so IPVS mode asks for every entry.)
+/// Dumps the entries of `family` (and `l4proto`) — only those with every bit
+/// of `status` set (`IPS_DST_NAT`, `IPS_SRC_NAT`; 0: all) — giving each decoded
+/// entry to `each`; memory is one receive buffer. (IPVS rewrites an entry's
+/// reply tuple without setting DST_NAT, so IPVS mode asks for every entry;
+/// the kernel's filter is `(status & mask) == value`, no "either bit", so a
+/// dump shared by the stale check and the SNAT grouping asks for all too.)
 pub fn dump<C: Conn>(
     conn: C,
     deadline: Instant,
     family: u8,
     l4proto: Option<u8>,
-    dst_nat_only: bool,
+    status: u32,
     mut each: impl FnMut(&CtEntry),
 ) -> Result<DumpStats, NlError> {
     let mut s = Session::new(conn, deadline);
     let mut stats = DumpStats::default();
-    s.dump(&mut dump_request(family, l4proto, dst_nat_only), |p| {
+    s.dump(&mut dump_request(family, l4proto, status), |p| {
         stats.messages += 1;
         if let Some(e) = decode_entry(p.ty, p.payload)? {
-            if (e.dst_nat() || !dst_nat_only) && l4proto.is_none_or(|want| want == e.l4proto) {
+            if e.status & status == status && l4proto.is_none_or(|want| want == e.l4proto) {
                 each(&e);
             }
         }
@@ -253,7 +275,8 @@ mod tests {
         assert_eq!(e.l4proto, 17);
         assert_eq!((e.orig_dst, e.orig_dport), ("10.96.0.10".parse().unwrap(), 53));
         assert_eq!((e.reply_src, e.reply_sport), ("10.244.1.2".parse().unwrap(), 53));
-        assert!(e.dst_nat());
+        assert_eq!((e.reply_dst, e.reply_dport), ("10.244.1.2".parse().unwrap(), 40003));
+        assert!(e.dst_nat() && !e.src_nat());
     }
 
     #[test]
@@ -292,7 +315,8 @@ mod tests {
             });
             let mut seen = Vec::new();
             let deadline = Instant::now() + std::time::Duration::from_secs(5);
-            let st = dump(conn, deadline, 2, Some(17), dst_nat_only, |e| seen.push(*e)).unwrap();
+            let status = if dst_nat_only { IPS_DST_NAT } else { 0 };
+            let st = dump(conn, deadline, 2, Some(17), status, |e| seen.push(*e)).unwrap();
             assert_eq!(st.messages, 2);
             // Without the filter the entry without DST_NAT is given too (IPVS mode).
             assert_eq!(seen.len(), if dst_nat_only { 1 } else { 2 });

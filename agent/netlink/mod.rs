@@ -24,6 +24,7 @@ pub mod ctnetlink;
 pub mod nft;
 pub mod nft_count;
 pub mod nft_expr;
+pub mod nft_snat;
 
 use std::time::Instant;
 

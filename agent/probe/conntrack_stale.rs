@@ -16,7 +16,7 @@
 //! 3. the node's addresses (rtnetlink), to tell NodePort traffic;
 //! 4. per family with service ports, one ctnetlink dump ([`ct_dump`]),
 //!    streamed — only DST_NAT entries, filtered in the kernel, unless IPVS
-//!    lists services (IPVS does not set DST_NAT): an entry whose
+//!    lists services (IPVS does not set DST_NAT) or SNAT is grouped too: an entry whose
 //!    original destination is a service port (or a NodePort on a node
 //!    address) and whose reply source is not one of its endpoints adds one to
 //!    its (service, dead endpoint) count;
@@ -27,6 +27,13 @@
 //!    again with the table at the new generation, up to [`RUNS`] times while
 //!    the deadline leaves room for one more, then fails naming the rules
 //!    (never a false count; the scheduler keeps the last good reading meanwhile).
+//!
+//! The SNAT grouping ([`super::snat`], `--conntrack.snat`) shares step 4's
+//! dump, which is then one dump of both families (AF_UNSPEC: one walk of the
+//! global hash table): whole when a family has service ports (the kernel's
+//! status filter is `(status & mask) == value`, no "DST_NAT or SRC_NAT"),
+//! else of SRC_NAT entries only; each entry is checked here. The source NAT
+//! rules are read after the dump (their counters are history's to compare).
 //!
 //! Memory: one receive buffer and the counts per (service, dead endpoint),
 //! at most [`MAX_GROUPS`] of them (beyond, entries still count in the
@@ -129,6 +136,10 @@ pub struct ConntrackStaleFacts {
     /// missing from this check, whose other sources still count.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub legacy_errors: Vec<String>,
+    /// Source NAT: ports in use per group from the same dumps, and the
+    /// MASQUERADE/SNAT rules ([`super::snat`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snat: Option<super::snat::SnatFacts>,
 }
 
 /// The nf_tables part of the service table, with the sources that listed services.
@@ -418,6 +429,10 @@ struct Run<'a> {
     local: &'a HashSet<IpAddr>,
     /// nf_tables is loaded (else only IPVS can list services: asking would load it).
     nf_tables: bool,
+    /// Group SRC_NAT entries and read the source NAT rules too.
+    snat: bool,
+    /// The source NAT rules of the iptables probe's latest legacy saves.
+    legacy_snat: super::snat::LegacyRules,
     deadline: Instant,
 }
 
@@ -470,6 +485,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     let mut sources = nf.sources.clone();
     // iptables-legacy: as of the iptables probe's latest legacy save.
     let (legacy, mut legacy_errors) = run.legacy.tables();
+    let mut unsaved = Vec::new();
     for (v6, names) in [
         (false, "/proc/net/ip_tables_names"),
         (true, "/proc/net/ip6_tables_names"),
@@ -479,6 +495,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
             legacy_errors.push(format!(
                 "{names} lists iptables-legacy tables the iptables probe has not saved yet"
             ));
+            unsaved.push(legacy_errors.last().cloned().unwrap_or_default());
         }
     }
     let legacy: Vec<_> = legacy
@@ -505,18 +522,49 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     };
     let started = Instant::now();
     let mut counter = Counter::with_local(local.clone());
-    // One dump per family: each dump walks the whole conntrack hash table
-    // (shared by every namespace), so a dump per protocol would walk it
-    // once more per protocol. The protocol is filtered in the kernel only
-    // when the family's service ports have a single one.
-    for (family, v6) in [(2u8, false), (10u8, true)] {
-        let protocols = table.protocols(v6);
-        if protocols.is_empty() {
-            continue;
+    let mut grouper = super::snat::Grouper::default();
+    // Each dump walks the whole conntrack hash table (shared by every
+    // namespace), so a dump per protocol would walk it once more per
+    // protocol. Without the SNAT grouping: one dump per family with service
+    // ports, the protocol filtered in the kernel only when the family's
+    // service ports have a single one. With it: one dump of both families
+    // (AF_UNSPEC: one walk), whole when a family has service ports (the
+    // kernel's status filter is `(status & mask) == value`: no "DST_NAT or
+    // SRC_NAT"), else of SRC_NAT entries only; every entry checked here.
+    let stale_in = [!table.protocols(false).is_empty(), !table.protocols(true).is_empty()];
+    let mut plans: Vec<(u8, Option<u8>, u32)> = Vec::new();
+    if run.snat {
+        plans.push((
+            0,
+            None,
+            if stale_in.contains(&true) {
+                0
+            } else {
+                ct_dump::IPS_SRC_NAT
+            },
+        ));
+    } else {
+        for (family, v6) in [(2u8, false), (10u8, true)] {
+            let protocols = table.protocols(v6);
+            if protocols.is_empty() {
+                continue;
+            }
+            let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
+            plans.push((family, only, if dst_nat_only { ct_dump::IPS_DST_NAT } else { 0 }));
         }
-        let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
+    }
+    for (family, only, status) in plans {
         let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
-        match ct_dump::dump(conn, deadline, family, only, dst_nat_only, |e| counter.add(&table, e)) {
+        let each = |e: &ct_dump::CtEntry| {
+            let stale = stale_in[usize::from(e.orig_dst.is_ipv6())];
+            if stale && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
+                counter.add(&table, e);
+            }
+            if run.snat {
+                grouper.add(e);
+            }
+        };
+        match ct_dump::dump(conn, deadline, family, only, status, each) {
             Ok(_) => {}
             // The conntrack table itself changed under the dump (NLM_F_DUMP_INTR).
             Err(NlError::Changed(w)) => return Ok(Err(format!("the conntrack table changed during its dump ({w})"))),
@@ -541,6 +589,12 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     if ipvs_table(host)? != ipvs {
         return Ok(Err("the IPVS table changed during the dump".into()));
     }
+    let snat = run.snat.then(|| {
+        let mut f = super::snat::read_rules(grouper, run.nf_tables, &run.legacy_snat, deadline);
+        // Their source NAT rules are missing too: said so, never an empty list taken as none.
+        f.rule_errors.extend(unsaved);
+        f
+    });
     Ok(Ok(ConntrackStaleFacts {
         source: if sources.is_empty() {
             "none".into()
@@ -551,6 +605,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
         table_reused: reused,
         dump_seconds,
         legacy_errors,
+        snat,
         ..counter.facts(&table)
     }))
 }
@@ -563,6 +618,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
     }
     let host = ctx.host.clone();
     let memory = ctx.memory.clone();
+    let snat = ctx.snat;
     let at = deadline.at();
     let local: HashSet<IpAddr> = super::ipvs::interface::local_addresses()
         .await?
@@ -582,6 +638,8 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
             host: &host,
             local: &local,
             nf_tables: !super::modules::tool_would_load(&host, "nf_tables"),
+            snat,
+            legacy_snat: memory.legacy_snat.rules(),
             deadline: at,
         };
         read(&run).map(Probed::Present)
@@ -601,6 +659,8 @@ mod tests {
             orig_dport: dport,
             reply_src: src.parse().unwrap(),
             reply_sport: sport,
+            reply_dst: "10.0.0.1".parse().unwrap(),
+            reply_dport: 40000,
             status: ct_dump::IPS_DST_NAT,
         }
     }

@@ -254,6 +254,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, Probe
             saves.push(legacy_save_and_services(ctx, (label, legacy_save), deadline).await?);
         } else {
             ctx.memory.legacy_services.clear(*label == "ipv6");
+            ctx.memory.legacy_snat.clear(*label == "ipv6");
         }
     }
     if !nft && saves.is_empty() {
@@ -282,13 +283,22 @@ async fn legacy_save_and_services(
     use super::service_endpoints::iptables::SaveText;
     let v6 = label == "ipv6";
     let mut text = SaveText::new(if v6 { Family::Ip6 } else { Family::Ip });
+    let mut snat = super::snat::LegacySnatText::new(if v6 { Family::Ip6 } else { Family::Ip });
     let mut bad: Option<String> = None;
     let run = run_save_with(ctx, ("legacy", label, command), deadline, &mut |line| {
+        snat.feed_line(line);
         if bad.is_none() {
             bad = text.feed_line(line).err();
         }
     })
     .await;
+    ctx.memory.legacy_snat.put(
+        v6,
+        match &run {
+            Err(e) => Err(format!("{command}: {e}")),
+            Ok(_) => snat.finish(),
+        },
+    );
     let memory = &ctx.memory.legacy_services;
     match (&run, bad) {
         (Err(e), _) => memory.put(v6, Err(format!("{command}: {e}"))),

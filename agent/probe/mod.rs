@@ -33,6 +33,7 @@ pub mod nftables;
 pub mod node;
 pub mod node_ports;
 pub mod service_endpoints;
+pub mod snat;
 pub mod sysctl;
 
 use std::time::Duration;
@@ -147,6 +148,8 @@ pub struct ProbeContext {
     pub memory: std::sync::Arc<Memory>,
     /// How often iptables-nft-save cross-checks the netlink counts; None: never.
     pub iptables_save_interval: Option<Duration>,
+    /// The conntrack_stale probe also groups SNAT entries and reads the source NAT rules.
+    pub snat: bool,
 }
 
 /// What the agent remembers for its rule-set probes.
@@ -162,6 +165,8 @@ pub struct Memory {
     pub stale: conntrack_stale::StaleMemory,
     /// kube-proxy's service table decoded from the iptables probe's legacy saves.
     pub legacy_services: service_endpoints::iptables::LegacyMemory,
+    /// The source NAT rules of the iptables probe's legacy saves (for the SNAT facts).
+    pub legacy_snat: snat::LegacySnatMemory,
     /// When the iptables-nft-save cross-check last ran, and what it found.
     cross_check: std::sync::Mutex<Option<(std::time::Instant, iptables::CrossCheck)>>,
 }

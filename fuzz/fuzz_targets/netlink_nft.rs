@@ -20,6 +20,9 @@ fuzz_target!(|data: &[u8]| {
         }
         if let Ok(r) = nft::decode_rule(msg_type(NFT_MSG_NEWRULE), p) {
             let _ = r.jumps_to("KUBE-");
+            for family in [Family::Ip, Family::Ip6] {
+                let _ = proxywatch::netlink::nft_snat::snat_action(family, &r);
+            }
             let _ = ipt.rule(&r);
             let _ = nftt.rule(&r);
         }

@@ -25,8 +25,9 @@
 # inserted (stale_entries.udp and .tcp exactly, dst_nat_entries = DST_NAT UDP +
 # TCP) and fails on a difference. Once per level (not timed) the script sends
 # a DST_NAT + UDP dump request (status DST_NAT + mask, CTA_FILTER on the L4
-# protocol: what the probe sends for a family whose service ports have one
-# protocol; here they have two, so the probe filters on status only) from
+# protocol: what the probe sends, with --conntrack.snat false, for a family
+# whose service ports have one protocol; here they have two, so it filters on
+# status only; with the SNAT grouping, the default, on nothing) from
 # python and counts the messages the kernel answers with:
 # `k_udp` = N means the kernel applied both filters; more (up to the whole
 # table, N + 2 N/10) means it ignored one, which is only noted: the agent

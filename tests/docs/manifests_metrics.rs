@@ -25,13 +25,14 @@ const NEED_ACTIVITY: &[&str] = &[
 
 /// Metrics of probes that read netlink on the node itself only (`--host-root /`):
 /// a fixture node cannot have them; they must at least be rendered by the agent
-/// (tests/node_ports.rs and tests/neighbour_tables.rs read them on the real kernel).
+/// (tests/node_ports.rs, tests/neighbour_tables.rs and tests/stale/conntrack_stale.rs read them on the real kernel).
 const NODE_ONLY: &[&str] = &[
     "proxywatch_neighbour_entries",
     "proxywatch_neighbour_gc_thresh",
     "proxywatch_neighbour_table_fulls_total",
     "proxywatch_node_ports",
     "proxywatch_node_ports_in_ephemeral_range",
+    "proxywatch_snat_ports_fill_ratio",
 ];
 
 fn names_in(text: &str, prefix: &str) -> Vec<String> {

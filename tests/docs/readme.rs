@@ -378,6 +378,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
     s.facts.conntrack_stale = Some(proxywatch::probe::conntrack_stale::ConntrackStaleFacts {
         source: "iptables-nft".into(),
         stale_entries: proxywatch::probe::service_endpoints::per_protocol([]),
+        snat: Some(Default::default()),
         ..Default::default()
     });
     // The neighbour tables from this kernel's captured RTM_NEWNEIGHTBL message.

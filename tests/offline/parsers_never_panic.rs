@@ -54,6 +54,15 @@ fn feed_save(text: &str) {
             let _ = t.finish(None);
         }
     }
+    // And the legacy source NAT rules (SNAT facts).
+    for family in [
+        proxywatch::netlink::nft::Family::Ip,
+        proxywatch::netlink::nft::Family::Ip6,
+    ] {
+        let mut t = proxywatch::probe::snat::LegacySnatText::new(family);
+        text.split('\n').for_each(|l| t.feed_line(l));
+        let _ = t.finish();
+    }
 }
 
 /// Runs every parser the probes use on `text`; results are ignored, only panics matter.

@@ -808,3 +808,327 @@ fn verdict_map_of_an_unexpected_type_is_undecoded() {
     let f = finding_by(&doc, "conntrack_stale_partial").unwrap_or_else(|| panic!("{}", doc["findings"]));
     assert_eq!(f["severity"], "info");
 }
+
+/// Holds `n` TCP connections to `dst`:8080 open (retrying while the server starts).
+fn hold_connections(n: u32) -> String {
+    format!(
+        r#"
+import socket, time
+held = []
+while len(held) < {n}:
+    try:
+        held.append(socket.create_connection(("10.252.1.2", 8080), timeout=5))
+    except OSError:
+        time.sleep(0.2)
+while True:
+    time.sleep(1)
+"#
+    )
+}
+
+/// Entries `conntrack -L` shows source-NATed to `translated` toward 10.252.1.2:8080/tcp.
+fn snat_count(ns: &Netns, translated: &str) -> u64 {
+    let args = [
+        "-L",
+        "-p",
+        "tcp",
+        "--src-nat",
+        "--reply-src",
+        "10.252.1.2",
+        "--reply-port-src",
+        "8080",
+        "--reply-dst",
+        translated,
+    ];
+    let out = ns.command("conntrack", &args).stderr(Stdio::null()).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("tcp"))
+        .count() as u64
+}
+
+/// SNAT on the real kernel: a "pod" namespace behind a veth of a "node"
+/// namespace that masquerades its traffic toward a "remote" namespace with a
+/// range of 10 ports (`--to-ports 20000-20009`, no `--random-fully`), a TCP
+/// server there, and 8 then 10 concurrent connections from the pod to its one
+/// port. The agent (serve in the node namespace, where the NAT happens) must
+/// count, for the group (node address, 10.252.1.2, 8080, tcp), exactly the
+/// entries `conntrack -L --src-nat` shows with that translated source, against
+/// the rule's 10 ports: a warning at 8 (0.80), critical at 10. The rule's
+/// counter (iptables-nft gives every rule one) moves when the two new
+/// connections are made: masquerade_without_random_fully warns then, not
+/// before; the rule with `--random-fully` next to it is listed as such.
+#[test]
+fn snat_ports_in_use_match_conntrack_and_masquerade_without_random_fully_is_reported() {
+    if !common::can_run(&["ip", "iptables-nft", "conntrack", "python3"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let node = Netns::new("snn");
+    let pod = Netns::new("snp");
+    let remote = Netns::new("snr");
+    let tag = std::process::id() % 10_000;
+    for (peer, i, veth) in [(&pod, 1, format!("pwsp{tag}")), (&remote, 2, format!("pwsr{tag}"))] {
+        node.exec_ok(
+            "ip",
+            &[
+                "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &peer.name,
+            ],
+        );
+        node.exec_ok("ip", &["addr", "add", &format!("10.25{i}.1.1/24"), "dev", &veth]);
+        node.exec_ok("ip", &["link", "set", &veth, "up"]);
+        peer.exec_ok("ip", &["addr", "add", &format!("10.25{i}.1.2/24"), "dev", "eth0"]);
+        peer.exec_ok("ip", &["link", "set", "eth0", "up"]);
+    }
+    pod.exec_ok("ip", &["route", "add", "default", "via", "10.251.1.1"]);
+    // The remote has no route back to the pod: only the masqueraded traffic gets answers.
+    // ip_forward is per network namespace: this is the node namespace's own.
+    node.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    for rule in [
+        "-A POSTROUTING -s 10.251.1.0/24 -d 10.252.1.0/24 -p tcp -j MASQUERADE --to-ports 20000-20009",
+        "-A POSTROUTING -s 10.253.0.0/16 -j MASQUERADE --random-fully",
+    ] {
+        let mut args = vec!["-t", "nat"];
+        args.extend(rule.split(' '));
+        node.exec_ok("iptables-nft", &args);
+    }
+    let mut procs = vec![spawn(&remote, TCP_ECHO)];
+    procs.push(spawn(&pod, &hold_connections(8)));
+    let started = Instant::now();
+    while snat_count(&node, "10.252.1.1") < 8 {
+        assert!(started.elapsed() < Duration::from_secs(60), "8 connections masqueraded");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let port = 9894;
+    let listen = format!("127.0.0.1:{port}");
+    let agent = node
+        .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
+        .args(common::NO_KUBE_PROXY)
+        .args(["--conntrack.stale-interval", "1s", "--iptables.save-interval", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    procs.push(Proc(agent));
+    let wait = |what: &str, ok: &dyn Fn(&Value) -> bool| -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = Value::Null;
+        while Instant::now() < deadline {
+            if let Some(body) = ns_get(&node, port, "/snapshot") {
+                last = serde_json::from_str(&body).unwrap();
+                if ok(&last) {
+                    return last;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!(
+            "{what}: not within 30 s; snat facts: {} probe: {}",
+            last["facts"]["conntrack_stale"]["snat"], last["probes"]["conntrack_stale"]
+        );
+    };
+    let group = |d: &Value| d["facts"]["conntrack_stale"]["snat"]["top"][0].clone();
+    // Two readings with the same 8 connections: the counter did not move.
+    let doc = wait("two readings of 8 ports", &|d| {
+        group(d)["ports_in_use"] == 8 && d["derived"]["snat_rules"]["rules"][0]["packets_delta"] == 0
+    });
+    let g = group(&doc);
+    let listed = snat_count(&node, "10.252.1.1");
+    eprintln!(
+        "SNAT group: agent {} ports of {}, conntrack -L --src-nat {listed}",
+        g["ports_in_use"], g["range_size"]
+    );
+    assert_eq!(g["ports_in_use"].as_u64(), Some(listed), "{g}");
+    assert_eq!(
+        (&g["source"], &g["destination"], &g["port"], &g["protocol"]),
+        (
+            &Value::from("10.252.1.1"),
+            &Value::from("10.252.1.2"),
+            &Value::from(8080),
+            &Value::from("tcp")
+        )
+    );
+    assert_eq!(
+        (&g["range"], &g["range_from"], &g["range_size"]),
+        (&Value::from("20000-20009"), &Value::from("rule"), &Value::from(10))
+    );
+    let snat = finding_by(&doc, "snat_ports_near_exhaustion").expect("8 of 10 ports: a warning");
+    assert_eq!(snat["severity"], "warning", "{snat}");
+    assert!(
+        finding_by(&doc, "masquerade_without_random_fully").is_none(),
+        "no new connection, no traffic through the rule"
+    );
+    let rules = doc["facts"]["conntrack_stale"]["snat"]["rules"].as_array().unwrap();
+    let by_random: Vec<(bool, &str, u64)> = rules
+        .iter()
+        .filter(|r| r["family"] == "ipv4")
+        .map(|r| {
+            (
+                r["random_fully"].as_bool().unwrap(),
+                r["ports"].as_str().unwrap_or(""),
+                r["packets"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // The masquerade counts a connection's first packet only (nat sees no other): 8, and one
+    // more per attempt refused while the server was starting.
+    assert_eq!(by_random.len(), 2, "{rules:?}");
+    assert!(matches!(by_random[0], (false, "20000-20009", p) if p >= 8), "{rules:?}");
+    assert_eq!(by_random[1], (true, "", 0), "{rules:?}");
+
+    procs.push(spawn(&pod, &hold_connections(2)));
+    let doc = wait("10 of 10 ports, the counter moved", &|d| {
+        group(d)["ports_in_use"] == 10
+            && finding_by(d, "masquerade_without_random_fully").is_some_and(|f| f["severity"] == "warning")
+    });
+    assert_eq!(
+        group(&doc)["ports_in_use"].as_u64(),
+        Some(snat_count(&node, "10.252.1.1"))
+    );
+    let snat = finding_by(&doc, "snat_ports_near_exhaustion").unwrap();
+    assert_eq!(snat["severity"], "critical", "all 10 ports in use: {snat}");
+    // The same in /metrics: the fullest group's fill, the rules by random-fully.
+    let metrics = ns_get(&node, port, "/metrics").expect("/metrics");
+    assert_eq!(common::series(&metrics, "proxywatch_snat_ports_fill_ratio"), Some(1.0));
+    assert_eq!(
+        common::series(&metrics, "proxywatch_snat_rules{random_fully=\"false\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        common::series(&metrics, "proxywatch_snat_rules{random_fully=\"true\"}"),
+        Some(1.0)
+    );
+    let masq = finding_by(&doc, "masquerade_without_random_fully").unwrap();
+    let listed = masq["evidence"]["rules_without_random_fully"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{masq}");
+    assert_eq!(
+        (&listed[0]["chain"], &listed[0]["position"]),
+        (&Value::from("POSTROUTING"), &Value::from(1))
+    );
+    assert!(listed[0]["packets_delta"].as_u64() >= Some(2), "{masq}");
+
+    // Turned off: no SNAT facts, no SNAT finding (nothing judged, not "fine").
+    let out = node
+        .command(
+            common::binary().to_str().unwrap(),
+            &[
+                "check",
+                "--format",
+                "json",
+                "--iptables.save-interval",
+                "0",
+                "--conntrack.snat",
+                "false",
+            ],
+        )
+        .args(common::NO_KUBE_PROXY)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["probes"]["conntrack_stale"]["status"], "ok",
+        "{}",
+        doc["probes"]["conntrack_stale"]
+    );
+    assert!(doc["facts"]["conntrack_stale"]["snat"].is_null());
+    assert!(finding_by(&doc, "snat_ports_near_exhaustion").is_none());
+}
+
+/// iptables-legacy's source NAT rules, from the iptables probe's own save
+/// (`iptables-legacy-save`, no `-c`): listed with their chain, position and
+/// random-fully, with no counter, so a rule without random-fully is reported
+/// as of unknown traffic (info), never as idle or as carrying traffic.
+#[test]
+fn legacy_masquerade_rules_are_listed_without_counters() {
+    if !common::can_run(&["ip", "iptables-legacy", "iptables-legacy-save", "conntrack"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let node = Netns::new("snl");
+    for rule in [
+        "-N KUBE-POSTROUTING",
+        "-A POSTROUTING -m comment --comment kubernetes -j KUBE-POSTROUTING",
+        "-A KUBE-POSTROUTING -j MASQUERADE --random-fully",
+        "-A POSTROUTING -s 10.9.0.0/16 -p tcp -j MASQUERADE --to-ports 20000-20009",
+        "-N UNREACHED",
+        "-A UNREACHED -j MASQUERADE",
+    ] {
+        let mut args = vec!["-t", "nat"];
+        args.extend(rule.split(' '));
+        node.exec_ok("iptables-legacy", &args);
+    }
+    let doc = check_json(&node);
+    let snat = &doc["facts"]["conntrack_stale"]["snat"];
+    let rules: Vec<(String, u64, bool, Value, Value)> = snat["rules"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no SNAT facts: {}", doc["probes"]["conntrack_stale"]))
+        .iter()
+        .filter(|r| r["backend"] == "iptables-legacy")
+        .map(|r| {
+            (
+                r["chain"].as_str().unwrap().to_string(),
+                r["position"].as_u64().unwrap(),
+                r["random_fully"].as_bool().unwrap(),
+                r["ports"].clone(),
+                r["packets"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            (
+                "POSTROUTING".to_string(),
+                2,
+                false,
+                Value::from("20000-20009"),
+                Value::Null
+            ),
+            ("KUBE-POSTROUTING".to_string(), 1, true, Value::Null, Value::Null),
+        ],
+        "{snat}"
+    );
+    let f = finding_by(&doc, "masquerade_without_random_fully").expect("a rule without random-fully, traffic unknown");
+    assert_eq!(f["severity"], "info", "{f}");
+    assert!(
+        f["remediation"][0]
+            .as_str()
+            .unwrap()
+            .contains("iptables-legacy -t nat -L POSTROUTING"),
+        "{f}"
+    );
+}
+
+/// kube-proxy's nftables masquerading, read over netlink from `nat-postrouting`
+/// through the chain it jumps to: `masquerade fully-random` (no counter: kube-proxy
+/// writes none) is listed as random-fully, and nothing is reported about it.
+#[test]
+fn nftables_masquerading_chain_is_read_over_netlink() {
+    if !common::can_run(&["ip", "nft", "conntrack"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let node = Netns::new("snf");
+    nft_load(
+        &node,
+        "table ip kube-proxy {
+            chain nat-postrouting { type nat hook postrouting priority srcnat; policy accept; jump masquerading; }
+            chain masquerading {
+                meta mark & 0x00004000 == 0x00000000 return
+                meta mark set meta mark ^ 0x00004000
+                masquerade fully-random
+            }
+        }",
+    );
+    let doc = check_json(&node);
+    let rules = doc["facts"]["conntrack_stale"]["snat"]["rules"].clone();
+    let want = serde_json::json!([{
+        "backend": "nftables", "family": "ipv4", "table": "kube-proxy", "chain": "masquerading",
+        "position": 3, "action": "MASQUERADE", "random_fully": true, "packets": null,
+    }]);
+    assert_eq!(rules, want);
+    eprintln!("kube-proxy's masquerading rule: {rules}");
+    assert!(finding_by(&doc, "masquerade_without_random_fully").is_none(), "{rules}");
+}

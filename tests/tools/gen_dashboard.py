@@ -244,6 +244,13 @@ timeseries(f"NodePorts an outgoing connection can take: top {TOP} nodes",
            "NodePorts and healthCheckNodePorts inside net.ipv4.ip_local_port_range and not reserved; the finding "
            "node_ports_in_ephemeral_range prints the value that reserves them.",
            [(top(f"proxywatch_node_ports_in_ephemeral_range{{{S}}} > 0"), "{{instance}}")])
+timeseries(f"SNAT source ports in use, fullest group: top {TOP} nodes",
+           "Per node, the fullest (translated source, destination, port, protocol) group of source-NATed "
+           "connections: ports in use over the ports the rule allows (its --to-ports, else 1024-65535). At 1 new "
+           "connections to that destination fail. See docs/alerts.md#proxywatchsnatportsnearexhaustion; the "
+           "groups are in /snapshot (facts.conntrack_stale.snat.top).",
+           [(top(f"proxywatch_snat_ports_fill_ratio{{{S}}}"), "{{instance}}")],
+           unit="percentunit", steps=[(0.8, "orange"), (1, "red")])
 
 # ------------------------------------------------------------------ kube-proxy
 row("kube-proxy")

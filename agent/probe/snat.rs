@@ -1,0 +1,633 @@
+//! Source NAT: the translated source ports in use per (translated source,
+//! destination, destination port, protocol), counted from the conntrack dump
+//! the conntrack_stale probe streams (one dump per family for both), and the
+//! source NAT rules of nat POSTROUTING (MASQUERADE, SNAT) with or without
+//! `random-fully`.
+//!
+//! Ports in use: an entry with `IPS_SRC_NAT` has its translated source in its
+//! reply tuple's destination (address, port); the reply tuple's source is the
+//! destination the packets go to (after any DNAT). The kernel keeps every
+//! reply tuple unique (per conntrack zone: `nf_nat_used_tuple` in
+//! net/netfilter/nf_nat_core.c refuses a tuple already taken), so within a
+//! group each entry holds one distinct port and the entries are the ports in use.
+//!
+//! Ports allowed: a rule's own range (`--to-ports`, `to :A-B`), else the NAT
+//! core's default (net/netfilter/nf_nat_core.c, `nf_nat_l4proto_unique_tuple`,
+//! without `NF_NAT_RANGE_PROTO_SPECIFIED`): 1024-65535 for an original source
+//! port from 1024 (600-1023 and 1-511 below it) — not ip_local_port_range.
+//! Conntrack does not say which rule made an entry: a group takes the
+//! narrowest decoded range of its family that holds every port it uses
+//! ([`capacity`]), so a near-full small range is never diluted by the default.
+//!
+//! Memory: the counts of at most [`MAX_GROUPS`] groups (entries of groups
+//! beyond it are counted in `entries_ungrouped`), whatever the table's size.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::netlink::ct_dump::CtEntry;
+use crate::netlink::nft::Family;
+use crate::netlink::nft_snat::FoundRule;
+
+/// Groups counted one by one.
+pub const MAX_GROUPS: usize = 10_000;
+/// Groups listed in the facts (the fullest first).
+pub const MAX_LISTED: usize = 20;
+/// Rules listed in the facts (a CNI may write one per pod); beyond, the rest is said unread.
+pub const MAX_RULES: usize = 512;
+/// The NAT core's range for a source port from 1024 (nf_nat_core.c).
+pub const DEFAULT_RANGE: (u16, u16) = (1024, 65535);
+
+/// One (translated source, destination, port, protocol) group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnatGroup {
+    /// The translated source address (the node's, for MASQUERADE).
+    pub source: IpAddr,
+    pub destination: IpAddr,
+    pub port: u16,
+    pub protocol: String,
+    /// Distinct translated source ports in use (= entries, see the module doc).
+    pub ports_in_use: u64,
+    /// The range the ports are taken from: `20000-20009`.
+    pub range: String,
+    /// Ports in that range.
+    pub range_size: u64,
+    /// `rule` (a decoded rule's range) or `default` (the NAT core's).
+    pub range_from: String,
+    /// ports_in_use / range_size.
+    pub fill: f64,
+}
+
+/// A source NAT rule of nat POSTROUTING (or a chain it reaches).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnatRule {
+    /// `iptables-nft`, `iptables-legacy` or `nftables` (kube-proxy's table).
+    pub backend: String,
+    /// `ipv4` or `ipv6`.
+    pub family: String,
+    pub table: String,
+    pub chain: String,
+    /// Position in the chain, from 1.
+    pub position: u32,
+    /// `MASQUERADE` or `SNAT`.
+    pub action: String,
+    pub random_fully: bool,
+    /// `--to-ports` / `to :A-B`: `20000-20009`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<String>,
+    /// Its packet counter; None: the rule has no counter (kube-proxy's
+    /// nftables rules, iptables-legacy-save without -c), so whether it carries
+    /// traffic is unknown, never taken as 0.
+    pub packets: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SnatFacts {
+    /// Entries with the SRC_NAT status seen (ports-carrying protocols).
+    pub entries: u64,
+    /// Groups (all of them, even beyond the list).
+    pub groups: u64,
+    /// Groups not counted one by one (beyond [`MAX_GROUPS`]).
+    pub groups_dropped: u64,
+    /// Entries of those groups.
+    pub entries_ungrouped: u64,
+    /// The fullest [`MAX_LISTED`] groups.
+    pub top: Vec<SnatGroup>,
+    /// The fullest group's fill (None: no SRC_NAT entry).
+    pub max_fill: Option<f64>,
+    /// The source NAT rules read (up to [`MAX_RULES`]; beyond, said in `rule_errors`).
+    pub rules: Vec<SnatRule>,
+    /// Why a backend's rules could not be read (its rules are missing here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rule_errors: Vec<String>,
+}
+
+/// (translated source, destination, destination port, protocol).
+type GroupKey = (IpAddr, IpAddr, u16, u8);
+
+/// Groups SRC_NAT entries as the dump streams them.
+#[derive(Debug, Default)]
+pub struct Grouper {
+    /// (translated source, destination, port, protocol) → (entries, min port, max port).
+    groups: HashMap<GroupKey, (u64, u16, u16)>,
+    pub entries: u64,
+    dropped: std::collections::HashSet<GroupKey>,
+    dropped_count: u64,
+    ungrouped: u64,
+}
+
+/// Distinct groups beyond the cap remembered to count them (then only counted as entries).
+const MAX_DROPPED_TRACKED: usize = 10_000;
+
+impl Grouper {
+    pub fn add(&mut self, e: &CtEntry) {
+        if !e.src_nat() {
+            return;
+        }
+        self.entries += 1;
+        let key = (e.reply_dst, e.reply_src, e.reply_sport, e.l4proto);
+        let p = e.reply_dport;
+        if let Some(g) = self.groups.get_mut(&key) {
+            g.0 += 1;
+            g.1 = g.1.min(p);
+            g.2 = g.2.max(p);
+        } else if self.groups.len() < MAX_GROUPS {
+            self.groups.insert(key, (1, p, p));
+        } else {
+            self.ungrouped += 1;
+            if self.dropped.len() < MAX_DROPPED_TRACKED {
+                if self.dropped.insert(key) {
+                    self.dropped_count += 1;
+                }
+            } else if !self.dropped.contains(&key) {
+                // Beyond both caps a group is counted once per entry: an upper bound.
+                self.dropped_count += 1;
+            }
+        }
+    }
+
+    /// The facts, each group against the narrowest range of `ranges` (of its
+    /// family) holding every port it uses.
+    pub fn facts(self, rules: &[FoundRule]) -> SnatFacts {
+        let mut top: Vec<SnatGroup> = self
+            .groups
+            .into_iter()
+            .map(|((source, destination, port, proto), (n, lo, hi))| {
+                let family = if source.is_ipv6() { Family::Ip6 } else { Family::Ip };
+                let ranges: Vec<(u16, u16)> = rules
+                    .iter()
+                    .filter(|r| r.family == family)
+                    .filter_map(|r| r.action.ports)
+                    .collect();
+                let ((a, b), from) = capacity(&ranges, lo, hi);
+                let size = u64::from(b - a) + 1;
+                SnatGroup {
+                    source,
+                    destination,
+                    port,
+                    protocol: super::service_endpoints::protocol_name(proto),
+                    ports_in_use: n,
+                    range: format!("{a}-{b}"),
+                    range_size: size,
+                    range_from: from.into(),
+                    fill: n as f64 / size as f64,
+                }
+            })
+            .collect();
+        top.sort_by(|a, b| {
+            b.fill
+                .total_cmp(&a.fill)
+                .then_with(|| (a.source, a.destination, a.port).cmp(&(b.source, b.destination, b.port)))
+        });
+        let groups = top.len() as u64 + self.dropped_count;
+        let max_fill = top.first().map(|g| g.fill);
+        top.truncate(MAX_LISTED);
+        SnatFacts {
+            entries: self.entries,
+            groups,
+            groups_dropped: self.dropped_count,
+            entries_ungrouped: self.ungrouped,
+            top,
+            max_fill,
+            ..Default::default()
+        }
+    }
+}
+
+/// The range a group's ports come from: the narrowest of `ranges` holding
+/// [lo, hi], else the NAT core's default for ports of that size.
+pub fn capacity(ranges: &[(u16, u16)], lo: u16, hi: u16) -> ((u16, u16), &'static str) {
+    let best = ranges
+        .iter()
+        .filter(|(a, b)| a <= b && *a <= lo && hi <= *b)
+        .min_by_key(|(a, b)| b - a);
+    if let Some(r) = best {
+        return (*r, "rule");
+    }
+    let default = if hi < 512 {
+        (1, 511)
+    } else if lo >= 600 && hi < 1024 {
+        (600, 1023)
+    } else if lo >= 1024 {
+        DEFAULT_RANGE
+    } else {
+        // Ports on both sides of 1024: no single default range holds them.
+        (1, 65535)
+    };
+    (default, "default")
+}
+
+/// The facts' form of a rule read over nf_tables.
+pub fn rule_of(r: &FoundRule) -> SnatRule {
+    SnatRule {
+        backend: if r.table == "kube-proxy" {
+            "nftables"
+        } else {
+            "iptables-nft"
+        }
+        .into(),
+        family: if r.family == Family::Ip { "ipv4" } else { "ipv6" }.into(),
+        table: r.table.clone(),
+        chain: r.chain.clone(),
+        position: r.position,
+        action: r.action.kind.into(),
+        random_fully: r.action.random_fully(),
+        ports: r.action.ports.map(|(a, b)| format!("{a}-{b}")),
+        packets: r.action.packets,
+    }
+}
+
+/// The rules of the iptables probe's latest legacy saves (both families), and
+/// why a family's could not be read.
+pub type LegacyRules = (Vec<FoundRule>, Vec<String>);
+
+/// One family's rules from the latest legacy save, or why there are none.
+type LegacySlot = Option<Result<Vec<FoundRule>, String>>;
+
+/// The source NAT rules the iptables probe found in its legacy saves, per
+/// family, for the conntrack_stale probe (the same reasoning as
+/// [`super::service_endpoints::iptables::LegacyMemory`]).
+#[derive(Debug, Default)]
+pub struct LegacySnatMemory {
+    slots: std::sync::Mutex<[LegacySlot; 2]>,
+}
+
+impl LegacySnatMemory {
+    pub fn put(&self, v6: bool, r: Result<Vec<FoundRule>, String>) {
+        if let Ok(mut s) = self.slots.lock() {
+            s[usize::from(v6)] = Some(r);
+        }
+    }
+
+    pub fn clear(&self, v6: bool) {
+        if let Ok(mut s) = self.slots.lock() {
+            s[usize::from(v6)] = None;
+        }
+    }
+
+    pub fn rules(&self) -> LegacyRules {
+        let (mut rules, mut errors) = (Vec::new(), Vec::new());
+        if let Ok(s) = self.slots.lock() {
+            for slot in s.iter().flatten() {
+                match slot {
+                    Ok(r) => rules.extend(r.iter().cloned()),
+                    Err(e) => errors.push(e.clone()),
+                }
+            }
+        }
+        (rules, errors)
+    }
+}
+
+/// Edges between nat chains kept from a legacy save (kube-proxy's per-service
+/// chains excepted: no source NAT is reached through them).
+pub const MAX_LEGACY_EDGES: usize = 4096;
+
+/// The source NAT rules of nat POSTROUTING (and the chains it reaches) in an
+/// iptables-save text, line by line.
+#[derive(Debug)]
+pub struct LegacySnatText {
+    family: Family,
+    in_nat: bool,
+    rules: Vec<FoundRule>,
+    positions: HashMap<String, u32>,
+    edges: Vec<(String, String)>,
+    overflow: bool,
+}
+
+impl LegacySnatText {
+    pub fn new(family: Family) -> Self {
+        LegacySnatText {
+            family,
+            in_nat: false,
+            rules: Vec::new(),
+            positions: HashMap::new(),
+            edges: Vec::new(),
+            overflow: false,
+        }
+    }
+
+    pub fn feed_line(&mut self, line: &str) {
+        let line = line.trim();
+        if let Some(t) = line.strip_prefix('*') {
+            self.in_nat = t == "nat";
+            return;
+        }
+        if !self.in_nat {
+            return;
+        }
+        let Some(rest) = line.strip_prefix("-A ") else { return };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let Some(chain) = words.first() else { return };
+        let position = self.positions.entry(chain.to_string()).or_insert(0);
+        *position += 1;
+        let position = *position;
+        let target = words.windows(2).find(|w| w[0] == "-j" || w[0] == "-g").map(|w| w[1]);
+        match target {
+            Some(kind @ ("MASQUERADE" | "SNAT")) => {
+                let random_fully = words.contains(&"--random-fully");
+                let ports = words
+                    .windows(2)
+                    .find(|w| w[0] == "--to-ports" || w[0] == "--to-source")
+                    .and_then(|w| {
+                        let p = if w[0] == "--to-ports" {
+                            w[1]
+                        } else {
+                            to_source_ports(self.family, w[1])?
+                        };
+                        let (a, b) = p.split_once('-').unwrap_or((p, p));
+                        Some((a.parse().ok()?, b.parse().ok()?))
+                    });
+                let mut flags = 0;
+                if random_fully {
+                    flags |= crate::netlink::nft_snat::NF_NAT_RANGE_PROTO_RANDOM_FULLY;
+                }
+                if ports.is_some() {
+                    flags |= crate::netlink::nft_snat::NF_NAT_RANGE_PROTO_SPECIFIED;
+                }
+                self.rules.push(FoundRule {
+                    family: self.family,
+                    table: "nat".into(),
+                    chain: chain.to_string(),
+                    position,
+                    action: crate::netlink::nft_snat::SnatAction {
+                        kind: if kind == "SNAT" { "SNAT" } else { "MASQUERADE" },
+                        flags,
+                        ports,
+                        packets: None,
+                    },
+                });
+            }
+            Some(to) if !per_service_chain(chain) => {
+                if self.edges.len() < MAX_LEGACY_EDGES {
+                    self.edges.push((chain.to_string(), to.to_string()));
+                } else {
+                    self.overflow = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The rules in chains POSTROUTING reaches; an error when the edges overflowed.
+    pub fn finish(self) -> Result<Vec<FoundRule>, String> {
+        if self.overflow {
+            return Err(format!(
+                "more than {MAX_LEGACY_EDGES} jumps between nat chains in the legacy save: its source NAT rules are not listed"
+            ));
+        }
+        let mut reach = vec!["POSTROUTING".to_string()];
+        let mut i = 0;
+        while i < reach.len() {
+            for (from, to) in &self.edges {
+                if *from == reach[i] && !reach.contains(to) {
+                    reach.push(to.clone());
+                }
+            }
+            i += 1;
+        }
+        Ok(self.rules.into_iter().filter(|r| reach.contains(&r.chain)).collect())
+    }
+}
+
+/// The ports of an SNAT `--to-source`: `1.2.3.4:1000-2000`, `[fd00::1]:1000-2000`
+/// (a bare IPv6 address has colons but no ports).
+fn to_source_ports(family: Family, to: &str) -> Option<&str> {
+    match to.rsplit_once(']') {
+        Some((_, rest)) => rest.strip_prefix(':'),
+        None if family == Family::Ip => to.rsplit_once(':').map(|(_, p)| p),
+        None => None,
+    }
+}
+
+fn per_service_chain(chain: &str) -> bool {
+    [
+        "KUBE-SVC-",
+        "KUBE-SEP-",
+        "KUBE-EXT-",
+        "KUBE-FW-",
+        "KUBE-SVL-",
+        "KUBE-XLB-",
+        "KUBE-SERVICES",
+        "KUBE-NODEPORTS",
+        "KUBE-MARK-",
+    ]
+    .iter()
+    .any(|p| chain.starts_with(p))
+}
+
+/// The SNAT facts: the groups against the rules' ranges, and the rules of
+/// iptables-nft and kube-proxy's nftables table (over netlink, when nf_tables
+/// is loaded: asking would load it) and of the legacy saves.
+pub fn read_rules(grouper: Grouper, nf_tables: bool, legacy: &LegacyRules, deadline: std::time::Instant) -> SnatFacts {
+    use crate::netlink::{nft_snat, Socket, NETLINK_NETFILTER};
+    let mut found: Vec<FoundRule> = Vec::new();
+    let mut errors = legacy.1.clone();
+    if nf_tables {
+        for family in [Family::Ip, Family::Ip6] {
+            let mut last = None;
+            for _ in 0..crate::netlink::nft_count::ATTEMPTS {
+                let r = Socket::open(NETLINK_NETFILTER).and_then(|c| nft_snat::read(c, family, deadline));
+                match r {
+                    Err(crate::netlink::NlError::Changed(w)) => last = Some(w),
+                    Ok((rules, skipped)) => {
+                        if skipped > 0 {
+                            errors.push(format!(
+                                "{}: {skipped} chains reached from nat POSTROUTING beyond the first {} were not read",
+                                family.as_str(),
+                                nft_snat::MAX_CHAINS
+                            ));
+                        }
+                        found.extend(rules);
+                        last = None;
+                        break;
+                    }
+                    Err(e) => {
+                        last = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+            if let Some(w) = last {
+                errors.push(format!(
+                    "{} source NAT rules over nf_tables netlink: {w}",
+                    family.as_str()
+                ));
+            }
+        }
+    }
+    let mut rules: Vec<SnatRule> = found.iter().map(rule_of).collect();
+    rules.extend(legacy.0.iter().map(|r| SnatRule {
+        backend: "iptables-legacy".into(),
+        ..rule_of(r)
+    }));
+    if rules.len() > MAX_RULES {
+        errors.push(format!(
+            "{} source NAT rules beyond the first {MAX_RULES} were not listed",
+            rules.len() - MAX_RULES
+        ));
+        rules.truncate(MAX_RULES);
+    }
+    found.extend(legacy.0.iter().cloned());
+    SnatFacts {
+        rules,
+        rule_errors: errors,
+        ..grouper.facts(&found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::ct_dump::{IPS_DST_NAT, IPS_SRC_NAT};
+    use crate::netlink::nft_snat::SnatAction;
+
+    fn snat(src: &str, dst: &str, dport: u16, port: u16) -> CtEntry {
+        CtEntry {
+            l4proto: 6,
+            orig_src: Some("10.244.0.5".parse().unwrap()),
+            orig_dst: dst.parse().unwrap(),
+            orig_dport: dport,
+            reply_src: dst.parse().unwrap(),
+            reply_sport: dport,
+            reply_dst: src.parse().unwrap(),
+            reply_dport: port,
+            status: IPS_SRC_NAT,
+        }
+    }
+
+    fn rule(family: Family, ports: Option<(u16, u16)>) -> FoundRule {
+        FoundRule {
+            family,
+            table: "nat".into(),
+            chain: "POSTROUTING".into(),
+            position: 1,
+            action: SnatAction {
+                kind: "MASQUERADE",
+                flags: 0,
+                ports,
+                packets: Some(3),
+            },
+        }
+    }
+
+    #[test]
+    fn groups_by_translated_source_and_destination_against_the_narrowest_range() {
+        let mut g = Grouper::default();
+        for p in 20000..20008 {
+            g.add(&snat("192.168.0.2", "203.0.113.7", 443, p));
+        }
+        for p in [40000, 40001] {
+            g.add(&snat("192.168.0.2", "203.0.113.8", 443, p));
+        }
+        let mut plain = snat("192.168.0.2", "203.0.113.9", 443, 1);
+        plain.status = IPS_DST_NAT;
+        g.add(&plain); // no SRC_NAT: not counted
+        let f = g.facts(&[
+            rule(Family::Ip, Some((20000, 20009))),
+            rule(Family::Ip6, Some((20000, 20001))),
+        ]);
+        assert_eq!((f.entries, f.groups, f.groups_dropped), (10, 2, 0));
+        assert_eq!(f.top[0].destination, "203.0.113.7".parse::<IpAddr>().unwrap());
+        assert_eq!((f.top[0].ports_in_use, f.top[0].range_size), (8, 10));
+        assert_eq!(
+            (f.top[0].range.as_str(), f.top[0].range_from.as_str()),
+            ("20000-20009", "rule")
+        );
+        assert_eq!(f.max_fill, Some(0.8));
+        // Ports outside every rule's range: the NAT core's default.
+        assert_eq!((f.top[1].range.as_str(), f.top[1].range_size), ("1024-65535", 64512));
+        assert_eq!(Grouper::default().facts(&[]).max_fill, None);
+        // Each family's groups against its own family's rules.
+        let mut g = Grouper::default();
+        for p in [20000, 20001] {
+            g.add(&snat("fd00::2", "2001:db8::7", 443, p));
+            g.add(&snat("192.168.0.2", "203.0.113.7", 443, p));
+        }
+        let f = g.facts(&[
+            rule(Family::Ip, Some((20000, 20009))),
+            rule(Family::Ip6, Some((20000, 20001))),
+        ]);
+        let by: Vec<(String, String)> = f.top.iter().map(|g| (g.source.to_string(), g.range.clone())).collect();
+        assert_eq!(
+            by,
+            [
+                ("fd00::2".into(), "20000-20001".into()),
+                ("192.168.0.2".into(), "20000-20009".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_is_capped_and_what_is_dropped_is_counted() {
+        let mut g = Grouper::default();
+        for i in 0..(MAX_GROUPS as u32 + 5) {
+            let dst = std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string();
+            g.add(&snat("192.168.0.2", &dst, 80, 30000));
+            g.add(&snat("192.168.0.2", &dst, 80, 30001));
+        }
+        let f = g.facts(&[]);
+        assert_eq!(
+            (f.groups, f.groups_dropped, f.entries_ungrouped),
+            (MAX_GROUPS as u64 + 5, 5, 10)
+        );
+        assert_eq!(f.top.len(), MAX_LISTED);
+        assert_eq!(f.entries, 2 * (MAX_GROUPS as u64 + 5));
+    }
+
+    #[test]
+    fn default_ranges_follow_the_nat_core() {
+        assert_eq!(capacity(&[], 30000, 30010), ((1024, 65535), "default"));
+        assert_eq!(capacity(&[], 700, 800), ((600, 1023), "default"));
+        assert_eq!(capacity(&[], 10, 20), ((1, 511), "default"));
+        assert_eq!(capacity(&[(1, 100), (10, 30)], 10, 20), ((10, 30), "rule"));
+        assert_eq!(capacity(&[(10, 30)], 10, 40), ((1, 511), "default"));
+        assert_eq!(capacity(&[], 1000, 2000), ((1, 65535), "default"));
+    }
+
+    #[test]
+    fn legacy_save_rules_reached_from_postrouting() {
+        let mut t = LegacySnatText::new(Family::Ip);
+        for l in [
+            "*filter",
+            "-A FORWARD -j MASQUERADE",
+            "*nat",
+            ":POSTROUTING ACCEPT [0:0]",
+            "-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING",
+            "-A POSTROUTING -s 10.9.0.0/16 -p tcp -j MASQUERADE --to-ports 20000-20009",
+            "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
+            "-A KUBE-POSTROUTING -j MASQUERADE --random-fully",
+            "-A OTHER -j SNAT --to-source 192.0.2.1:1000-2000",
+            "COMMIT",
+        ] {
+            t.feed_line(l);
+        }
+        let r = t.finish().unwrap();
+        assert_eq!(r.len(), 2, "{r:?}");
+        assert_eq!(
+            (r[0].chain.as_str(), r[0].position, r[0].action.ports),
+            ("POSTROUTING", 2, Some((20000, 20009)))
+        );
+        assert!(!r[0].action.random_fully());
+        assert_eq!(
+            (r[1].chain.as_str(), r[1].action.random_fully(), r[1].action.packets),
+            ("KUBE-POSTROUTING", true, None)
+        );
+        let mut t = LegacySnatText::new(Family::Ip);
+        t.feed_line("*nat");
+        t.feed_line("-A POSTROUTING -j SNAT --to-source 192.0.2.1:1000-2000");
+        assert_eq!(t.finish().unwrap()[0].action.ports, Some((1000, 2000)));
+        for (to, want) in [
+            ("fd00::1", None),
+            ("[fd00::1]:1000-2000", Some((1000, 2000))),
+            ("[fd00::1]", None),
+        ] {
+            let mut t = LegacySnatText::new(Family::Ip6);
+            t.feed_line("*nat");
+            t.feed_line(&format!("-A POSTROUTING -j SNAT --to-source {to}"));
+            assert_eq!(t.finish().unwrap()[0].action.ports, want, "{to}");
+        }
+    }
+}
