@@ -4,7 +4,7 @@
 
 use super::{Finding, ModeDecision, ProxyMode, Severity, Thresholds};
 use crate::probe::ProbeName;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ProbeStatus, Snapshot};
 
 /// Whether kube-proxy's syncs failed within the history's window.
 pub(super) fn failing(s: &Snapshot) -> bool {
@@ -60,6 +60,9 @@ const LOST_WARNING_SHARE: f64 = 0.9;
 const LOST_CRITICAL_SHARE: f64 = 0.5;
 
 pub fn rules_lost(s: &Snapshot, _: &Thresholds, mode: &ModeDecision) -> Option<Finding> {
+    if mode.mode == ProxyMode::Nftables {
+        return nftables_table_lost(s);
+    }
     // Only kube-proxy's iptables mode reports how many rules it wrote per table (v1.21+).
     if mode.mode != ProxyMode::Iptables {
         return None;
@@ -139,6 +142,56 @@ pub fn rules_lost(s: &Snapshot, _: &Thresholds, mode: &ModeDecision) -> Option<F
     )
 }
 
+/// nftables mode: kube-proxy reports no rule counts (only sync and cleanup failures), but
+/// every sync it makes writes its table (`ip kube-proxy`, `ip6 kube-proxy`): after a sync
+/// that ended before the nftables probe read the kernel, no table in any family is rules
+/// lost. A table that is there is not compared further (nothing to compare it with).
+fn nftables_table_lost(s: &Snapshot) -> Option<Finding> {
+    let kp = s.facts.kube_proxy.as_ref()?;
+    let last_sync = kp.metrics.as_ref()?.last_sync_timestamp_seconds?;
+    let read = s.probes.get(&ProbeName::Nftables)?;
+    let read_start = read.last_run_seconds - read.duration_seconds;
+    if last_sync >= read_start {
+        return None;
+    }
+    let tables: Vec<String> = match (read.status, s.facts.nftables.as_ref()) {
+        (ProbeStatus::Ok, Some(n)) => n
+            .tables
+            .iter()
+            .map(|t| format!("{} kube-proxy", t.nft_family()))
+            .collect(),
+        (ProbeStatus::Absent, _) => Vec::new(),
+        // Failed (its last reading held, or none): nothing read at this moment, nothing said.
+        _ => return None,
+    };
+    let lost = tables.is_empty();
+    let (severity, summary) = if lost {
+        (
+            Severity::Critical,
+            "kube-proxy (nftables mode) synced, but the kernel has no kube-proxy table: Service traffic is not translated"
+                .to_string(),
+        )
+    } else {
+        (
+            Severity::Ok,
+            format!("the kernel holds kube-proxy's nftables table ({})", tables.join(", ")),
+        )
+    };
+    let mut f = Finding::new(severity, summary)
+        .evidence("kernel_tables", tables)
+        .evidence("kube_proxy_last_sync_seconds", last_sync)
+        .evidence("kernel_read_seconds", read_start);
+    if lost {
+        f = f.remediation(&[
+            "Something deleted kube-proxy's nftables table after its last sync: a restart of the nftables service (a ruleset file that begins with a `flush ruleset` line, as Debian's /etc/nftables.conf does), a firewall manager, a node script.",
+            "Prove it: nft list tables (no `table ip kube-proxy`), and journalctl --since -1h | grep -iE 'nftables|firewalld|ufw' on the node.",
+            "kube-proxy writes its table again on its next full sync; to restore it now: kubectl -n kube-system delete pod <kube-proxy pod on this node> (the DaemonSet recreates it).",
+            "Stop the cause: the node's nftables ruleset file must not flush the whole ruleset on a Kubernetes node (delete only the tables it owns), or the service must not be restarted under kube-proxy.",
+        ]);
+    }
+    Some(f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +254,59 @@ mod tests {
     fn judge(s: &Snapshot) -> Option<Finding> {
         let t = default_thresholds();
         rules_lost(s, &t, &effective_mode(s, &t))
+    }
+
+    /// kube-proxy (nftables mode) synced at `last_sync`; the nftables probe read the kernel
+    /// at 1000-1001 s with `status`, finding `tables` (ipv4 and/or ipv6).
+    fn nft_node(last_sync: f64, status: ProbeStatus, tables: &[&str]) -> Snapshot {
+        use crate::probe::nftables::{NftTable, NftablesFacts};
+        let mut s = Snapshot::new("n");
+        s.facts.kube_proxy = Some(KubeProxyFacts {
+            mode: Some(ProxyMode::Nftables),
+            metrics_up: true,
+            metrics: Some(KubeProxyMetrics {
+                last_sync_timestamp_seconds: Some(last_sync),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        if status == ProbeStatus::Ok {
+            s.facts.nftables = Some(NftablesFacts {
+                tables: tables
+                    .iter()
+                    .map(|f| NftTable {
+                        family: f.to_string(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            });
+        }
+        s.probes.insert(
+            ProbeName::Nftables,
+            ProbeOutcome {
+                status,
+                duration_seconds: 1.0,
+                error: None,
+                last_run_seconds: 1001.0,
+                last_success_seconds: Some(1001.0),
+                reading_seconds: None,
+            },
+        );
+        s
+    }
+
+    #[test]
+    fn nftables_mode_without_its_table_after_a_sync_is_rules_lost() {
+        let f = judge(&nft_node(990.0, ProbeStatus::Absent, &[])).unwrap();
+        assert_eq!(f.severity, Severity::Critical, "{f:?}");
+        assert!(f.summary.contains("no kube-proxy table"), "{}", f.summary);
+        let ok = judge(&nft_node(990.0, ProbeStatus::Ok, &["ipv6"])).unwrap();
+        assert_eq!(ok.severity, Severity::Ok, "an IPv6-only node's table");
+        assert_eq!(ok.evidence["kernel_tables"][0], "ip6 kube-proxy");
+        // A sync after the read began may have written the table since: nothing is said.
+        assert!(judge(&nft_node(1000.5, ProbeStatus::Absent, &[])).is_none());
+        // A failed read is not an empty kernel.
+        assert!(judge(&nft_node(990.0, ProbeStatus::Failed, &[])).is_none());
     }
 
     #[test]
