@@ -2,7 +2,8 @@
 //! generated kube-proxy rule set (iptables-nft and iptables-legacy) and a stand-in kube-proxy
 //! in it that reports, as the real one does, how many rules it wrote per table, when it last
 //! synced and how many syncs failed. Flushing the rules behind the stand-in's back raises
-//! `kube_proxy_rules_lost`; restoring them clears it. A failure counter that rises raises
+//! `kube_proxy_rules_lost`; restoring them clears it (in nftables mode: its table deleted).
+//! A failure counter that rises raises
 //! `kube_proxy_sync_failing`, critical once the last good sync is old.
 mod common;
 
@@ -228,4 +229,95 @@ fn failing_syncs_warn_then_page_once_the_last_good_sync_is_old() {
     let body = agent.get_ok("/metrics");
     assert!(common::series(&body, "proxywatch_kube_proxy_sync_failures_total").unwrap() >= 2.0);
     agent.stop_cleanly();
+}
+
+/// What a stand-in in nftables mode reports: no rule counts (kube-proxy has none there), the
+/// last sync and the nftables sync failures.
+fn nft_metrics(last_sync: f64) -> String {
+    format!(
+        "# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\n\
+         kubeproxy_sync_proxy_rules_last_timestamp_seconds {last_sync}\n\
+         # TYPE kubeproxy_sync_proxy_rules_nftables_sync_failures_total counter\n\
+         kubeproxy_sync_proxy_rules_nftables_sync_failures_total 0\n\
+         # TYPE process_start_time_seconds gauge\n\
+         process_start_time_seconds 1.7e9\n"
+    )
+}
+
+/// nftables mode: kube-proxy's table deleted behind the stand-in's back (`nft delete table`,
+/// in the test's own namespace) is `kube_proxy_rules_lost`, critical within a few probe
+/// intervals; the table written again by a sync clears it.
+#[test]
+fn nftables_table_deleted_behind_kube_proxy_is_lost_then_restored() {
+    if !common::can_run(&["ip", "nft", "python3"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let ns = Netns::new("kpk-nftables");
+    let dir = tempfile::tempdir().unwrap();
+    let gen = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/gen_kube_nft.py");
+    let table = dir.path().join("kube-proxy.nft");
+    let out = common::run(
+        "python3",
+        &[gen.to_str().unwrap(), "--services", "20", "--endpoints", "2"],
+    );
+    std::fs::write(&table, out.stdout).unwrap();
+    ns.exec_ok("nft", &["-f", table.to_str().unwrap()]);
+
+    let kp = FakeKubeProxy::start_in(Some(&ns.name));
+    kp.set("/proxyMode", Reply::ok("nftables"));
+    kp.set("/metrics", Reply::ok(nft_metrics(now() - 5.0)));
+    let agent = Serve::new()
+        .in_netns(&ns)
+        .args([
+            "--kube-proxy.metrics-url",
+            &kp.url(),
+            "--kube-proxy.healthz-url",
+            &kp.url(),
+        ])
+        .args(["--nftables.interval", "1s", "--kube-proxy.interval", "1s"])
+        .start();
+    common::poll("the table read, nothing lost", Duration::from_secs(20), || {
+        let f = findings(&agent)?;
+        if let Some(x) = finding(&f, "kube_proxy_rules_lost") {
+            return Err(format!("rules_lost with the table in place: {x:#}"));
+        }
+        let snap = agent.snapshot()?;
+        match snap["facts"]["nftables"]["tables"].as_array() {
+            Some(t) if !t.is_empty() => Ok(()),
+            _ => Err(format!("no table read yet: {}", snap["probes"]["nftables"])),
+        }
+    });
+
+    ns.exec_ok("nft", &["delete", "table", "ip", "kube-proxy"]);
+    let lost = common::poll(
+        "kube_proxy_rules_lost after the delete",
+        Duration::from_secs(20),
+        || {
+            let f = findings(&agent)?;
+            finding(&f, "kube_proxy_rules_lost")
+                .cloned()
+                .ok_or_else(|| "not yet".to_string())
+        },
+    );
+    assert_eq!(lost["severity"], "critical", "{lost:#}");
+    assert_eq!(lost["evidence"]["kernel_tables"], serde_json::json!([]), "{lost:#}");
+    assert_eq!(
+        common::series(
+            &agent.get_ok("/metrics"),
+            "proxywatch_finding_severity{id=\"kube_proxy_rules_lost\"}"
+        ),
+        Some(3.0)
+    );
+
+    // kube-proxy's next sync writes the table again (here: the test does), and says so.
+    ns.exec_ok("nft", &["-f", table.to_str().unwrap()]);
+    kp.set("/metrics", Reply::ok(nft_metrics(now())));
+    common::poll("kube_proxy_rules_lost cleared", Duration::from_secs(20), || {
+        let f = findings(&agent)?;
+        match finding(&f, "kube_proxy_rules_lost") {
+            None => Ok(()),
+            Some(x) => Err(format!("still {x:#}")),
+        }
+    });
 }
