@@ -299,6 +299,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             not_compared: Vec::new(),
             error: None,
         }),
+        rule_counters: None,
     });
     let nft = nftables::parse_list_table(
         "nft",
