@@ -11,6 +11,8 @@ use prometheus::{Encoder, Opts, Registry, TextEncoder};
 use crate::evaluate::{recommended_conntrack_max, Finding, Severity, CHECKS};
 use crate::snapshot::{ProbeStatus, Snapshot};
 
+mod service_rejects;
+
 type Gauges = GenericGaugeVec<AtomicF64>;
 
 /// kube-proxy's nftables maps with fixed names.
@@ -219,6 +221,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     iptables(&out, s);
     nftables(&out, s);
     netlink_counts(&out, s);
+    service_rejects::render(&out, s);
     ipvs(&out, s);
     kube_proxy(&out, s);
     own_process(&out);

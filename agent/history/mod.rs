@@ -14,6 +14,7 @@ pub mod kube_proxy;
 pub mod kube_proxy_syncs;
 pub mod neighbour;
 pub mod series;
+pub mod service_rejects;
 pub mod stale;
 pub mod trend;
 pub mod window;
@@ -51,6 +52,9 @@ pub struct Derived {
     /// The neighbour tables' counter increases (the neighbour_tables probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub neighbour_tables: Option<neighbour::NeighbourDerived>,
+    /// Packets kube-proxy's reject and drop rules count, per second (the iptables probe's counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_rejects: Option<service_rejects::ServiceRejects>,
 }
 
 impl Derived {
@@ -115,6 +119,7 @@ pub struct History {
     sync_p99: series::Ring,
     stale_entries: series::Ring,
     neighbour: neighbour::NeighbourHistory,
+    service_rejects: service_rejects::ServiceRejectHistory,
 }
 
 impl History {
@@ -132,6 +137,7 @@ impl History {
             sync_p99: series::Ring::new(span, series::CAPACITY),
             stale_entries: series::Ring::new(span, series::CAPACITY),
             neighbour: neighbour::NeighbourHistory::new(c.neighbour_tables_window_seconds),
+            service_rejects: Default::default(),
         }
     }
 
@@ -174,6 +180,12 @@ impl History {
                 derived.conntrack_stale = Some(self.stale.observe(f, now));
             }
             Reading::NeighbourTables(f) => derived.neighbour_tables = Some(self.neighbour.observe(f, mono)),
+            Reading::Iptables(f) => {
+                derived.service_rejects = f
+                    .rule_counters
+                    .as_ref()
+                    .and_then(|c| self.service_rejects.observe(c, mono))
+            }
             _ => {}
         }
     }
@@ -203,6 +215,7 @@ impl History {
             }
             ProbeName::ConntrackStale => derived.conntrack_stale = None,
             ProbeName::NeighbourTables => derived.neighbour_tables = None,
+            ProbeName::Iptables => derived.service_rejects = None,
             _ => {}
         }
     }

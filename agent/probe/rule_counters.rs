@@ -287,6 +287,12 @@ pub fn read_nft(families: &[Family], deadline: Instant, into: &mut RuleCounters)
         }
         if found {
             into.sources.push(format!("nft {}", family_label(family)));
+        } else {
+            into.unavailable.push(format!(
+                "nft {}: no {} chain in iptables-nft's filter table",
+                family_label(family),
+                CHAINS.join("/")
+            ));
         }
     }
     Ok(())
