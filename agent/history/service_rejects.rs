@@ -84,7 +84,7 @@ struct Interval {
 #[derive(Debug, Default)]
 pub struct ServiceRejectHistory {
     /// The previous counter of each rule, by (backend, family, chain, id).
-    last: HashMap<(String, String, String, String), u64>,
+    last: HashMap<(&'static str, &'static str, &'static str, u64), u64>,
     /// Sources read at least once (their next readings are increases).
     seen: HashSet<String>,
     start: Option<f64>,
@@ -109,12 +109,12 @@ impl ServiceRejectHistory {
         };
         let read: HashSet<&str> = c.sources.iter().map(String::as_str).collect();
         let mut next = HashMap::with_capacity(c.rules.len());
-        for r in &c.rules {
+        for r in c.rules.iter() {
             let source = format!("{} {}", r.backend, r.family);
             if !read.contains(source.as_str()) {
                 continue;
             }
-            let key = (r.backend.clone(), r.family.clone(), r.chain.clone(), r.id.clone());
+            let key = (r.backend, r.family, r.chain, r.id);
             let inc = match self.last.get(&key) {
                 Some(&before) if r.packets >= before => r.packets - before,
                 // Reset (rewritten in place): counted from 0.
@@ -245,10 +245,15 @@ mod tests {
 
     fn rule(id: &str, reason: Reason, service: Option<&str>, packets: u64) -> CountedRule {
         CountedRule {
-            backend: "nft".into(),
-            family: "ipv4".into(),
-            chain: "KUBE-SERVICES".into(),
-            id: id.into(),
+            backend: "nft",
+            family: "ipv4",
+            chain: "KUBE-SERVICES",
+            id: {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                id.hash(&mut h);
+                h.finish()
+            },
             reason,
             protocol: "tcp".into(),
             service: service.map(str::to_string),
@@ -260,7 +265,7 @@ mod tests {
 
     fn reading(rules: Vec<CountedRule>) -> RuleCounters {
         RuleCounters {
-            rules,
+            rules: rules.into(),
             sources: vec!["nft ipv4".into()],
             ..Default::default()
         }
@@ -342,7 +347,7 @@ mod tests {
         assert_eq!((s.service.clone(), s.packets_per_second), (None, 3.0));
         // Legacy appears with old counters: a baseline for it.
         let mut legacy = rule("text #1", Reason::NoEndpoints, Some("ns/b:p"), 1_000_000);
-        legacy.backend = "legacy".into();
+        legacy.backend = "legacy";
         let mut c = reading(vec![a(40), legacy]);
         c.sources.push("legacy ipv4".into());
         let r = h.observe(&c, 20.0).unwrap();

@@ -276,6 +276,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
                 .into(),
         ), None));
     }
+    rules.counted_rules = rules.rules.len();
     let cross_check = if nft {
         cross_check(ctx, &saves, deadline).await
     } else {
@@ -311,7 +312,12 @@ async fn legacy_save_and_services(
     match &run {
         Ok(_) => {
             rules.sources.extend(counted.source());
-            rules.rules.append(&mut counted.counters.rules);
+            let mine = std::mem::take(&mut counted.counters.rules);
+            let all = std::sync::Arc::make_mut(&mut rules.rules);
+            match std::sync::Arc::try_unwrap(mine) {
+                Ok(v) => all.extend(v),
+                Err(shared) => all.extend(shared.iter().cloned()),
+            }
             rules.undecoded += counted.counters.undecoded;
         }
         Err(e) => rules.unavailable.push(format!("{command} -c: {e}")),

@@ -60,18 +60,20 @@ impl Reason {
     }
 }
 
-/// One counted reject or drop rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One counted reject or drop rule (kept for the history stage, never serialized:
+/// small, as there is one per Service port without endpoints).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CountedRule {
     /// `nft` (iptables-nft, over netlink) or `legacy` (iptables-legacy-save -c).
-    pub backend: String,
+    pub backend: &'static str,
     /// `ipv4` or `ipv6`.
-    pub family: String,
-    pub chain: String,
-    /// Who the rule is while it lives: the nf_tables handle, or for legacy the
-    /// rule's text with its occurrence (legacy rules have no handle). A rule
-    /// kube-proxy rewrote is another rule.
-    pub id: String,
+    pub family: &'static str,
+    /// One of [`CHAINS`].
+    pub chain: &'static str,
+    /// Who the rule is while it lives: the nf_tables handle, or for legacy a
+    /// hash of the rule's text with its occurrence (legacy rules have no handle).
+    /// A rule kube-proxy rewrote is another rule.
+    pub id: u64,
     pub reason: Reason,
     /// `tcp`, `udp`, `sctp`, a protocol number, or `any` (no protocol match).
     pub protocol: String,
@@ -89,7 +91,14 @@ pub struct CountedRule {
 /// What the probe read of the reject and drop rules.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RuleCounters {
-    pub rules: Vec<CountedRule>,
+    /// The rules and their counters: for the history stage only (its per-Service rates,
+    /// capped, are what /snapshot shows); the document says how many. Shared, as the
+    /// snapshot holding them is copied.
+    #[serde(skip)]
+    pub rules: std::sync::Arc<Vec<CountedRule>>,
+    /// How many rules were counted (`rules`' length).
+    #[serde(default)]
+    pub counted_rules: usize,
     /// The sources read that hold kube-proxy's chains (`nft ipv4`, `legacy ipv6`...):
     /// their rules' counters are the whole story; a source not listed is not seen.
     pub sources: Vec<String>,
@@ -219,7 +228,10 @@ pub fn nft_rule(family: Family, r: &Rule<'_>) -> Result<Option<CountedRule>, NlE
     let f = rule_facts(family, r)?;
     let x = extra(r)?;
     let comment = x.comment.or_else(|| r.userdata.and_then(userdata_comment));
-    let Some(reason) = classify(r.chain, comment, f.reject, f.drop, x.conntrack) else {
+    let Some(chain) = CHAINS.iter().copied().find(|c| *c == r.chain) else {
+        return Ok(None);
+    };
+    let Some(reason) = classify(chain, comment, f.reject, f.drop, x.conntrack) else {
         return Ok(None);
     };
     let Some((packets, bytes)) = x.counter else {
@@ -230,10 +242,12 @@ pub fn nft_rule(family: Family, r: &Rule<'_>) -> Result<Option<CountedRule>, NlE
         )));
     };
     Ok(Some(CountedRule {
-        backend: "nft".into(),
-        family: family_label(family).into(),
-        chain: r.chain.to_string(),
-        id: r.handle.map_or_else(|| "?".into(), |h| format!("handle {h}")),
+        backend: "nft",
+        family: family_label(family),
+        chain,
+        id: r
+            .handle
+            .ok_or_else(|| NlError::Malformed(format!("a {} rule without a handle", reason.as_str())))?,
         reason,
         protocol: protocol_name(f.l4proto),
         service: service_of(comment),
@@ -270,7 +284,7 @@ pub fn read_nft(families: &[Family], deadline: Instant, into: &mut RuleCounters)
             let r = s.dump(&mut req, |p| {
                 let r = nft::decode_rule(p.ty, p.payload)?;
                 match nft_rule(family, &r) {
-                    Ok(Some(c)) => into.rules.push(c),
+                    Ok(Some(c)) => std::sync::Arc::make_mut(&mut into.rules).push(c),
                     Ok(None) => {}
                     Err(_) => into.undecoded += 1,
                 }
@@ -303,8 +317,8 @@ pub fn read_nft(families: &[Family], deadline: Instant, into: &mut RuleCounters)
 pub struct LegacyLines {
     family: &'static str,
     table: String,
-    /// Rules seen per (chain, text), for the legacy rule's identity.
-    seen: std::collections::HashMap<String, u32>,
+    /// Rules seen per text (its hash), for the legacy rule's identity.
+    seen: std::collections::HashMap<u64, u32>,
     /// The filter table declares one of [`CHAINS`].
     pub found: bool,
     pub counters: RuleCounters,
@@ -353,10 +367,10 @@ impl LegacyLines {
 
     fn rule(&mut self, counts: &str, rule: &str) {
         let Some(rest) = rule.strip_prefix("-A ") else { return };
-        let chain = rest.split_whitespace().next().unwrap_or_default();
-        if !CHAINS.contains(&chain) {
+        let first = rest.split_whitespace().next().unwrap_or_default();
+        let Some(chain) = CHAINS.iter().copied().find(|c| *c == first) else {
             return;
-        }
+        };
         let Ok(words) = super::service_endpoints::iptables::split_words(rest) else {
             self.counters.undecoded += u64::from(rule.contains("-j REJECT") || rule.contains("-j DROP"));
             return;
@@ -389,13 +403,17 @@ impl LegacyLines {
         };
         let daddr = value("-d").and_then(|d| d.split('/').next()?.parse().ok());
         let dport = value("--dport").and_then(|p| p.parse().ok());
-        let n = self.seen.entry(rule.to_string()).or_insert(0);
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        rule.hash(&mut h);
+        let n = self.seen.entry(h.finish()).or_insert(0);
         *n += 1;
-        self.counters.rules.push(CountedRule {
-            backend: "legacy".into(),
-            family: self.family.into(),
-            chain: chain.to_string(),
-            id: format!("{rule} #{n}"),
+        n.hash(&mut h);
+        std::sync::Arc::make_mut(&mut self.counters.rules).push(CountedRule {
+            backend: "legacy",
+            family: self.family,
+            chain,
+            id: h.finish(),
             reason,
             protocol,
             service: service_of(comment),
@@ -524,7 +542,14 @@ COMMIT
                 let b = hex(l);
                 let r = decode_rule(msg_type(NFT_MSG_NEWRULE), &b).unwrap();
                 let c = nft_rule(Family::Ip, &r).unwrap().unwrap();
-                (c.chain, c.reason, c.protocol, c.service, c.target, c.packets)
+                (
+                    c.chain.to_string(),
+                    c.reason,
+                    c.protocol,
+                    c.service,
+                    c.target,
+                    c.packets,
+                )
             })
             .collect();
         let s = |v: &str| v.to_string();
@@ -584,7 +609,7 @@ COMMIT
         let r = decode_rule(msg_type(NFT_MSG_NEWRULE), &p).unwrap();
         let c = nft_rule(Family::Ip, &r).unwrap().unwrap();
         assert_eq!((c.reason, c.packets, c.bytes), (Reason::NoEndpoints, 7, 420));
-        assert_eq!(c.id, "handle 9");
+        assert_eq!(c.id, 9, "the handle");
         // The sample's userdata comment is "comment": no service in it.
         assert_eq!(c.service, None);
         // A reject without a counter is an error (undecoded by the reader), never 0.

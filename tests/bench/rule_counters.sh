@@ -17,7 +17,9 @@
 # Needs root, iproute2, iptables (both backends), python3, cargo, git, GNU time.
 # Only namespaces it creates (pwrc-<pid>-*) are touched; deleted on exit.
 #
-# Usage: tests/bench/rule_counters.sh [SIZES...]     env: RUNS (default 9), BASE (a commit)
+# Usage: tests/bench/rule_counters.sh [SIZES...]
+#   env: RUNS (default 15), BASE (a commit), BACKENDS (default "nft legacy"),
+#        BASE_BIN and NEW_BIN (two built binaries: no build), KEEP_BINS (a directory to copy them to)
 
 set -euo pipefail
 
@@ -30,7 +32,7 @@ done
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SIZES=("${@:-10000x5}")
 read -r -a SIZES <<<"${SIZES[*]}"
-RUNS=${RUNS:-9}
+RUNS=${RUNS:-15}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 
 WORK=$(mktemp -d /tmp/pw-rcbench.XXXXXX)
@@ -45,14 +47,28 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+BACKENDS=(${BACKENDS:-nft legacy})
+if [[ -n ${BASE_BIN:-} && -n ${NEW_BIN:-} ]]; then
+	cp "$BASE_BIN" "$WORK/proxywatch-base"
+	cp "$NEW_BIN" "$WORK/proxywatch-new"
+else
 BASE=${BASE:-$(git -C "$ROOT" log --diff-filter=A --format=%H -- agent/probe/rule_counters.rs | tail -1)^}
 echo "baseline: $(git -C "$ROOT" log -1 --format='%h %s' "$BASE")" >&2
-mkdir -p "$WORK/base"
+mkdir -p "$WORK/base" "$WORK/base-target"
 git -C "$ROOT" archive "$BASE" | tar -x -C "$WORK/base"
-(cd "$WORK/base" && CARGO_TARGET_DIR="$TARGET" cargo build --release --quiet)
-cp "$TARGET/release/proxywatch" "$WORK/proxywatch-base"
+# The base builds in a copy of the release directory (its dependencies are reused). The
+# crate's own fingerprints are removed in both: cargo would otherwise find the other
+# tree's build of the same package "fresh" (same unit hash, unchanged sources) and reuse it.
+[[ -d $TARGET/release ]] && cp -a "$TARGET/release" "$WORK/base-target/"
+rm -rf "$WORK"/base-target/release/.fingerprint/proxywatch-* "$TARGET"/release/.fingerprint/proxywatch-*
+(cd "$WORK/base" && CARGO_TARGET_DIR="$WORK/base-target" cargo build --release --quiet)
+cp "$WORK/base-target/release/proxywatch" "$WORK/proxywatch-base"
+rm -rf "$WORK/base-target"
 (cd "$ROOT" && CARGO_TARGET_DIR="$TARGET" cargo build --release --quiet)
 cp "$TARGET/release/proxywatch" "$WORK/proxywatch-new"
+fi
+cmp -s "$WORK/proxywatch-base" "$WORK/proxywatch-new" && { echo "the two binaries are the same" >&2; exit 1; }
+[[ -n ${KEEP_BINS:-} ]] && cp "$WORK/proxywatch-base" "$WORK/proxywatch-new" "$KEEP_BINS/"
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 rss_mib() { awk -F: '/Maximum resident set size/ {printf "%.1f", $2/1024}'; }
@@ -74,7 +90,7 @@ for size in "${SIZES[@]}"; do
 	eps=${size#*x}
 	rules="$WORK/$size.rules"
 	python3 "$ROOT/tests/tools/gen_kube_rules.py" --services "$svc" --endpoints "$eps" --no-endpoints-every 10 >"$rules"
-	for backend in nft legacy; do
+	for backend in "${BACKENDS[@]}"; do
 		ns="pwrc-$$-$backend-$size"
 		NAMESPACES+=("$ns")
 		ip netns add "$ns"
@@ -96,7 +112,7 @@ for size in "${SIZES[@]}"; do
 		counted=$(python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1]))["facts"]["iptables"].get("rule_counters") or {}
-print(len(c.get("rules", [])))
+print(c.get("counted_rules", "-"))
 ' "$WORK/out.json")
 
 		# Peak RSS: for legacy, the save is `cat` of its captured output (what each binary asks for).
@@ -114,8 +130,8 @@ print(len(c.get("rules", [])))
 				--node-name bench --iptables.timeout 10m --iptables.save-interval 0 >/dev/null 2>&1 || true
 			rss_mib <"$WORK/time"
 		}
-		base_rss=$(rss "$WORK/proxywatch-base" "")
-		new_rss=$(rss "$WORK/proxywatch-new" "-c")
+		base_rss=$(for i in 1 2 3; do rss "$WORK/proxywatch-base" ""; echo; done | median)
+		new_rss=$(for i in 1 2 3; do rss "$WORK/proxywatch-new" "-c"; echo; done | median)
 
 		printf '%-8s %-6s %8.3f %8.3f %6s %5s MiB %5s MiB %7s\n' \
 			"$size" "$backend" "$base_s" "$new_s" "$ratio" "$base_rss" "$new_rss" "$counted"
