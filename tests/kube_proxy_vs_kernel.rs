@@ -454,3 +454,52 @@ fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_nft() {
 fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_legacy() {
     rejected_traffic_is_counted("legacy");
 }
+
+/// kube-proxy's nftables mode (a generated `kube-proxy` table with its `no-endpoint-services`
+/// and `no-endpoint-nodeports` maps, no iptables chain) keeps no counter on its reject and
+/// drop verdicts: the agent says the counters are unavailable and exports no rate, never a 0.
+#[test]
+fn nftables_mode_has_no_reject_counters_and_no_rate_is_invented() {
+    if !common::can_run(&["ip", "nft", "python3"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let ns = Netns::new("kprnft");
+    let dir = tempfile::tempdir().unwrap();
+    let gen = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/gen_kube_nft.py");
+    let table = dir.path().join("kp.nft");
+    let out = common::run(
+        "python3",
+        &[gen.to_str().unwrap(), "--services", "50", "--endpoints", "1"],
+    );
+    std::fs::write(&table, out.stdout).unwrap();
+    ns.exec_ok("nft", &["-f", table.to_str().unwrap()]);
+    let agent = Serve::new()
+        .in_netns(&ns)
+        .args(["--iptables.interval", "1s", "--iptables.save-interval", "0"])
+        .start();
+    let r = common::poll("the counters' verdict", Duration::from_secs(20), || {
+        let snap = agent.snapshot()?;
+        let r = snap["derived"]["service_rejects"].clone();
+        if r.is_null() {
+            return Err("not yet".into());
+        }
+        Ok(r)
+    });
+    assert_eq!(r["sources"], serde_json::json!([]), "{r:#}");
+    assert!(
+        r["unavailable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u.as_str().unwrap().contains("nft ipv4")),
+        "{r:#}"
+    );
+    let m = agent.get_ok("/metrics");
+    assert!(
+        !m.contains("proxywatch_service_rejected_packets"),
+        "no rate where nothing is counted"
+    );
+    assert!(finding(&findings(&agent).unwrap(), "service_traffic_rejected").is_none());
+    agent.stop_cleanly();
+}
