@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::probe::rule_counters::{Reason, RuleCounters};
 
-/// Rates are over this long (seconds): a few iptables probe runs at the default interval.
+/// Rates are over this long (seconds), or over the last probe interval when that is
+/// longer (`--iptables.interval`, 60 s by default): at least two readings.
 pub const SERVICE_REJECT_WINDOW_SECONDS: f64 = 30.0;
 /// Services listed in the snapshot, at most (the highest rates).
 pub const TOP_SERVICES: usize = 20;
