@@ -131,12 +131,12 @@ impl ServiceRejectHistory {
             }
             *iv.totals.entry((r.reason, r.protocol.clone())).or_default() += inc;
             let g = (r.reason, r.service.clone(), r.protocol.clone());
-            let service_target = || r.target.clone();
+            // Bounded: past GROUPS_PER_INTERVAL Services in one interval, the rest are in the totals only.
             if iv.groups.len() < GROUPS_PER_INTERVAL || iv.groups.contains_key(&g) {
                 let e = iv.groups.entry(g).or_default();
                 e.0 += inc;
                 if !e.1.contains(&r.target) {
-                    e.1.push(service_target());
+                    e.1.push(r.target.clone());
                 }
             }
         }
