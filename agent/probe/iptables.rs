@@ -606,14 +606,13 @@ pub(crate) async fn run_save(
     run_save_with(ctx, (run.0, run.1, run.2, &[]), deadline, &mut |_| {}).await
 }
 
-/// [`run_save`], also giving each line to `also` (the legacy service-table decoder).
+/// [`run_save`] with `args` (never `-t TABLE`: a legacy save with -t creates that table), each line also to `also`.
 pub(crate) async fn run_save_with(
     ctx: &super::ProbeContext,
     (backend, family, command, args): (&str, &str, &str, &[&str]),
     deadline: super::Deadline,
     also: &mut (dyn FnMut(&str) + Send),
 ) -> Result<SaveRun, super::ProbeError> {
-    // Never `-t TABLE`: a legacy save with -t creates the table it names.
     let spec = crate::exec::CommandSpec::new(command, args)
         .dump()
         .timeout(deadline.remaining())
