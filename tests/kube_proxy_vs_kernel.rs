@@ -231,6 +231,280 @@ fn failing_syncs_warn_then_page_once_the_last_good_sync_is_old() {
     agent.stop_cleanly();
 }
 
+// --- rejected and dropped Service traffic, counted from the rules ------------------------------
+
+/// kube-proxy's filter rules (iptables mode, v1.28+ shapes from its TestOverallIPTablesRules)
+/// for a Service without endpoints (UDP 172.30.0.46:80: REJECT) and an
+/// `externalTrafficPolicy: Local` NodePort without a local endpoint (UDP 30001: DROP), with
+/// the jumps kube-proxy adds from the builtin chains.
+const REJECT_RULES: &str = r#"*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-FORWARD - [0:0]
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -m comment --comment "ns6/svc6:p80 has no endpoints" -m udp -p udp -d 172.30.0.46 --dport 80 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "ns2/svc2:p80 has no local endpoints" -m addrtype --dst-type LOCAL -m udp -p udp --dport 30001 -j DROP
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+COMMIT
+"#;
+
+/// Packets the rule of `chain` whose line mentions `what` counted, from `iptables -L -v -x`.
+fn listed_packets(ns: &Netns, backend: &str, chain: &str, what: &str) -> u64 {
+    let out = ns.exec_ok(
+        &format!("iptables-{backend}"),
+        &["-t", "filter", "-L", chain, "-v", "-x", "-n"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = text
+        .lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no {what} in {chain}:\n{text}"));
+    line.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// The agent's packets per second for one Service and reason (0 when it is not listed).
+fn agent_rate(snap: &Value, service: &str, reason: &str) -> f64 {
+    snap["derived"]["service_rejects"]["services"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["service"] == service && s["reason"] == reason)
+        .map_or(0.0, |s| s["packets_per_second"].as_f64().unwrap())
+}
+
+/// The reference rate over [from, to] from (time, packets) samples: the samples nearest each end.
+fn reference_rate(samples: &[(f64, u64)], from: f64, to: f64) -> f64 {
+    let near = |t: f64| {
+        *samples
+            .iter()
+            .min_by(|a, b| (a.0 - t).abs().total_cmp(&(b.0 - t).abs()))
+            .unwrap()
+    };
+    let (a, b) = (near(from), near(to));
+    (b.1 - a.1) as f64 / (b.0 - a.0)
+}
+
+fn rejected_traffic_is_counted(backend: &str) {
+    if !common::can_run(&["ip", &format!("iptables-{backend}-restore"), "python3"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let node = Netns::new(&format!("kprn-{backend}"));
+    let client = Netns::new(&format!("kprc-{backend}"));
+    // A veth pair between the client and the node; the node routes the service CIDR (back
+    // out of the veth: any route will do, a Service address is never a real destination),
+    // so packets to it pass FORWARD, where kube-proxy's KUBE-SERVICES rules are.
+    node.exec_ok(
+        "ip",
+        &[
+            "link",
+            "add",
+            "vn",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "vc",
+            "netns",
+            &client.name,
+        ],
+    );
+    node.exec_ok("ip", &["addr", "add", "10.77.0.1/24", "dev", "vn"]);
+    node.exec_ok("ip", &["link", "set", "vn", "up"]);
+    node.exec_ok("ip", &["route", "add", "172.30.0.0/16", "via", "10.77.0.2"]);
+    // The namespace's own forwarding switch (per network namespace).
+    node.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    client.exec_ok("ip", &["addr", "add", "10.77.0.2/24", "dev", "vc"]);
+    client.exec_ok("ip", &["link", "set", "vc", "up"]);
+    client.exec_ok("ip", &["route", "add", "default", "via", "10.77.0.1"]);
+    node.exec_input(&format!("iptables-{backend}-restore"), &[], REJECT_RULES);
+
+    let agent = Serve::new()
+        .in_netns(&node)
+        .args(["--iptables.interval", "1s", "--iptables.save-interval", "0"])
+        .start();
+    common::poll("the counters read twice", Duration::from_secs(20), || {
+        let snap = agent.snapshot()?;
+        let r = &snap["derived"]["service_rejects"];
+        let want = format!("{backend} ipv4");
+        if r["sources"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|x| x == want.as_str()))
+        {
+            Ok(())
+        } else {
+            Err(format!("{r:#}"))
+        }
+    });
+
+    // The client sends 100 datagrams per second to each, on a fixed schedule.
+    let dir = tempfile::tempdir().unwrap();
+    let sender = common::Process::spawn(
+        "udp sender",
+        &mut client.command(
+            "python3",
+            &[
+                "-c",
+                "import socket, time\n\
+                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                 t = time.monotonic()\n\
+                 while True:\n\
+                 \x20   for a in (('172.30.0.46', 80), ('10.77.0.1', 30001)):\n\
+                 \x20       try: s.sendto(b'x', a)\n\
+                 \x20       except OSError: pass\n\
+                 \x20   t += 0.01\n\
+                 \x20   time.sleep(max(0, t - time.monotonic()))\n",
+            ],
+        ),
+        &dir.path().join("sender.log"),
+    );
+    // Sample the kernel's counters (the reference) while the agent's window fills.
+    let (mut rejects, mut drops) = (Vec::new(), Vec::new());
+    let started = now();
+    while now() - started < 40.0 {
+        let t = now();
+        rejects.push((t, listed_packets(&node, backend, "KUBE-SERVICES", "has no endpoints")));
+        drops.push((
+            t,
+            listed_packets(&node, backend, "KUBE-EXTERNAL-SERVICES", "has no local endpoints"),
+        ));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let snap = agent.snapshot().unwrap();
+    let window = snap["derived"]["service_rejects"]["seconds"].as_f64().unwrap();
+    let read_at = snap["probes"]["iptables"]["reading_timestamp_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{:#}", snap["probes"]["iptables"]));
+    assert!(window >= 29.0, "{:#}", snap["derived"]["service_rejects"]);
+    for (service, reason, samples) in [
+        ("ns6/svc6:p80", "no_endpoints", &rejects),
+        ("ns2/svc2:p80", "no_local_endpoints", &drops),
+    ] {
+        let got = agent_rate(&snap, service, reason);
+        let want = reference_rate(samples, read_at - window, read_at);
+        eprintln!("{backend} {service} {reason}: agent {got:.2}/s, iptables -L -v -x {want:.2}/s over {window:.1} s");
+        assert!(want > 50.0, "the traffic reached the rule: {want}");
+        assert!(
+            (got - want).abs() <= 0.1 * want,
+            "{service}: agent {got} vs kernel {want}"
+        );
+    }
+    let f = finding(&findings(&agent).unwrap(), "service_traffic_rejected")
+        .cloned()
+        .expect("service_traffic_rejected while traffic is rejected");
+    assert_eq!(f["severity"], "warning");
+    let summary = f["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("ns6/svc6:p80 udp") && summary.contains("ns2/svc2:p80 udp"),
+        "{summary}"
+    );
+    let m = agent.get_ok("/metrics");
+    let per_s = |reason: &str| {
+        common::series(
+            &m,
+            &format!("proxywatch_service_rejected_packets_per_second{{protocol=\"udp\",reason=\"{reason}\"}}"),
+        )
+    };
+    assert!(per_s("no_endpoints").unwrap() > 50.0, "{m}");
+    assert!(per_s("no_local_endpoints").unwrap() > 50.0);
+    assert_eq!(per_s("invalid"), None, "invalid is exported with protocol any");
+
+    // Traffic stops: the rates go to 0 once the window has passed, and the finding clears.
+    drop(sender);
+    common::poll("rates back to 0", Duration::from_secs(60), || {
+        let snap = agent.snapshot()?;
+        let r = &snap["derived"]["service_rejects"];
+        let busy: f64 = r["totals"]
+            .as_array()
+            .ok_or("no totals")?
+            .iter()
+            .map(|t| t["packets_per_second"].as_f64().unwrap_or(1.0))
+            .sum();
+        if busy == 0.0 && r["services"].as_array().is_some_and(|s| s.is_empty()) {
+            Ok(())
+        } else {
+            Err(format!("{r:#}"))
+        }
+    });
+    assert!(finding(&findings(&agent).unwrap(), "service_traffic_rejected").is_none());
+    let m = agent.get_ok("/metrics");
+    assert_eq!(
+        common::series(
+            &m,
+            "proxywatch_service_rejected_packets_per_second{protocol=\"udp\",reason=\"no_endpoints\"}"
+        ),
+        Some(0.0),
+        "a measured 0, exported"
+    );
+    agent.stop_cleanly();
+}
+
+#[test]
+fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_nft() {
+    rejected_traffic_is_counted("nft");
+}
+
+#[test]
+fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_legacy() {
+    rejected_traffic_is_counted("legacy");
+}
+
+/// kube-proxy's nftables mode (a generated `kube-proxy` table with its `no-endpoint-services`
+/// and `no-endpoint-nodeports` maps, no iptables chain) keeps no counter on its reject and
+/// drop verdicts: the agent says the counters are unavailable and exports no rate, never a 0.
+#[test]
+fn nftables_mode_has_no_reject_counters_and_no_rate_is_invented() {
+    if !common::can_run(&["ip", "nft", "python3"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let ns = Netns::new("kprnft");
+    let dir = tempfile::tempdir().unwrap();
+    let gen = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/gen_kube_nft.py");
+    let table = dir.path().join("kp.nft");
+    let out = common::run(
+        "python3",
+        &[gen.to_str().unwrap(), "--services", "50", "--endpoints", "1"],
+    );
+    std::fs::write(&table, out.stdout).unwrap();
+    ns.exec_ok("nft", &["-f", table.to_str().unwrap()]);
+    let agent = Serve::new()
+        .in_netns(&ns)
+        .args(["--iptables.interval", "1s", "--iptables.save-interval", "0"])
+        .start();
+    let r = common::poll("the counters' verdict", Duration::from_secs(20), || {
+        let snap = agent.snapshot()?;
+        let r = snap["derived"]["service_rejects"].clone();
+        if r.is_null() {
+            return Err("not yet".into());
+        }
+        Ok(r)
+    });
+    assert_eq!(r["sources"], serde_json::json!([]), "{r:#}");
+    assert!(
+        r["unavailable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u.as_str().unwrap().contains("nft ipv4")),
+        "{r:#}"
+    );
+    let m = agent.get_ok("/metrics");
+    assert!(
+        !m.contains("proxywatch_service_rejected_packets"),
+        "no rate where nothing is counted"
+    );
+    assert!(finding(&findings(&agent).unwrap(), "service_traffic_rejected").is_none());
+    agent.stop_cleanly();
+}
+
 /// What a stand-in in nftables mode reports: no rule counts (kube-proxy has none there), the
 /// last sync and the nftables sync failures.
 fn nft_metrics(last_sync: f64) -> String {

@@ -228,6 +228,7 @@ mod tests {
             backends_with_kube_rules,
             not_run: Vec::new(),
             cross_check: None,
+            rule_counters: None,
         });
         s
     }

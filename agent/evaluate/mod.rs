@@ -17,6 +17,7 @@ mod mode;
 mod neighbour;
 mod node_ports;
 mod probes;
+mod service_rejects;
 mod snat;
 
 use serde::{Deserialize, Serialize};
@@ -204,6 +205,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "kube_proxy_sync_stale", run: kube_proxy::sync_stale },
     Check { id: "kube_proxy_sync_failing", run: kube_proxy_syncs::sync_failing },
     Check { id: "kube_proxy_rules_lost", run: kube_proxy_syncs::rules_lost },
+    Check { id: "service_traffic_rejected", run: service_rejects::traffic_rejected },
     Check { id: "kube_proxy_restarted", run: kube_proxy::restarted },
     Check { id: "kube_proxy_resources_near_limit", run: kube_proxy::resources_near_limit },
     Check { id: "kube_proxy_cpu_throttled", run: kube_proxy::cpu_throttled },

@@ -17,6 +17,7 @@ use crate::snapshot::{ProbeStatus, Snapshot};
 
 mod kube_proxy;
 mod rules;
+mod service_rejects;
 use kube_proxy::kube_proxy;
 use rules::{iptables, ipvs, netlink_counts, nftables};
 
@@ -106,6 +107,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     iptables(&out, s);
     nftables(&out, s);
     netlink_counts(&out, s);
+    service_rejects::render(&out, s);
     ipvs(&out, s);
     kube_proxy(&out, s);
     own_process(&out);

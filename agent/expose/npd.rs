@@ -70,6 +70,8 @@ pub fn area_of(id: &str) -> Option<Area> {
         "sysctl_conntrack_tcp_timeouts" => Area::Conntrack,
         "ipvs_modules_missing" | "ipvs_conn_reuse_mode" | "ipvs_expire_sysctls" | "ipvs_vs_conntrack" => Area::Kernel,
         "proxy_mode_leftovers" => Area::Rules,
+        // Traffic kube-proxy's rules reject or drop.
+        "service_traffic_rejected" => Area::Rules,
         // Node limits: the kernel's tables and port ranges, set by sysctls.
         "node_ports_in_ephemeral_range" => Area::Kernel,
         // SNAT ports share the conntrack table's fate (insert_failed); the rules are the data plane's.

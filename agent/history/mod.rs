@@ -17,6 +17,7 @@ pub mod kube_proxy;
 pub mod kube_proxy_syncs;
 pub mod neighbour;
 pub mod series;
+pub mod service_rejects;
 pub mod snat;
 pub mod stale;
 pub mod trend;
@@ -58,6 +59,9 @@ pub struct Derived {
     /// Whether each source NAT rule's counter moved (the conntrack_stale probe's SNAT facts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snat_rules: Option<snat::SnatDerived>,
+    /// Packets kube-proxy's reject and drop rules count, per second (the iptables probe's counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_rejects: Option<service_rejects::ServiceRejects>,
 }
 
 impl Derived {
@@ -123,6 +127,7 @@ pub struct History {
     stale_entries: series::Ring,
     neighbour: neighbour::NeighbourHistory,
     snat: snat::SnatHistory,
+    service_rejects: service_rejects::ServiceRejectHistory,
 }
 
 impl History {
@@ -141,6 +146,7 @@ impl History {
             stale_entries: series::Ring::new(span, series::CAPACITY),
             neighbour: neighbour::NeighbourHistory::new(c.neighbour_tables_window_seconds),
             snat: snat::SnatHistory::default(),
+            service_rejects: Default::default(),
         }
     }
 
@@ -187,6 +193,12 @@ impl History {
                 derived.snat_rules = f.snat.as_ref().map(|s| self.snat.observe(s, mono));
             }
             Reading::NeighbourTables(f) => derived.neighbour_tables = Some(self.neighbour.observe(f, mono)),
+            Reading::Iptables(f) => {
+                derived.service_rejects = f
+                    .rule_counters
+                    .as_ref()
+                    .and_then(|c| self.service_rejects.observe(c, mono))
+            }
             _ => {}
         }
     }
@@ -220,6 +232,7 @@ impl History {
                 derived.snat_rules = None;
             }
             ProbeName::NeighbourTables => derived.neighbour_tables = None,
+            ProbeName::Iptables => derived.service_rejects = None,
             _ => {}
         }
     }

@@ -34,7 +34,9 @@ const NFTA_CHAIN_NAME: u16 = 3;
 const NFTA_CHAIN_HOOK: u16 = 4;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_RULE_HANDLE: u16 = 3;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
+const NFTA_RULE_USERDATA: u16 = 7;
 const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
@@ -125,6 +127,13 @@ pub fn dump_rules(family: Family, table: &str, chain: &str) -> Request {
     Request::new(msg_type(NFT_MSG_GETRULE), NLM_F_REQUEST | NLM_F_DUMP, family.code())
         .string(NFTA_RULE_TABLE, table)
         .string(NFTA_RULE_CHAIN, chain)
+}
+
+/// One chain by table and name (no dump): the chain, or ENOENT.
+pub fn get_chain(family: Family, table: &str, chain: &str) -> Request {
+    Request::new(msg_type(NFT_MSG_GETCHAIN), NLM_F_REQUEST, family.code())
+        .string(NFTA_CHAIN_TABLE, table)
+        .string(NFTA_CHAIN_NAME, chain)
 }
 
 pub fn dump_sets(family: Family, table: &str) -> Request {
@@ -218,6 +227,10 @@ pub struct Rule<'a> {
     pub table: &'a str,
     pub chain: &'a str,
     pub gen16: u16,
+    /// The rule's handle (unique in its table while the rule lives).
+    pub handle: Option<u64>,
+    /// NFTA_RULE_USERDATA: libnftnl's TLVs (the rule's comment, type 0).
+    pub userdata: Option<&'a [u8]>,
     expressions: Option<Attr<'a>>,
 }
 
@@ -225,11 +238,14 @@ pub fn decode_rule(ty: u16, payload: &[u8]) -> Result<Rule<'_>, NlError> {
     expect(ty, NFT_MSG_NEWRULE, "rule")?;
     let (_, gen16, attrs) = nfgen(payload)?;
     let (mut table, mut chain, mut expressions) = (None, None, None);
+    let (mut handle, mut userdata) = (None, None);
     for a in attrs {
         let a = a?;
         match a.kind {
             NFTA_RULE_TABLE => table = Some(a.str()?),
             NFTA_RULE_CHAIN => chain = Some(a.str()?),
+            NFTA_RULE_HANDLE => handle = a.be_u64().ok(),
+            NFTA_RULE_USERDATA => userdata = Some(a.value),
             NFTA_RULE_EXPRESSIONS => expressions = Some(a),
             _ => {}
         }
@@ -238,6 +254,8 @@ pub fn decode_rule(ty: u16, payload: &[u8]) -> Result<Rule<'_>, NlError> {
         table: table.ok_or_else(|| missing("rule", "NFTA_RULE_TABLE"))?,
         chain: chain.ok_or_else(|| missing("rule", "NFTA_RULE_CHAIN"))?,
         gen16,
+        handle,
+        userdata,
         expressions,
     })
 }

@@ -518,6 +518,9 @@ pub struct IptablesFacts {
     /// The latest iptables-nft-save cross-check of the netlink counts, if one ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_check: Option<CrossCheck>,
+    /// kube-proxy's reject and drop rules with their counters (None: not read, e.g. a fixture host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_counters: Option<super::rule_counters::RuleCounters>,
 }
 
 impl IptablesFacts {
@@ -600,18 +603,17 @@ pub(crate) async fn run_save(
     run: (&str, &str, &str),
     deadline: super::Deadline,
 ) -> Result<SaveRun, super::ProbeError> {
-    run_save_with(ctx, run, deadline, &mut |_| {}).await
+    run_save_with(ctx, (run.0, run.1, run.2, &[]), deadline, &mut |_| {}).await
 }
 
-/// [`run_save`], also giving each line to `also` (the legacy service-table decoder).
+/// [`run_save`] with `args` (never `-t TABLE`: a legacy save with -t creates that table), each line also to `also`.
 pub(crate) async fn run_save_with(
     ctx: &super::ProbeContext,
-    (backend, family, command): (&str, &str, &str),
+    (backend, family, command, args): (&str, &str, &str, &[&str]),
     deadline: super::Deadline,
     also: &mut (dyn FnMut(&str) + Send),
 ) -> Result<SaveRun, super::ProbeError> {
-    // Never `-t TABLE`: a legacy save with -t creates the table it names.
-    let spec = crate::exec::CommandSpec::new(command, &[])
+    let spec = crate::exec::CommandSpec::new(command, args)
         .dump()
         .timeout(deadline.remaining())
         .max_output_bytes(ctx.max_output_bytes)

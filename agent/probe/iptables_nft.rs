@@ -19,6 +19,7 @@ use super::iptables::{
     classify_chain, detect_backend, read_with_saves, run_save, run_save_with, CountMismatch, CrossCheck, IptablesFacts,
     Read, SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
 };
+use super::rule_counters::{self, RuleCounters};
 use super::Memory;
 use super::{Deadline, ProbeContext, ProbeError, ProbeName};
 use crate::netlink::nft::{Chain, Family, Rule, Set};
@@ -185,10 +186,10 @@ async fn on_pool<T: Send + 'static>(
 /// The iptables probe. Fails as a whole when a count fails, so a partial
 /// count is never reported as the node's rule set.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Probed<IptablesFacts>, ProbeError> {
-    let read = if ctx.host.is_live() {
+    let (read, rule_counters) = if ctx.host.is_live() {
         read_node(ctx, deadline).await?
     } else {
-        read_with_saves(ctx, deadline).await?
+        (read_with_saves(ctx, deadline).await?, None)
     };
     let (saves, cross_check, not_run) = match read {
         Read::Present(saves, cross_check, not_run) => (saves, cross_check, not_run),
@@ -202,16 +203,17 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Prob
         backends_with_kube_rules,
         not_run,
         cross_check,
+        rule_counters,
     }))
 }
 
-/// The node itself (`--host-root /`).
-async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, ProbeError> {
+/// The node itself (`--host-root /`), and kube-proxy's reject and drop rules' counters.
+async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Option<RuleCounters>), ProbeError> {
     // One trip to the blocking pool: the gate, the legacy tables, one
     // generation read and, unless reused, the counts.
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
     let started = Instant::now();
-    let (nft, legacy, counted) = super::blocking(ProbeName::Iptables, move || {
+    let (nft, legacy, counted, mut rules) = super::blocking(ProbeName::Iptables, move || {
         let nft = !super::modules::tool_would_load(&host, "nf_tables");
         let mut legacy = Vec::new();
         for (_, _, _, names) in FAMILIES {
@@ -224,7 +226,19 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, Probe
         } else {
             Vec::new()
         };
-        Ok((nft, legacy, counted))
+        // Read every run: counters move without the generation moving.
+        let mut rules = RuleCounters::default();
+        if nft {
+            if let Err(e) = rule_counters::read_nft(&families, at, &mut rules) {
+                rules = RuleCounters::default();
+                rules.unavailable.push(format!("iptables-nft: {e}"));
+            }
+        } else {
+            rules
+                .unavailable
+                .push("iptables-nft: nf_tables is not loaded (not asked)".into());
+        }
+        Ok((nft, legacy, counted, rules))
     })
     .await?;
     let elapsed = started.elapsed().as_secs_f64();
@@ -251,24 +265,25 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<Read, Probe
                     legacy_tables.join(", ")
                 )));
             }
-            saves.push(legacy_save_and_services(ctx, (label, legacy_save), deadline).await?);
+            saves.push(legacy_save_and_services(ctx, (label, legacy_save), deadline, &mut rules).await?);
         } else {
             ctx.memory.legacy_services.clear(*label == "ipv6");
             ctx.memory.legacy_snat.clear(*label == "ipv6");
         }
     }
     if !nft && saves.is_empty() {
-        return Ok(Read::Absent(
+        return Ok((Read::Absent(
             "nf_tables is not loaded (nothing was asked, so nothing was loaded) and no legacy iptables table exists"
                 .into(),
-        ));
+        ), None));
     }
+    rules.counted_rules = rules.rules.len();
     let cross_check = if nft {
         cross_check(ctx, &saves, deadline).await
     } else {
         None
     };
-    Ok(Read::Present(saves, cross_check, Vec::new()))
+    Ok((Read::Present(saves, cross_check, Vec::new()), Some(rules)))
 }
 
 /// One legacy save, its lines also decoded into kube-proxy's service table
@@ -279,13 +294,18 @@ async fn legacy_save_and_services(
     ctx: &ProbeContext,
     (label, command): (&str, &str),
     deadline: Deadline,
+    rules: &mut RuleCounters,
 ) -> Result<SaveRun, ProbeError> {
     use super::service_endpoints::iptables::SaveText;
     let v6 = label == "ipv6";
     let mut text = SaveText::new(if v6 { Family::Ip6 } else { Family::Ip });
     let mut snat = super::snat::LegacySnatText::new(if v6 { Family::Ip6 } else { Family::Ip });
     let mut bad: Option<String> = None;
-    let run = run_save_with(ctx, ("legacy", label, command), deadline, &mut |line| {
+    // `-c`: the counters come with the table anyway (IPT_SO_GET_ENTRIES); the
+    // other decoders get each line as a save without -c prints it.
+    let mut counted = rule_counters::LegacyLines::new(v6);
+    let run = run_save_with(ctx, ("legacy", label, command, &["-c"]), deadline, &mut |line| {
+        let line = counted.feed_line(line);
         snat.feed_line(line);
         if bad.is_none() {
             bad = text.feed_line(line).err();
@@ -299,6 +319,19 @@ async fn legacy_save_and_services(
             Ok(_) => snat.finish(),
         },
     );
+    match &run {
+        Ok(_) => {
+            rules.sources.extend(counted.source());
+            let mine = std::mem::take(&mut counted.counters.rules);
+            let all = std::sync::Arc::make_mut(&mut rules.rules);
+            match std::sync::Arc::try_unwrap(mine) {
+                Ok(v) => all.extend(v),
+                Err(shared) => all.extend(shared.iter().cloned()),
+            }
+            rules.undecoded += counted.counters.undecoded;
+        }
+        Err(e) => rules.unavailable.push(format!("{command} -c: {e}")),
+    }
     let memory = &ctx.memory.legacy_services;
     match (&run, bad) {
         (Err(e), _) => memory.put(v6, Err(format!("{command}: {e}"))),

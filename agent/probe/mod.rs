@@ -32,6 +32,7 @@ pub mod neighbour_tables;
 pub mod nftables;
 pub mod node;
 pub mod node_ports;
+pub mod rule_counters;
 pub mod service_endpoints;
 pub mod snat;
 pub mod sysctl;

@@ -18,12 +18,15 @@ fuzz_target!(|data: &[u8]| {
     if lines.last().is_some_and(|l| l.is_empty()) {
         lines.pop();
     }
+    // As the probe runs its legacy saves: with -c, the counters taken off each line first.
+    let mut counted = proxywatch::probe::rule_counters::LegacyLines::new(false);
     for line in lines {
-        let line_text = String::from_utf8_lossy(line);
-        if decoding && text.feed_line(&line_text).is_err() {
+        let raw = String::from_utf8_lossy(line);
+        let line_text = counted.feed_line(&raw);
+        if decoding && text.feed_line(line_text).is_err() {
             decoding = false;
         }
-        if parser.feed_line(&line_text).is_err() {
+        if parser.feed_line(&raw).is_err() {
             return; // the runner stops at the first refused line
         }
     }

@@ -1,5 +1,6 @@
 //! nf_tables answers over netlink (netlink::messages, attrs, nft::decode_*):
-//! every message of the datagram through every decoder and both tallies.
+//! every message of the datagram through every decoder, both tallies and the
+//! reject/drop rule counters.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -25,6 +26,9 @@ fuzz_target!(|data: &[u8]| {
             }
             let _ = ipt.rule(&r);
             let _ = nftt.rule(&r);
+            // The reject/drop rules' counters (probe::rule_counters).
+            let _ = proxywatch::probe::rule_counters::nft_rule(Family::Ip, &r);
+            let _ = proxywatch::probe::rule_counters::nft_rule(Family::Ip6, &r);
         }
         if let Ok(s) = nft::decode_set(msg_type(NFT_MSG_NEWSET), p) {
             let _ = (s.anonymous(), s.is_map(), nftt.set(&s));

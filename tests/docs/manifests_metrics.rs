@@ -21,6 +21,9 @@ const NEED_ACTIVITY: &[&str] = &[
     "proxywatch_iptables_count_mismatches",
     // Two readings of kube-proxy's cgroup (tests/kube_proxy_cgroup.rs).
     "proxywatch_kube_proxy_cpu_throttled_ratio",
+    // A rate needs two readings of kube-proxy's reject and drop rule counters, read over
+    // netlink on the node itself or from iptables-legacy-save -c (tests/kube_proxy_vs_kernel.rs).
+    "proxywatch_service_rejected_packets_per_second",
 ];
 
 /// Metrics of probes that read netlink on the node itself only (`--host-root /`):

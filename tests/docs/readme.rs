@@ -299,6 +299,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             not_compared: Vec::new(),
             error: None,
         }),
+        rule_counters: None,
     });
     let nft = nftables::parse_list_table(
         "nft",
@@ -394,6 +395,17 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             .unwrap()],
     });
     s.derived = Derived {
+        service_rejects: Some(proxywatch::history::service_rejects::ServiceRejects {
+            seconds: 30.0,
+            sources: vec!["nft ipv4".into()],
+            totals: vec![proxywatch::history::service_rejects::ReasonRate {
+                reason: proxywatch::probe::rule_counters::Reason::NoEndpoints,
+                protocol: "tcp".into(),
+                packets_per_second: 2.0,
+                packets_total: 60,
+            }],
+            ..Default::default()
+        }),
         conntrack_stale: None,
         kube_proxy_sync_failures: None,
         neighbour_tables: None,

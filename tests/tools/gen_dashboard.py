@@ -201,6 +201,14 @@ timeseries("Nodes per iptables backend", "Nodes by the backend kube-proxy's rule
 timeseries("Nodes where iptables-nft-save and netlink disagree", "Nodes with count mismatches at the latest cross-check.",
            [(f"count(proxywatch_iptables_count_mismatches{{{S}}} > 0) or vector(0)", "nodes")])
 
+timeseries(f"Service traffic rejected or dropped by kube-proxy: top {TOP} nodes",
+           "Packets per second kube-proxy's iptables rules rejected (Service without endpoints) or dropped "
+           "(externalTrafficPolicy: Local without a local endpoint; conntrack-invalid), per node and reason. "
+           "The Services are named in the finding service_traffic_rejected and in /snapshot. "
+           "Not available in kube-proxy's nftables mode. See docs/alerts.md#proxywatchservicetrafficrejected.",
+           [(top(f"sum by (cluster, instance, reason) (proxywatch_service_rejected_packets_per_second{{{S}}}) > 0"),
+             "{{instance}} {{reason}}")], unit="pps")
+
 # ------------------------------------------------------------------ nftables
 row("nftables")
 timeseries(f"nftables rules: top {TOP} nodes", "Rules in kube-proxy's nftables tables (ipv4 + ipv6).",

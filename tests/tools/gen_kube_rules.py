@@ -16,7 +16,9 @@ Service i (0-based) is:
     chains, a health-check node port in filter KUBE-NODEPORTS; its first endpoint is
     the only one on this node);
   * LoadBalancer with loadBalancerSourceRanges when i % 50 == 7 (KUBE-EXT + KUBE-FW
-    chains, a DROP rule in filter KUBE-PROXY-FIREWALL).
+    chains, a DROP rule in filter KUBE-PROXY-FIREWALL);
+  * without endpoints when --no-endpoints-every K and i % K == K-1 (as with --endpoints 0:
+    only its "has no endpoints" REJECT in filter KUBE-SERVICES).
 
 Chain names use kube-proxy's hashing (pkg/proxy/iptables/proxier.go):
 base32(sha256(servicePortName + protocol [+ endpoint]))[:16], where
@@ -119,7 +121,7 @@ class Table:
         return n
 
 
-def generate(services, endpoints, hint=True, canary=True, ipv6=False):
+def generate(services, endpoints, hint=True, canary=True, ipv6=False, no_endpoints_every=0):
     pod_cidr = V6["pod_cidr"] if ipv6 else POD_CIDR
     lb_source_range = V6["lb_source_range"] if ipv6 else LB_SOURCE_RANGE
 
@@ -197,7 +199,8 @@ def generate(services, endpoints, hint=True, canary=True, ipv6=False):
         svl_chain, fw_chain = "KUBE-SVL-" + h, "KUBE-FW-" + h
         target_port = 5353 if udp else 8080
         eps = []
-        for _ in range(endpoints):
+        empty = no_endpoints_every > 0 and i % no_endpoints_every == no_endpoints_every - 1
+        for _ in range(0 if empty else endpoints):
             ip = endpoint_ip(ep_counter, ipv6)
             ep_counter += 1
             eps.append((("[%s]:%d" if ipv6 else "%s:%d") % (ip, target_port), ip))
@@ -340,11 +343,13 @@ def main(argv=None):
     ap.add_argument("--no-canary", action="store_true",
                     help="leave out KUBE-KUBELET-CANARY and KUBE-PROXY-CANARY (all tables)")
     ap.add_argument("--ipv6", action="store_true", help="IPv6 addresses, for ip6tables-restore")
+    ap.add_argument("--no-endpoints-every", type=int, default=0, metavar="K",
+                    help="service i has no endpoints when i %% K == K-1 (its filter KUBE-SERVICES REJECT)")
     args = ap.parse_args(argv)
     if args.services < 0 or args.endpoints < 0:
         ap.error("--services and --endpoints must be >= 0")
     text, expected = generate(args.services, args.endpoints, hint=not args.no_hint, canary=not args.no_canary,
-                              ipv6=args.ipv6)
+                              ipv6=args.ipv6, no_endpoints_every=args.no_endpoints_every)
     sys.stdout.write(text)
     if args.expected:
         with open(args.expected, "w") as f:

@@ -367,7 +367,7 @@ impl LegacyMemory {
 }
 
 /// Words of a rule as iptables-save quotes them (`"..."` with `\"` inside).
-fn split_words(s: &str) -> Result<Vec<String>, String> {
+pub(crate) fn split_words(s: &str) -> Result<Vec<String>, String> {
     let mut words = Vec::new();
     let mut chars = s.chars().peekable();
     while let Some(&c) = chars.peek() {
