@@ -1027,11 +1027,13 @@ fn counts_follow_changes_and_are_reused_at_an_unchanged_generation() {
     assert_eq!(reused["counts"], first["counts"]);
 
     // A service added (a chain and a rule in KUBE-SERVICES jumping to it): the next count follows.
+    // In one transaction, as kube-proxy writes: with `-N` then `-I`, a run between the two
+    // commits saw the chain without its rule and failed this test now and then.
     let svc = "KUBE-SVC-PWTESTADDEDSVC01";
-    ns.exec_ok("iptables-nft", &["-t", "nat", "-N", svc]);
-    ns.exec_ok(
-        "iptables-nft",
-        &["-t", "nat", "-I", "KUBE-SERVICES", "-d", "10.96.99.99/32", "-j", svc],
+    ns.exec_input(
+        "iptables-nft-restore",
+        &["--noflush"],
+        &format!("*nat\n:{svc} - [0:0]\n-I KUBE-SERVICES -d 10.96.99.99/32 -j {svc}\nCOMMIT\n"),
     );
     let added = runs(&|r| {
         r["netlink"]["generation"] != g0 && r["counts"]["kube"]["svc"] == expected["kube"]["svc"].as_u64().unwrap() + 1
