@@ -339,8 +339,11 @@ while time.monotonic() - start < duration:
             r = runs.setdefault(name, {"runs": 0, "ok": 0, "absent": 0, "failed": 0, "last": None, "errors": {}})
             if o.get("status") == "failed":
                 pf += 1
-            if o.get("last_run_seconds") != r["last"]:
-                r["last"] = o.get("last_run_seconds")
+            # The JSON key is last_run_timestamp_seconds (last_run_seconds before the rename:
+            # a soak that read only the old key saw no run at all).
+            last = o.get("last_run_timestamp_seconds", o.get("last_run_seconds"))
+            if last is not None and last != r["last"]:
+                r["last"] = last
                 r["runs"] += 1
                 r[o.get("status", "failed")] += 1
                 if o.get("status") == "failed":
