@@ -431,8 +431,28 @@ fn nl(e: NlError) -> ProbeError {
     ProbeError::NfNetlink(format!("kube-proxy's NodePort chains and maps: {e}"))
 }
 
-/// Both families' NodePorts in nf_tables at the current generation, reused while it holds.
+/// Both families' NodePorts in nf_tables at one generation, reused while it holds: read
+/// again, up to [`nft_count::ATTEMPTS`] times, when a commit fell between the two families'
+/// walks (kube-proxy commits often on a busy node; the soak saw a run fail on it).
 fn nf_node_ports(memory: &super::Memory, deadline: std::time::Instant) -> Result<(Found, u32, bool), ProbeError> {
+    let mut why = Vec::new();
+    for _ in 0..nft_count::ATTEMPTS {
+        match nf_node_ports_once(memory, deadline)? {
+            Ok(r) => return Ok(r),
+            Err(gens) => why.push(gens),
+        }
+    }
+    Err(nl(NlError::Changed(format!(
+        "generations {} between the families",
+        why.join(", then ")
+    ))))
+}
+
+/// One try: Err(the generations) when the families were read at different ones.
+fn nf_node_ports_once(
+    memory: &super::Memory,
+    deadline: std::time::Instant,
+) -> Result<Result<(Found, u32, bool), String>, ProbeError> {
     let families = [Family::Ip, Family::Ip6];
     let counted = super::counted::counts_now(&memory.node_ports, &families, deadline, |family| {
         let plan = nft_count::Plan { family, sets: true };
@@ -451,11 +471,9 @@ fn nf_node_ports(memory: &super::Memory, deadline: std::time::Instant) -> Result
         reused &= how.reused;
     }
     if gens.iter().any(|g| *g != gens[0]) {
-        return Err(nl(NlError::Changed(format!(
-            "generations {gens:?} between the families"
-        ))));
+        return Ok(Err(format!("{gens:?}")));
     }
-    Ok((all, gens[0], reused))
+    Ok(Ok((all, gens[0], reused)))
 }
 
 /// Sizes of the single read of a sysctl file, tried in turn.
