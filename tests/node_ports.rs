@@ -206,3 +206,81 @@ fn node_ports_inside_the_ephemeral_range_are_exactly_those_reported_until_reserv
         "a reserved NodePort is never handed out"
     );
 }
+
+/// Commits without a pause while `check` runs again and again: a commit between the two
+/// families' walks makes the probe read both again (up to nft_count::ATTEMPTS times), so
+/// the reading stays whole. The soak saw a single-try run fail on it.
+#[test]
+fn node_ports_read_again_when_commits_fall_between_the_families() {
+    if !common::can_run(&["ip", "iptables-nft-restore", "ip6tables-nft-restore", "nft"]) {
+        return;
+    }
+    let ns = Netns::new("npchurn");
+    load(&ns);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Two committers, each adding and deleting a table of its own.
+    let churn: Vec<_> = ["pwchurn0", "pwchurn1"]
+        .into_iter()
+        .map(|table| {
+            let (name, stop) = (ns.name.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut commits = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for verb in ["add", "delete"] {
+                        let ok = std::process::Command::new("ip")
+                            .args(["netns", "exec", &name, "nft", verb, "table", "ip", table])
+                            .status()
+                            .is_ok_and(|s| s.success());
+                        commits += u64::from(ok);
+                    }
+                }
+                commits
+            })
+        })
+        .collect();
+    let runs = 100;
+    let mut failed = Vec::new();
+    let started = std::time::Instant::now();
+    for _ in 0..runs {
+        let out = ns
+            .command(
+                common::binary().to_str().unwrap(),
+                &[
+                    "check",
+                    "--format",
+                    "json",
+                    "--iptables.save-interval",
+                    "0",
+                    "--conntrack.stale-interval",
+                    "0",
+                ],
+            )
+            .args(common::NO_KUBE_PROXY)
+            .output()
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let p = &doc["probes"]["node_ports"];
+        if p["status"] != "ok" {
+            failed.push(p["error"].as_str().unwrap_or_default().to_string());
+        } else {
+            assert_eq!(
+                exposed(&doc).len(),
+                doc["facts"]["node_ports"]["exposed"].as_array().unwrap().len()
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let commits: u64 = churn.into_iter().map(|t| t.join().unwrap()).sum();
+    let rate = commits as f64 / started.elapsed().as_secs_f64();
+    eprintln!(
+        "{commits} commits ({rate:.0}/s) during {runs} checks; node_ports failed {} times: {failed:?}",
+        failed.len()
+    );
+    assert!(rate > 10.0, "the churn did not churn: {rate:.0} commits/s");
+    assert!(failed.iter().all(|e| e.contains("generations")), "{failed:?}");
+    assert!(
+        failed.is_empty(),
+        "node_ports failed {} of {runs} runs under churn: {failed:?}",
+        failed.len()
+    );
+}
