@@ -119,9 +119,8 @@ pub(crate) fn per_chain_cleanup(ipt: &str) -> String {
     format!(
         "By hand, naming only kube-proxy's chains (nat table; the same for -t filter, and ip6tables for IPv6): \
          {ipt} -t nat -F KUBE-SERVICES; {ipt} -t nat -F KUBE-NODEPORTS; \
-         then list the per-chain commands for the service chains, read them, and run them: \
-         {ipt} -t nat -S | awk '/^-N KUBE-(SVC|SEP|EXT|FW|SVL)-/ {{print \"{ipt} -t nat -F \" $2 \" && {ipt} -t nat -X \" $2}}' \
-         (it only prints; each printed line names its chain)"
+         then list the service chains: {ipt} -t nat -S | grep -E '^-N KUBE-(SVC|SEP|EXT|FW|SVL)-' \
+         and for each chain it lists, by its name: {ipt} -t nat -F <chain> && {ipt} -t nat -X <chain>"
     )
 }
 
