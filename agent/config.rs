@@ -14,7 +14,8 @@ use crate::scheduler::Schedule;
 mod values;
 pub use values::{parse_duration, value_error_origin, Every, DURATION_SYNTAX};
 use values::{
-    parse_duration_or_zero, parse_interval_or_never, parse_mode, parse_ratio, parse_severity, DURATIONS_HELP,
+    parse_duration_or_zero, parse_interval_or_never, parse_mode, parse_process_name, parse_ratio, parse_severity,
+    DURATIONS_HELP,
 };
 
 #[derive(Debug, Parser)]
@@ -473,6 +474,10 @@ pub struct Common {
     )]
     pub kube_proxy_healthz_url: String,
 
+    /// kube-proxy's process name: a process is a candidate when its comm (the name's first 15 bytes, as the kernel keeps it) and its argv[0]'s basename are both this. For a kube-proxy binary installed under another name.
+    #[arg(long = "kube-proxy.process-name", env = "PROXYWATCH_KUBE_PROXY_PROCESS_NAME", default_value = "kube-proxy", value_parser = parse_process_name)]
+    pub kube_proxy_process_name: String,
+
     /// How often the kube-proxy probe runs.
     #[arg(long = "kube-proxy.interval", env = "PROXYWATCH_KUBE_PROXY_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub kube_proxy_interval: Duration,
@@ -543,6 +548,7 @@ impl Common {
             healthz_url: self.kube_proxy_healthz_url.clone(),
             max_body_bytes: self.kube_proxy_max_body_bytes,
             cgroup_root: self.host_cgroup_root.clone(),
+            process_name: self.kube_proxy_process_name.clone(),
         }
     }
 

@@ -916,3 +916,29 @@ fn real_process_facts_and_restart() {
     agent.stop();
     drop(second);
 }
+
+/// `--kube-proxy.process-name`: a kube-proxy installed under a name longer than comm keeps
+/// (15 bytes) is found by its full name, argv[0] and comm both; the default name does not take it.
+#[test]
+fn process_name_flag_finds_a_renamed_binary_by_comm_and_argv0() {
+    let name = "kube-proxy-renamed-for-test";
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join(name);
+    std::fs::copy("/bin/sleep", &binary).expect("copy /bin/sleep");
+    let renamed = FakeProcess::start(&binary);
+    let closed = closed_url();
+    let pid_seen = |extra: &[&str]| {
+        let run = check(Path::new("/"), &closed, &closed, extra);
+        let kp = &run.doc["facts"]["kube_proxy"];
+        (kp["process"]["pid"].clone(), run.doc["probes"]["kube_proxy"].clone())
+    };
+    let (pid, probe) = pid_seen(&["--kube-proxy.process-name", name]);
+    assert_eq!(pid, renamed.pid(), "{probe:#}");
+    // Its comm is the name's first 15 bytes: a process whose comm alone matches is not a candidate.
+    let (pid, _) = pid_seen(&["--kube-proxy.process-name", &name[..15]]);
+    assert_ne!(pid, renamed.pid());
+    // The default name never takes it.
+    let (pid, _) = pid_seen(&[]);
+    assert_ne!(pid, renamed.pid());
+    drop(renamed);
+}

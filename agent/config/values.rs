@@ -53,6 +53,14 @@ pub(super) fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A process name (`--kube-proxy.process-name`): a file name, so neither empty nor with a `/`.
+pub(super) fn parse_process_name(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.contains('/') || s.contains('\0') {
+        return Err(format!("{s:?}: expected a file name (not empty, no '/')"));
+    }
+    Ok(s.to_string())
+}
+
 /// The end of each command's `--help`.
 pub(super) const DURATIONS_HELP: &str =
     "Durations are written 500ms, 30s, 5m, 1h or 1m30s (units h, m, s, ms, largest first); \

@@ -35,6 +35,8 @@ pub struct Endpoints {
     pub max_body_bytes: usize,
     /// The node's cgroup filesystem (`--host-cgroup-root`); None: `<host root>/sys/fs/cgroup`.
     pub cgroup_root: Option<PathBuf>,
+    /// kube-proxy's process name, comm and argv[0]'s basename (`--kube-proxy.process-name`).
+    pub process_name: String,
 }
 
 /// Cap on a `/proxyMode` body: one word (`iptables`, 8 bytes in `tests/fixtures/kube-proxy/`).
@@ -161,11 +163,12 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
         async move { fetch::get_until(&url, deadline, cap).await }
     };
     let host = ctx.host.clone();
+    let name = ep.process_name.clone();
     let (mode, metrics, health, scan) = tokio::join!(
         get("/proxyMode", &ep.metrics_url, MAX_PROXY_MODE_BYTES),
         get("/metrics", &ep.metrics_url, ep.max_body_bytes),
         get("/healthz", &ep.healthz_url, MAX_HEALTHZ_BYTES),
-        super::blocking(super::ProbeName::KubeProxy, move || process::scan(&host))
+        super::blocking(super::ProbeName::KubeProxy, move || process::scan(&host, &name))
     );
     let scan = scan?;
     let refused = |r: &Result<fetch::Fetched, FetchError>| matches!(r, Err(e) if e.is_refused());

@@ -22,7 +22,8 @@
 #              veth with no peer address, so nothing answers): real DST_NAT
 #              entries from the rules above; plus CT_FLOWS/2 long-lived UDP
 #              flows kept alive, stale whenever the rules moved their endpoint;
-#   kube-proxy a stand-in (python3 run as `kube-proxy`: /metrics from a real
+#   kube-proxy a stand-in (python3 run as `kube-proxy-soak-<mode>`, found through
+#              --kube-proxy.process-name: /metrics from a real
 #              capture, /healthz, /proxyMode on 10249/10256), every KP_PERIOD
 #              s in turn: killed (SIGKILL), terminated (SIGTERM), frozen
 #              (SIGSTOP for 20 s), each time started again 5 s later;
@@ -204,8 +205,12 @@ ip netns exec "$NS" python3 "$WORK/flows.py" "$WORK/services" "$CT_FLOWS" "$CT_P
 PIDS+=($!)
 
 # The stand-in kube-proxy and its fate.
-# A symlink: comm and argv[0] say kube-proxy, Python still finds its library.
-ln -s "$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')" "$WORK/kube-proxy"
+# A symlink: comm and argv[0] name it, Python still finds its library. Named
+# kube-proxy-soak-<mode> (comm "kube-proxy-soak"), found by the agent through
+# --kube-proxy.process-name: a process named kube-proxy would be taken for the
+# node's by every test that reads the real /proc (CI can run beside a soak).
+KP_NAME="kube-proxy-soak-$MODE"
+ln -s "$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')" "$WORK/$KP_NAME"
 cat >"$WORK/kp.py" <<'PY'
 import http.server, json, sys, threading, time
 metrics = open(sys.argv[1], "rb").read()
@@ -238,7 +243,7 @@ PY
 KP_MODE=iptables
 [[ $MODE == nft ]] && KP_MODE=nftables
 start_kp() {
-	ip netns exec "$NS" "$WORK/kube-proxy" "$WORK/kp.py" \
+	ip netns exec "$NS" "$WORK/$KP_NAME" "$WORK/kp.py" \
 		"$ROOT/tests/fixtures/kube-proxy/v1.21.1-iptables-kind-datadog-integrations-core.prom" "$KP_MODE" &
 	echo $! >"$WORK/kp.pid"
 }
@@ -266,7 +271,7 @@ PIDS+=($!)
 # AGENT_ENV: extra environment for the agent (e.g. MALLOC_ARENA_MAX=2).
 read -r -a AGENT_ENV <<<"${AGENT_ENV:-}"
 ip netns exec "$NS" env "${AGENT_ENV[@]}" nice -n 10 "$PW_BIN" serve --listen "127.0.0.1:$PORT" \
-	--conntrack.stale-interval "$STALE_INTERVAL" 2>"$OUT/agent.log" >/dev/null &
+	--conntrack.stale-interval "$STALE_INTERVAL" --kube-proxy.process-name "$KP_NAME" 2>"$OUT/agent.log" >/dev/null &
 AGENT=$!
 PIDS+=("$AGENT")
 echo "soak $MODE${AGENT_ENV:+ (${AGENT_ENV[*]})}: $SERVICES x $ENDPOINTS services, rules every ${RULE_PERIOD}s, $CT_FLOWS flows every ${CT_PERIOD}s," \

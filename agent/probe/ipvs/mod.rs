@@ -575,6 +575,7 @@ mod tests {
                 healthz_url: String::new(),
                 max_body_bytes: 0,
                 cgroup_root: None,
+                process_name: String::new(),
             },
             memory: Default::default(),
             iptables_save_interval: None,

@@ -19,8 +19,10 @@ use crate::host::Host;
 use crate::parse::{quote, ParseError};
 use crate::probe::ProbeError;
 
-/// kube-proxy's name, as comm and as argv[0]'s basename.
+/// kube-proxy's name, as comm and as argv[0]'s basename (`--kube-proxy.process-name`'s default).
 pub const NAME: &str = "kube-proxy";
+/// The kernel keeps a process's comm to 15 bytes (TASK_COMM_LEN 16, with its NUL).
+pub const COMM_BYTES: usize = 15;
 /// Start times within this many seconds are the same process: both sides read the same
 /// clock-tick field, but `btime` is whole seconds and moves by one when NTP steps the clock.
 pub const START_TOLERANCE_SECONDS: f64 = 2.0;
@@ -61,13 +63,24 @@ pub struct Scan {
     pub candidates: Vec<(ProcessCandidate, ProcessFacts)>,
     /// Candidates beyond [`MAX_CANDIDATES`].
     pub more_candidates: u32,
-    /// Processes named `kube-proxy` whose argv[0] is something else.
+    /// Processes with kube-proxy's comm whose argv[0] is something else.
     pub named_only: u32,
 }
 
-/// Lists the processes that look like kube-proxy under `<host root>/proc`. Processes that exit
-/// while they are read are skipped.
-pub fn scan(host: &Host) -> Result<Scan, ProbeError> {
+/// The comm a process named `name` shows: its first [`COMM_BYTES`] bytes.
+pub fn comm_of(name: &str) -> &str {
+    let mut end = name.len().min(COMM_BYTES);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
+/// Lists the processes that look like kube-proxy under `<host root>/proc`: comm and argv[0]'s
+/// basename both `name` (comm cut as the kernel cuts it). Processes that exit while they are
+/// read are skipped.
+pub fn scan(host: &Host, name: &str) -> Result<Scan, ProbeError> {
+    let comm = comm_of(name);
     let proc_dir = host.path("/proc");
     let procs = procfs::process::all_processes_with_root(&proc_dir)
         .map_err(|e| ProbeError::Inconsistent(format!("{}: {e}", proc_dir.display())))?;
@@ -75,12 +88,12 @@ pub fn scan(host: &Host) -> Result<Scan, ProbeError> {
     let mut btime = None;
     for p in procs.flatten() {
         let Ok(stat) = p.stat() else { continue };
-        if stat.comm != NAME || stat.state == 'Z' {
+        if stat.comm != comm || stat.state == 'Z' {
             continue;
         }
         let argv = p.cmdline().unwrap_or_default();
         let argv0 = argv.first().map(|a| Path::new(a).file_name());
-        if argv0 != Some(Some(std::ffi::OsStr::new(NAME))) {
+        if argv0 != Some(Some(std::ffi::OsStr::new(name))) {
             out.named_only += 1;
             continue;
         }
