@@ -289,6 +289,19 @@ impl<'a> Rule<'a> {
     }
 }
 
+/// An expression's data attributes by type, the slot index being the attribute's type; types
+/// of 10 and above (no expression the agent decodes has them) are left out.
+pub fn attrs_by_kind(data: Attr<'_>) -> Result<[Option<Attr<'_>>; 10], NlError> {
+    let mut at: [Option<Attr<'_>>; 10] = [None; 10];
+    for a in data.nested() {
+        let a = a?;
+        if let Some(slot) = at.get_mut(a.kind as usize) {
+            *slot = Some(a);
+        }
+    }
+    Ok(at)
+}
+
 /// The expressions of a rule's NFTA_RULE_EXPRESSIONS list, in order: each
 /// one's name and its data attribute (either may be missing in a malformed rule).
 pub fn expressions<'a>(

@@ -23,7 +23,7 @@
 use std::net::IpAddr;
 
 use super::nft::{Family, Rule};
-use super::{Attr, NlError};
+use super::NlError;
 
 const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
@@ -167,13 +167,7 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
             continue;
         };
         // Attributes of the expression by type (all are small).
-        let mut at: [Option<Attr<'_>>; 10] = [None; 10];
-        for a in data.nested() {
-            let a = a?;
-            if let Some(slot) = at.get_mut(a.kind as usize) {
-                *slot = Some(a);
-            }
-        }
+        let at = super::nft::attrs_by_kind(data)?;
         let num = |k: usize| at[k].map(|a| a.be_u32()).transpose();
         match name {
             "payload" => {

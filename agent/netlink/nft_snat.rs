@@ -21,7 +21,7 @@
 use std::time::Instant;
 
 use super::nft::{self, Family, Rule};
-use super::{Attr, Conn, NlError, Session};
+use super::{Conn, NlError, Session};
 
 /// `NF_NAT_RANGE_PROTO_SPECIFIED`: the rule names a port range.
 pub const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 1 << 1;
@@ -87,13 +87,8 @@ pub fn snat_action(family: Family, rule: &Rule<'_>) -> Result<(Option<SnatAction
         let (Some(name), Some(data)) = expr? else {
             continue;
         };
-        let mut at: [Option<Attr<'_>>; 10] = [None; 10];
-        for a in data.nested() {
-            let a = a?;
-            if let Some(slot) = at.get_mut(a.kind as usize) {
-                *slot = Some(a);
-            }
-        }
+        // Attributes of the expression by type (all are small).
+        let at = super::nft::attrs_by_kind(data)?;
         let num = |k: usize| at[k].map(|a| a.be_u32()).transpose();
         let reg = |r: Option<u32>| {
             r.and_then(|r| regs.iter().rev().find(|(n, _)| *n == r))
