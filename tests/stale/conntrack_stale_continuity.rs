@@ -24,11 +24,9 @@
 //! Cleanup: the namespace is deleted on drop (also on panic), the agent is
 //! stopped by its PID, the churn loop stops and is joined before the
 //! namespace goes. Nothing global is touched, so no global lock.
+use crate::churn::{insert_dnat, run_in, Churn};
 use crate::common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{Netns, Serve};
@@ -56,83 +54,6 @@ fn rules(variant: char) -> String {
         .service("DNSDNSDNSDNSDNS1", DNS_IP, "udp", 53, 53, &dns)
         .service("WEBWEBWEBWEBWEB1", WEB_IP, "tcp", 80, 8080, &web)
         .render()
-}
-
-fn run_in(ns: &str, program: &str, args: &[&str], stdin: &str) {
-    let mut full = vec!["netns", "exec", ns, program];
-    full.extend_from_slice(args);
-    common::run_input("ip", &full, stdin);
-}
-
-fn insert_dnat(ns: &Netns, proto: &str, sport: u16, dst: &str, dport: u16, to: &str) {
-    let (sport, dport) = (sport.to_string(), dport.to_string());
-    let mut args = vec![
-        "-I",
-        "-p",
-        proto,
-        "-s",
-        "10.250.100.1",
-        "-d",
-        dst,
-        "--sport",
-        &sport,
-        "--dport",
-        &dport,
-        "-t",
-        "600",
-        "--dst-nat",
-        to,
-    ];
-    if proto == "tcp" {
-        args.extend(["--state", "ESTABLISHED"]);
-    }
-    ns.exec_ok("conntrack", &args);
-}
-
-/// Commits without a pause until stopped (on drop too, before the namespace goes).
-struct Churn {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<u64>>,
-}
-
-impl Churn {
-    fn start(ns: &Netns) -> Churn {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ns, flag) = (ns.name.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let (a, c) = (rules('A'), rules('C'));
-            let mut commits = 0;
-            while !flag.load(Ordering::Relaxed) {
-                run_in(&ns, "iptables-nft-restore", &[], &c);
-                run_in(&ns, "iptables-nft-restore", &[], &a);
-                run_in(&ns, "iptables-nft", &["-t", "nat", "-N", "PWT-UNRELATED"], "");
-                run_in(&ns, "iptables-nft", &["-t", "nat", "-X", "PWT-UNRELATED"], "");
-                commits += 4;
-            }
-            commits
-        });
-        Churn {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        match self.thread.take().unwrap().join() {
-            Ok(n) => n,
-            Err(e) => std::panic::resume_unwind(e),
-        }
-    }
-}
-
-impl Drop for Churn {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// The value of one series in a /metrics body.
@@ -178,7 +99,7 @@ fn the_stale_gauge_and_finding_hold_through_commits_during_every_dump() {
         }
     });
 
-    let churn = Churn::start(&node);
+    let churn = Churn::start(&node, rules('A'), rules('C'));
     let started = Instant::now();
     let mut bad = Vec::new();
     let (mut samples, mut held, mut oldest) = (0, 0, 0.0f64);

@@ -38,11 +38,9 @@
 //! stopped by its PID, the churn loop stops and is joined before the
 //! namespace goes. Nothing global is touched (no sysctl, no rule or entry
 //! outside the namespace), so no global lock is taken.
+use crate::churn::{insert_dnat, run_in, Churn};
 use crate::common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{Netns, Serve};
@@ -83,89 +81,6 @@ fn rules(variant: char) -> String {
         .service("DNSDNSDNSDNSDNS1", DNS_IP, "udp", 53, 53, &dns)
         .service("WEBWEBWEBWEBWEB1", WEB_IP, "tcp", 80, 8080, &web)
         .render()
-}
-
-/// Runs `program args` in the namespace called `ns` with `stdin` as its input;
-/// panics when it fails.
-fn run_in(ns: &str, program: &str, args: &[&str], stdin: &str) {
-    let mut full = vec!["netns", "exec", ns, program];
-    full.extend_from_slice(args);
-    common::run_input("ip", &full, stdin);
-}
-
-/// One conntrack entry `proto` from 10.250.100.1:`sport` to `dst`:`dport`, NATed to `to` (`ip:port`).
-fn insert_dnat(ns: &Netns, proto: &str, sport: u16, dst: &str, dport: u16, to: &str) {
-    let (sport, dport) = (sport.to_string(), dport.to_string());
-    let mut args = vec![
-        "-I",
-        "-p",
-        proto,
-        "-s",
-        "10.250.100.1",
-        "-d",
-        dst,
-        "--sport",
-        &sport,
-        "--dport",
-        &dport,
-        "-t",
-        "600",
-        "--dst-nat",
-        to,
-    ];
-    if proto == "tcp" {
-        args.extend(["--state", "ESTABLISHED"]);
-    }
-    ns.exec_ok("conntrack", &args);
-}
-
-/// Commits rule changes in `ns` that keep every service's endpoints, until
-/// stopped (on drop too, so before the namespace goes); `stop` gives the
-/// number of commits.
-struct Churn {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<u64>>,
-}
-
-impl Churn {
-    fn start(ns: &Netns) -> Churn {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ns = ns.name.clone();
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let (a, b) = (rules('A'), rules('B'));
-            let mut commits = 0;
-            while !flag.load(Ordering::Relaxed) {
-                run_in(&ns, "iptables-nft-restore", &[], &b);
-                run_in(&ns, "iptables-nft-restore", &[], &a);
-                run_in(&ns, "iptables-nft", &["-t", "nat", "-N", "PWT-UNRELATED"], "");
-                run_in(&ns, "iptables-nft", &["-t", "nat", "-X", "PWT-UNRELATED"], "");
-                commits += 4;
-            }
-            commits
-        });
-        Churn {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        match self.thread.take().unwrap().join() {
-            Ok(n) => n,
-            Err(e) => std::panic::resume_unwind(e),
-        }
-    }
-}
-
-impl Drop for Churn {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// What every successful reading must say; Err with the difference.
@@ -317,7 +232,7 @@ fn stale_counts_stay_exact_or_fail_as_changed_while_rules_churn() {
     });
     eprintln!("before the churn: {}", first.facts);
 
-    let churn = Churn::start(&node);
+    let churn = Churn::start(&node, rules('A'), rules('B'));
     let (started, t0) = (now(), Instant::now());
     let mut all = Vec::new();
     poll_readings(&agent, Duration::from_secs(8), &mut all);

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod churn;
 mod conntrack_stale;
 mod conntrack_stale_continuity;
 mod conntrack_stale_faults;
