@@ -50,7 +50,9 @@
 # Environment: DURATION=7200 (s), SERVICES=2000, ENDPOINTS=3, RULE_PERIOD=1,
 # CT_FLOWS=300, CT_PERIOD=2, KP_PERIOD=60, STALE_INTERVAL=5s, SLOPE_BOUND=0.5,
 # PORT=19100 (ipt) / 19101 (nft), AGENT_ENV (extra environment for the agent,
-# e.g. MALLOC_ARENA_MAX=2), PW_BIN (else built), SOAK_ROOT (see below).
+# e.g. MALLOC_ARENA_MAX=2), TWIN_ENV (a second agent in the same namespace with
+# this environment, on PORT+10, reported from OUT_DIR/twin: an A/B of one
+# setting under the same churn), PW_BIN (else built), SOAK_ROOT (see below).
 # Keep it nice: the churn alone takes a good part of a core at the defaults.
 set -euo pipefail
 
@@ -274,6 +276,17 @@ ip netns exec "$NS" env "${AGENT_ENV[@]}" nice -n 10 "$PW_BIN" serve --listen "1
 	--conntrack.stale-interval "$STALE_INTERVAL" --kube-proxy.process-name "$KP_NAME" 2>"$OUT/agent.log" >/dev/null &
 AGENT=$!
 PIDS+=("$AGENT")
+# TWIN_ENV: a second agent in the same namespace, under the same churn, with this
+# environment instead of AGENT_ENV (an A/B of one setting), on PORT+10, observed
+# into OUT/twin.
+if [[ -n ${TWIN_ENV:-} ]]; then
+	read -r -a TWIN <<<"$TWIN_ENV"
+	mkdir -p "$OUT/twin"
+	ip netns exec "$NS" env "${TWIN[@]}" nice -n 10 "$PW_BIN" serve --listen "127.0.0.1:$((PORT + 10))" \
+		--conntrack.stale-interval "$STALE_INTERVAL" --kube-proxy.process-name "$KP_NAME" 2>"$OUT/twin/agent.log" >/dev/null &
+	TWIN_PID=$!
+	PIDS+=("$TWIN_PID")
+fi
 echo "soak $MODE${AGENT_ENV:+ (${AGENT_ENV[*]})}: $SERVICES x $ENDPOINTS services, rules every ${RULE_PERIOD}s, $CT_FLOWS flows every ${CT_PERIOD}s," \
 	"kube-proxy fate every ${KP_PERIOD}s; agent pid $AGENT on $PORT for ${DURATION}s; samples in $OUT" >&2
 
@@ -287,7 +300,7 @@ def status():
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             k, _, rest = line.partition(":")
-            if k in ("VmRSS", "VmHWM", "Threads"):
+            if k in ("VmRSS", "VmHWM", "Threads", "RssAnon", "RssFile"):
                 v[k] = int(rest.split()[0])
     v["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
     kids = zombies = 0
@@ -309,7 +322,7 @@ def series(text, name):
 
 runs = {}
 f = open(os.path.join(out, "samples.csv"), "w")
-f.write("t,rss_kib,hwm_kib,fds,threads,children,zombies,metrics_ms,snapshot_ms,failed,stale_entries,probes_failed\n")
+f.write("t,rss_kib,hwm_kib,fds,threads,children,zombies,metrics_ms,snapshot_ms,failed,stale_entries,probes_failed,anon_kib,file_kib\n")
 start = time.monotonic()
 while time.monotonic() - start < duration:
     tick = time.monotonic()
@@ -355,7 +368,7 @@ while time.monotonic() - start < duration:
                     e = (o.get("error") or "")[:160]
                     r["errors"][e] = r["errors"].get(e, 0) + 1
     f.write(f"{tick - start:.1f},{st['VmRSS']},{st['VmHWM']},{st['fds']},{st['Threads']},{st['children']},{st['zombies']},"
-            f"{ms['/metrics']:.2f},{ms['/snapshot']:.2f},{failed},{stale},{pf}\n")
+            f"{ms['/metrics']:.2f},{ms['/snapshot']:.2f},{failed},{stale},{pf},{st.get('RssAnon', '')},{st.get('RssFile', '')}\n")
     f.flush()
     json.dump({k: {kk: vv for kk, vv in v.items() if kk != "last"} for k, v in runs.items()},
               open(os.path.join(out, "probes.json"), "w"), indent=1)
@@ -367,7 +380,15 @@ for _ in $(seq 100); do
 	in_ns python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/metrics', timeout=1)" 2>/dev/null && break
 	sleep 0.3
 done
+if [[ -n ${TWIN_ENV:-} ]]; then
+	in_ns python3 "$WORK/observe.py" "$((PORT + 10))" "$TWIN_PID" "$DURATION" "$OUT/twin" "$NS" 2>"$OUT/twin/observer.log" &
+	PIDS+=($!)
+fi
 in_ns python3 "$WORK/observe.py" "$PORT" "$AGENT" "$DURATION" "$OUT" "$NS" 2>"$OUT/observer.log" || true
+if [[ -n ${TWIN_ENV:-} ]]; then
+	wait "${PIDS[-1]}" 2>/dev/null || true
+	python3 "$ROOT/tests/bench/soak_report.py" "$OUT/twin" "$SLOPE_BOUND" "twin ($TWIN_ENV) of mode $MODE" | tee "$OUT/twin/report.txt"
+fi
 
 python3 "$ROOT/tests/bench/soak_report.py" "$OUT" "$SLOPE_BOUND" \
 	"mode $MODE, $SERVICES x $ENDPOINTS services, rules every ${RULE_PERIOD}s, $CT_FLOWS flows every ${CT_PERIOD}s, kube-proxy fate every ${KP_PERIOD}s, stale check every $STALE_INTERVAL" \

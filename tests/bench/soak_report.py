@@ -20,9 +20,19 @@ half = [i for i, x in enumerate(t) if x >= end / 2]
 first = [i for i, x in enumerate(t) if x < end / 2]
 
 
-def slope(idx):
+# RssAnon and RssFile (newer samples): a leak is anonymous memory; file pages are the
+# binary's text touched so far (bounded by its size, shared, reclaimable).
+anon = [int(r["anon_kib"]) / 1024 if r.get("anon_kib") else None for r in rows]
+filep = [int(r["file_kib"]) / 1024 if r.get("file_kib") else None for r in rows]
+
+
+def slope(idx, series=None):
+    series = series or rss
+    idx = [i for i in idx if series[i] is not None]
+    if len(idx) < 2:
+        return 0.0
     xs = [t[i] / 3600 for i in idx]
-    ys = [rss[i] for i in idx]
+    ys = [series[i] for i in idx]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
@@ -60,6 +70,11 @@ for label, sec in (("1 min", 60), ("15 min", 900), ("30 min", 1800), ("1 h", 360
 lines.append(f"RSS at the end: {rss[-1]:.2f} MiB; min/max over the second half {min(rss[i] for i in half):.2f}/{max(rss[i] for i in half):.2f} MiB")
 lines.append(f"VmHWM: at 15 min {rows[min(len(rows) - 1, 900)]['hwm_kib']} KiB, at the end {rows[-1]['hwm_kib']} KiB")
 lines.append(f"RSS slope over the second half ({end / 2 / 60:.0f}-{end / 60:.0f} min): {s:+.3f} MiB/h (bound {bound} MiB/h)")
+if all(v is not None for v in anon):
+    lines.append(f"RssAnon slope over the second half: {slope(half, anon):+.3f} MiB/h; RssFile {slope(half, filep):+.3f} MiB/h (at 15 min / end: anon {anon[min(len(rows) - 1, 900)]:.2f} / {anon[-1]:.2f}, file {filep[min(len(rows) - 1, 900)]:.2f} / {filep[-1]:.2f} MiB)")
+    h2 = [i for i, x in enumerate(t) if x >= 3600]
+    if end >= 7000 and h2:
+        lines.append(f"second hour: RSS {slope(h2):+.3f} MiB/h, RssAnon {slope(h2, anon):+.3f} MiB/h, RssFile {slope(h2, filep):+.3f} MiB/h")
 for name in ("fds", "threads", "children"):
     a, b = col(name, first), col(name, half)
     lines.append(f"{name}: first half {min(a)}-{max(a)}, second half {min(b)}-{max(b)}")
