@@ -79,34 +79,18 @@ for n in "${LEVELS[@]}"; do if ((n > TOP)); then TOP=$n; fi; done
 # N DST_NAT UDP + N/10 TCP + N/10 plain UDP, and some room for whatever else
 # the machine tracks (the table is per namespace, the limit is not).
 NEED=$((TOP + 2 * (TOP / 10) + 1000))
-MAXF=/proc/sys/net/netfilter/nf_conntrack_max
-MAX0=$(cat "$MAXF")
-RAISED=
 
 WORK=$(mktemp -d /tmp/pw-stale.XXXXXX)
 NS="pwst-$$"
 cleanup() {
 	ip netns del "$NS" 2>/dev/null || true
 	rm -rf "$WORK"
-	if [[ -n $RAISED ]]; then
-		# Only put it back if nobody changed it since.
-		if [[ $(cat "$MAXF") == "$RAISED" ]]; then
-			echo "$MAX0" >"$MAXF" && echo "nf_conntrack_max restored to $MAX0" >&2
-		else
-			echo "nf_conntrack_max is $(cat "$MAXF") now (set to $RAISED by this script, $MAX0 before): left as is" >&2
-		fi
-	fi
+	conntrack_max_restore
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-if ((MAX0 < NEED)); then
-	echo "$NEED" >"$MAXF"
-	RAISED=$NEED
-	echo "nf_conntrack_max raised from $MAX0 to $NEED for this run (restored on exit)" >&2
-else
-	echo "nf_conntrack_max is $MAX0 >= $NEED needed: not changed" >&2
-fi
+conntrack_max_at_least "$NEED"
 
 ip netns add "$NS"
 inns() { ip netns exec "$NS" "$@"; }
@@ -291,7 +275,7 @@ for n in "${LEVELS[@]}"; do
 	total=$((n + 2 * extra))
 	count=$(inns conntrack -C)
 	if [[ $count != "$total" ]]; then
-		echo "expected $total entries, conntrack -C says $count (nf_conntrack_max $(cat "$MAXF"))" >&2
+		echo "expected $total entries, conntrack -C says $count (nf_conntrack_max $(cat "$CT_MAX_FILE"))" >&2
 		exit 1
 	fi
 	# Not timed: what the kernel answers to the probe's UDP request, and what

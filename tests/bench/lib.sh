@@ -19,3 +19,28 @@ pw_bin() {
 	fi
 	[[ -x $PW_BIN ]] || { echo "no binary at $PW_BIN" >&2; exit 1; }
 }
+
+# conntrack_max_at_least N: raises the kernel-wide nf_conntrack_max to N for this
+# run when it is lower, saying so; conntrack_max_restore, from the EXIT trap, puts
+# the old value back unless someone changed it since.
+CT_MAX_FILE=/proc/sys/net/netfilter/nf_conntrack_max
+CT_MAX_BEFORE=
+CT_MAX_RAISED=
+conntrack_max_at_least() {
+	CT_MAX_BEFORE=$(cat "$CT_MAX_FILE")
+	if ((CT_MAX_BEFORE < $1)); then
+		echo "$1" >"$CT_MAX_FILE"
+		CT_MAX_RAISED=$1
+		echo "nf_conntrack_max raised from $CT_MAX_BEFORE to $1 for this run (restored on exit)" >&2
+	else
+		echo "nf_conntrack_max is $CT_MAX_BEFORE >= $1 needed: not changed" >&2
+	fi
+}
+conntrack_max_restore() {
+	[[ -n $CT_MAX_RAISED ]] || return 0
+	if [[ $(cat "$CT_MAX_FILE") == "$CT_MAX_RAISED" ]]; then
+		echo "$CT_MAX_BEFORE" >"$CT_MAX_FILE" && echo "nf_conntrack_max restored to $CT_MAX_BEFORE" >&2
+	else
+		echo "nf_conntrack_max is $(cat "$CT_MAX_FILE") now (set to $CT_MAX_RAISED by this script, $CT_MAX_BEFORE before): left as is" >&2
+	fi
+}

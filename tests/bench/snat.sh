@@ -56,31 +56,18 @@ TOP=0
 for n in "${LEVELS[@]}"; do if ((n > TOP)); then TOP=$n; fi; done
 ((TOP / DESTS <= 10000)) || { echo "more than 10,000 ports per group: raise DESTS" >&2; exit 1; }
 NEED=$((TOP + TOP / 10 + 1000))
-MAXF=/proc/sys/net/netfilter/nf_conntrack_max
-MAX0=$(cat "$MAXF")
-RAISED=
 
 WORK=$(mktemp -d /tmp/pw-snat.XXXXXX)
 NS="pwsn-$$"
 cleanup() {
 	ip netns del "$NS" 2>/dev/null || true
 	rm -rf "$WORK"
-	if [[ -n $RAISED ]]; then
-		if [[ $(cat "$MAXF") == "$RAISED" ]]; then
-			echo "$MAX0" >"$MAXF" && echo "nf_conntrack_max restored to $MAX0" >&2
-		else
-			echo "nf_conntrack_max is $(cat "$MAXF") now (set to $RAISED by this script, $MAX0 before): left as is" >&2
-		fi
-	fi
+	conntrack_max_restore
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-if ((MAX0 < NEED)); then
-	echo "$NEED" >"$MAXF"
-	RAISED=$NEED
-	echo "nf_conntrack_max raised from $MAX0 to $NEED for this run (restored on exit)" >&2
-fi
+conntrack_max_at_least "$NEED"
 
 ip netns add "$NS"
 inns() { ip netns exec "$NS" "$@"; }
