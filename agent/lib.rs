@@ -43,6 +43,10 @@
 
 #![forbid(unsafe_code)]
 
+// The probe table, first: every stage below reads it (`probe_table!`).
+#[macro_use]
+mod probe_table;
+
 pub mod compare;
 pub mod config;
 pub mod deadline;
