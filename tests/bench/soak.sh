@@ -26,7 +26,7 @@
 #              capture, /healthz, /proxyMode on 10249/10256), every KP_PERIOD
 #              s in turn: killed (SIGKILL), terminated (SIGTERM), frozen
 #              (SIGSTOP for 20 s), each time started again 5 s later;
-#   agent      the release binary under nice -n 10 (--conntrack.stale-interval
+#   agent      the release binary under nice -n 10 (--conntrack-stale.interval
 #              STALE_INTERVAL, other flags default, so the history windows are
 #              the production ones: full after 15 min);
 #   observer   every second: GET /metrics and /snapshot on one kept-alive
@@ -266,7 +266,7 @@ PIDS+=($!)
 # AGENT_ENV: extra environment for the agent (e.g. MALLOC_ARENA_MAX=2).
 read -r -a AGENT_ENV <<<"${AGENT_ENV:-}"
 ip netns exec "$NS" env "${AGENT_ENV[@]}" nice -n 10 "$PW_BIN" serve --listen "127.0.0.1:$PORT" \
-	--conntrack.stale-interval "$STALE_INTERVAL" 2>"$OUT/agent.log" >/dev/null &
+	--conntrack-stale.interval "$STALE_INTERVAL" 2>"$OUT/agent.log" >/dev/null &
 AGENT=$!
 PIDS+=("$AGENT")
 echo "soak $MODE${AGENT_ENV:+ (${AGENT_ENV[*]})}: $SERVICES x $ENDPOINTS services, rules every ${RULE_PERIOD}s, $CT_FLOWS flows every ${CT_PERIOD}s," \
