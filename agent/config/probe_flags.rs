@@ -207,6 +207,16 @@ mod tests {
             .map(|(n, _, _)| n)
             .collect();
         assert_eq!(shared, ["node", "modules", "conntrack", "sysctls", "neighbour_tables"]);
+        // And its help names them, as the README's row does.
+        use clap::CommandFactory;
+        let cmd = crate::config::Cli::command();
+        let check = cmd.find_subcommand("check").unwrap();
+        let arg = check
+            .get_arguments()
+            .find(|a| a.get_long() == Some("probe.timeout"))
+            .unwrap();
+        let help = arg.get_help().unwrap().to_string();
+        assert!(help.contains(&format!("({})", shared.join(", "))), "{help}");
     }
 
     #[test]
