@@ -11,7 +11,9 @@ use crate::evaluate::{ProxyMode, Thresholds};
 use crate::probe::ProbeName;
 use crate::scheduler::Schedule;
 
+mod probe_flags;
 mod values;
+pub use probe_flags::ProbeSchedules;
 pub use values::{parse_duration, value_error_origin, Every, DURATION_SYNTAX};
 use values::{
     parse_duration_or_zero, parse_interval_or_never, parse_mode, parse_process_name, parse_ratio, parse_severity,
@@ -350,18 +352,6 @@ pub struct Common {
     #[arg(long = "conntrack.time-to-full-critical", env = "PROXYWATCH_CONNTRACK_TIME_TO_FULL_CRITICAL", default_value = "10m", value_parser = parse_duration)]
     pub conntrack_time_to_full_critical: Duration,
 
-    /// How often the conntrack probe runs.
-    #[arg(long = "conntrack.interval", env = "PROXYWATCH_CONNTRACK_INTERVAL", default_value = "5s", value_parser = parse_duration)]
-    pub conntrack_interval: Duration,
-
-    /// How often the conntrack_stale probe dumps the NATed conntrack entries and compares them with the services' current endpoints; 0: never.
-    #[arg(long = "conntrack.stale-interval", env = "PROXYWATCH_CONNTRACK_STALE_INTERVAL", default_value = "60s", value_parser = parse_interval_or_never)]
-    pub conntrack_stale_interval: Every,
-
-    /// Deadline of one conntrack_stale run (rules and conntrack dump).
-    #[arg(long = "conntrack.stale-timeout", env = "PROXYWATCH_CONNTRACK_STALE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
-    pub conntrack_stale_timeout: Duration,
-
     /// Group the source-NATed conntrack entries (SNAT ports in use) and read the MASQUERADE/SNAT rules in the conntrack_stale probe's run; false: the stale check's dumps filter on DST_NAT in the kernel again.
     #[arg(long = "conntrack.snat", env = "PROXYWATCH_CONNTRACK_SNAT", default_value_t = true, action = clap::ArgAction::Set)]
     pub conntrack_snat: bool,
@@ -369,22 +359,6 @@ pub struct Common {
     /// Translated source ports in use / ports the rule allows, per (translated source, destination, port, protocol), that raises a warning (critical when full).
     #[arg(long = "conntrack.snat-fill-warning", env = "PROXYWATCH_CONNTRACK_SNAT_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
     pub conntrack_snat_fill_warning: f64,
-
-    /// How often the sysctls probe runs.
-    #[arg(long = "sysctls.interval", env = "PROXYWATCH_SYSCTLS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
-    pub sysctls_interval: Duration,
-
-    /// How often the node_ports probe compares the NodePorts the data plane serves with the ephemeral port range; 0: never.
-    #[arg(long = "node-ports.interval", env = "PROXYWATCH_NODE_PORTS_INTERVAL", default_value = "60s", value_parser = parse_interval_or_never)]
-    pub node_ports_interval: Every,
-
-    /// Deadline of one node_ports run (its NodePort chains and maps over netlink, /proc/net/ip_vs).
-    #[arg(long = "node-ports.timeout", env = "PROXYWATCH_NODE_PORTS_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub node_ports_timeout: Duration,
-
-    /// How often the neighbour_tables probe reads the kernel's ARP and NDP tables (entries, gc_thresh1-3, counters) over rtnetlink; 0: never.
-    #[arg(long = "neighbour-tables.interval", env = "PROXYWATCH_NEIGHBOUR_TABLES_INTERVAL", default_value = "15s", value_parser = parse_interval_or_never)]
-    pub neighbour_tables_interval: Every,
 
     /// Neighbour table entries / gc_thresh3 that raises a warning.
     #[arg(long = "neighbour-tables.fill-warning", env = "PROXYWATCH_NEIGHBOUR_TABLES_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
@@ -394,25 +368,13 @@ pub struct Common {
     #[arg(long = "neighbour-tables.window", env = "PROXYWATCH_NEIGHBOUR_TABLES_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub neighbour_tables_window: Duration,
 
-    /// How often the kernel modules probe runs.
-    #[arg(long = "modules.interval", env = "PROXYWATCH_MODULES_INTERVAL", default_value = "60s", value_parser = parse_duration)]
-    pub modules_interval: Duration,
+    /// Each probe's --<probe>.interval and --<probe>.timeout: from the probe table.
+    #[command(flatten)]
+    pub schedule: ProbeSchedules,
 
-    /// How often the node probe (CPUs, kernel release) runs.
-    #[arg(long = "node.interval", env = "PROXYWATCH_NODE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
-    pub node_interval: Duration,
-
-    /// Deadline of one run of each file probe (node, modules, conntrack, sysctls), ctnetlink or `conntrack -S` included.
+    /// Deadline of one run of each probe without a timeout of its own (node, modules, conntrack, sysctls, neighbour_tables), ctnetlink or `conntrack -S` included.
     #[arg(long = "probe.timeout", env = "PROXYWATCH_PROBE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
-
-    /// How often the iptables probe counts the rules (nft backend over netlink; iptables-legacy-save only where legacy tables exist).
-    #[arg(long = "iptables.interval", env = "PROXYWATCH_IPTABLES_INTERVAL", default_value = "60s", value_parser = parse_duration)]
-    pub iptables_interval: Duration,
-
-    /// Deadline of one iptables probe run: its netlink counts and every iptables-save it runs share it.
-    #[arg(long = "iptables.timeout", env = "PROXYWATCH_IPTABLES_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    pub iptables_timeout: Duration,
 
     /// How often iptables-nft-save cross-checks the netlink counts (0 = never; `check` runs it once unless 0).
     #[arg(long = "iptables.save-interval", env = "PROXYWATCH_IPTABLES_SAVE_INTERVAL", default_value = "10m", value_parser = parse_interval_or_never)]
@@ -442,22 +404,6 @@ pub struct Common {
     #[arg(long = "iptables.save-critical", env = "PROXYWATCH_IPTABLES_SAVE_CRITICAL", default_value = "5s", value_parser = parse_duration)]
     pub iptables_save_critical: Duration,
 
-    /// How often the nftables probe counts kube-proxy's nftables tables (over netlink; reused while nothing changed).
-    #[arg(long = "nftables.interval", env = "PROXYWATCH_NFTABLES_INTERVAL", default_value = "120s", value_parser = parse_duration)]
-    pub nftables_interval: Duration,
-
-    /// Deadline of one nftables probe run (both families).
-    #[arg(long = "nftables.timeout", env = "PROXYWATCH_NFTABLES_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    pub nftables_timeout: Duration,
-
-    /// How often the IPVS probe runs (ipvsadm, /proc/net/ip_vs, kube-ipvs0).
-    #[arg(long = "ipvs.interval", env = "PROXYWATCH_IPVS_INTERVAL", default_value = "30s", value_parser = parse_duration)]
-    pub ipvs_interval: Duration,
-
-    /// Deadline of one IPVS probe run (both ipvsadm commands, /proc, kube-ipvs0).
-    #[arg(long = "ipvs.timeout", env = "PROXYWATCH_IPVS_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub ipvs_timeout: Duration,
-
     /// kube-proxy's metrics server (serves /metrics and /proxyMode).
     #[arg(
         long = "kube-proxy.metrics-url",
@@ -477,14 +423,6 @@ pub struct Common {
     /// kube-proxy's process name: a process is a candidate when its comm (the name's first 15 bytes, as the kernel keeps it) and its argv[0]'s basename are both this. For a kube-proxy binary installed under another name.
     #[arg(long = "kube-proxy.process-name", env = "PROXYWATCH_KUBE_PROXY_PROCESS_NAME", default_value = "kube-proxy", value_parser = parse_process_name)]
     pub kube_proxy_process_name: String,
-
-    /// How often the kube-proxy probe runs.
-    #[arg(long = "kube-proxy.interval", env = "PROXYWATCH_KUBE_PROXY_INTERVAL", default_value = "15s", value_parser = parse_duration)]
-    pub kube_proxy_interval: Duration,
-
-    /// Deadline of one kube-proxy probe run: its requests (in parallel) and the process scan.
-    #[arg(long = "kube-proxy.timeout", env = "PROXYWATCH_KUBE_PROXY_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
-    pub kube_proxy_timeout: Duration,
 
     /// Largest kube-proxy /metrics body read, in bytes (real ones weigh 12 to 83 KiB); /proxyMode and /healthz are capped at 4 KiB and 64 KiB.
     #[arg(long = "kube-proxy.max-body-bytes", env = "PROXYWATCH_KUBE_PROXY_MAX_BODY_BYTES", default_value_t = 4 << 20)]
@@ -593,7 +531,11 @@ impl Common {
         crate::history::HistoryConfig {
             conntrack_window_seconds: self.conntrack_window.as_secs_f64(),
             conntrack_trend_window_seconds: self.conntrack_trend_window.as_secs_f64(),
-            conntrack_interval_seconds: self.conntrack_interval.as_secs_f64(),
+            conntrack_interval_seconds: self
+                .schedule
+                .interval(ProbeName::Conntrack)
+                .unwrap_or_default()
+                .as_secs_f64(),
             neighbour_tables_window_seconds: self.neighbour_tables_window.as_secs_f64(),
         }
     }
@@ -602,23 +544,10 @@ impl Common {
         crate::probe::PROBES
             .iter()
             .filter_map(|&probe| {
-                let (interval, timeout) = match probe {
-                    ProbeName::Node => (self.node_interval, self.probe_timeout),
-                    ProbeName::Modules => (self.modules_interval, self.probe_timeout),
-                    ProbeName::Conntrack => (self.conntrack_interval, self.probe_timeout),
-                    ProbeName::ConntrackStale => (self.conntrack_stale_interval.0?, self.conntrack_stale_timeout),
-                    ProbeName::Sysctls => (self.sysctls_interval, self.probe_timeout),
-                    ProbeName::NodePorts => (self.node_ports_interval.0?, self.node_ports_timeout),
-                    ProbeName::NeighbourTables => (self.neighbour_tables_interval.0?, self.probe_timeout),
-                    ProbeName::Iptables => (self.iptables_interval, self.iptables_timeout),
-                    ProbeName::Nftables => (self.nftables_interval, self.nftables_timeout),
-                    ProbeName::Ipvs => (self.ipvs_interval, self.ipvs_timeout),
-                    ProbeName::KubeProxy => (self.kube_proxy_interval, self.kube_proxy_timeout),
-                };
                 Some(Schedule {
                     probe,
-                    interval,
-                    timeout,
+                    interval: self.schedule.interval(probe)?,
+                    timeout: self.schedule.timeout(probe, self.probe_timeout),
                 })
             })
             .collect()

@@ -32,16 +32,22 @@
 //! finding; `expose::metrics` renders `proxywatch_conntrack_stat_drop_total` and
 //! `proxywatch_finding_severity{id="conntrack_drops"}`, served as bytes on `/metrics`.
 //!
-//! Each probe's deadline is its `--*.timeout` flag: commands get what is left of
-//! it, file reads run behind a hang guard, requests end at it. A probe that
-//! fails, hangs or panics fails alone; a panic in history, evaluation or
-//! rendering is caught too (`scheduler::step`), counted, and `/healthz` fails
-//! once no report has gone through for a while (`liveness`), so the kubelet
-//! restarts an agent whose publication would otherwise stay frozen. `config` holds every flag and its default
-//! (the only place defaults are written); `exec` is the one command runner,
-//! `fetch` the one HTTP client.
+//! Each probe is registered once, in its row of the probe table (`probe_table.rs`), which
+//! every stage reads where it lives: the probe's name, reader, facts slot, flags and metrics
+//! sections. Each probe's deadline is its `--<probe>.timeout` flag (or the shared
+//! `--probe.timeout`): commands get what is left of it, file reads run behind a hang guard,
+//! requests end at it. A probe that fails, hangs or panics fails alone; a panic in history,
+//! evaluation or rendering is caught too (`scheduler::step`), counted, and `/healthz` fails
+//! once no report has gone through for a while (`liveness`), so the kubelet restarts an agent
+//! whose publication would otherwise stay frozen. `config` holds every flag and its default
+//! (the only place defaults are written; each probe's interval and timeout are its table
+//! row's); `exec` is the one command runner, `fetch` the one HTTP client.
 
 #![forbid(unsafe_code)]
+
+// The probe table, first: every stage below reads it (`probe_table!`).
+#[macro_use]
+mod probe_table;
 
 pub mod compare;
 pub mod config;

@@ -6,83 +6,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::history::Derived;
-use crate::probe::conntrack::ConntrackFacts;
-use crate::probe::conntrack_stale::ConntrackStaleFacts;
-use crate::probe::iptables::IptablesFacts;
-use crate::probe::ipvs::IpvsFacts;
-use crate::probe::kube_proxy::KubeProxyFacts;
-use crate::probe::modules::ModuleFacts;
-use crate::probe::neighbour_tables::NeighbourFacts;
-use crate::probe::nftables::NftablesFacts;
-use crate::probe::node::NodeFacts;
-use crate::probe::node_ports::NodePortFacts;
-use crate::probe::sysctl::SysctlFacts;
 use crate::probe::{ProbeName, Reading};
 
-/// Everything the probes found. A probe that found its source absent leaves
-/// its slot empty; one that failed keeps its last good reading for a while,
-/// with that reading's time in its outcome (`reading_seconds`), never a
-/// partial one: an old number is shown as old, never as current.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Facts {
-    #[serde(default)]
-    pub node: Option<NodeFacts>,
-    #[serde(default)]
-    pub modules: Option<ModuleFacts>,
-    #[serde(default)]
-    pub conntrack: Option<ConntrackFacts>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conntrack_stale: Option<ConntrackStaleFacts>,
-    #[serde(default)]
-    pub sysctls: Option<SysctlFacts>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_ports: Option<NodePortFacts>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub neighbour_tables: Option<NeighbourFacts>,
-    #[serde(default)]
-    pub iptables: Option<IptablesFacts>,
-    #[serde(default)]
-    pub nftables: Option<NftablesFacts>,
-    #[serde(default)]
-    pub ipvs: Option<IpvsFacts>,
-    #[serde(default)]
-    pub kube_proxy: Option<KubeProxyFacts>,
-}
-
-impl Facts {
-    pub fn apply(&mut self, reading: Reading) {
-        match reading {
-            Reading::Node(f) => self.node = Some(f),
-            Reading::Modules(f) => self.modules = Some(f),
-            Reading::Conntrack(f) => self.conntrack = Some(f),
-            Reading::ConntrackStale(f) => self.conntrack_stale = Some(f),
-            Reading::Sysctls(f) => self.sysctls = Some(f),
-            Reading::NodePorts(f) => self.node_ports = Some(f),
-            Reading::NeighbourTables(f) => self.neighbour_tables = Some(f),
-            Reading::Iptables(f) => self.iptables = Some(f),
-            Reading::Nftables(f) => self.nftables = Some(f),
-            Reading::Ipvs(f) => self.ipvs = Some(f),
-            Reading::KubeProxy(f) => self.kube_proxy = Some(*f),
-        }
-    }
-
-    /// Empties a probe's slot (it failed or its source is absent).
-    pub fn clear(&mut self, probe: ProbeName) {
-        match probe {
-            ProbeName::Node => self.node = None,
-            ProbeName::Modules => self.modules = None,
-            ProbeName::Conntrack => self.conntrack = None,
-            ProbeName::ConntrackStale => self.conntrack_stale = None,
-            ProbeName::Sysctls => self.sysctls = None,
-            ProbeName::NodePorts => self.node_ports = None,
-            ProbeName::NeighbourTables => self.neighbour_tables = None,
-            ProbeName::Iptables => self.iptables = None,
-            ProbeName::Nftables => self.nftables = None,
-            ProbeName::Ipvs => self.ipvs = None,
-            ProbeName::KubeProxy => self.kube_proxy = None,
-        }
-    }
-}
+// `Facts` (one slot per probe, in `/snapshot` as `facts`) and its `apply` and `clear`: from the
+// probe table, `agent/probe_table.rs`.
+probe_table!(facts);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

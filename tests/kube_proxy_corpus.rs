@@ -437,7 +437,7 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
         .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
         .args(common::NO_KUBE_PROXY)
         .args([
-            "--conntrack.stale-interval",
+            "--conntrack-stale.interval",
             "1s",
             "--iptables.interval",
             "1s",
@@ -619,7 +619,7 @@ fn legacy_save_cut_or_garbled_is_an_error_and_nftables_still_counts() {
             .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
             .args(common::NO_KUBE_PROXY)
             .args([
-                "--conntrack.stale-interval",
+                "--conntrack-stale.interval",
                 "1s",
                 "--iptables.interval",
                 "1s",

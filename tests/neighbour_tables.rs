@@ -52,7 +52,7 @@ fn the_agent_reads_the_tables_ip_ntable_shows() {
                 "json",
                 "--iptables.save-interval",
                 "0",
-                "--conntrack.stale-interval",
+                "--conntrack-stale.interval",
                 "0",
             ],
         )

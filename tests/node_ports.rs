@@ -75,7 +75,7 @@ fn check(ns: &Netns) -> Value {
                 "json",
                 "--iptables.save-interval",
                 "0",
-                "--conntrack.stale-interval",
+                "--conntrack-stale.interval",
                 "0",
             ],
         )
@@ -251,7 +251,7 @@ fn node_ports_read_again_when_commits_fall_between_the_families() {
                     "json",
                     "--iptables.save-interval",
                     "0",
-                    "--conntrack.stale-interval",
+                    "--conntrack-stale.interval",
                     "0",
                 ],
             )

@@ -125,13 +125,6 @@ pub fn value_error_origin(err: &clap::Error, args: &[std::ffi::OsString]) -> Opt
     // "--conntrack.window <DURATION>" -> "conntrack.window".
     let long = shown.strip_prefix("--")?.split([' ', '=']).next()?.to_string();
     let flag = format!("--{long}");
-    let on_command_line = args.iter().any(|a| {
-        let a = a.to_string_lossy();
-        a == flag || a.starts_with(&format!("{flag}="))
-    });
-    if on_command_line {
-        return None;
-    }
     let cmd = Cli::command();
     let mut all = vec![&cmd];
     all.extend(cmd.get_subcommands());
@@ -140,13 +133,23 @@ pub fn value_error_origin(err: &clap::Error, args: &[std::ffi::OsString]) -> Opt
         subs.extend(c.get_subcommands());
     }
     all.extend(subs);
-    let env = all
+    let arg = all
         .iter()
         .flat_map(|c| c.get_arguments())
-        .find(|a| a.get_long() == Some(long.as_str()))?
-        .get_env()?
-        .to_string_lossy()
-        .into_owned();
+        .find(|a| a.get_long() == Some(long.as_str()))?;
+    // Typed under its name or a former one (a hidden alias).
+    let names: Vec<String> = std::iter::once(long.as_str())
+        .chain(arg.get_all_aliases().unwrap_or_default())
+        .map(|n| format!("--{n}"))
+        .collect();
+    let on_command_line = args.iter().any(|a| {
+        let a = a.to_string_lossy();
+        names.iter().any(|n| a == n.as_str() || a.starts_with(&format!("{n}=")))
+    });
+    if on_command_line {
+        return None;
+    }
+    let env = arg.get_env()?.to_string_lossy().into_owned();
     let value = std::env::var_os(&env)?;
     Some(format!(
         "the value came from the environment variable {env}={:?}, which sets {flag} (in a cluster: the DaemonSet's env)",

@@ -4,9 +4,10 @@
 //! registry per render, so `inc_by` sets it). Cardinality is bounded: one
 //! series per watched module, sysctl, probe and check id.
 //!
-//! One function per section, called in order by `render`; the larger families live beside
-//! this file: `metrics/rules.rs` (iptables, nftables, IPVS, netlink counts) and
-//! `metrics/kube_proxy.rs` (kube-proxy itself).
+//! One function per section, called by `render` (each probe's sections are named in its row of
+//! the probe table, `agent/probe_table.rs`); the larger families live beside this file:
+//! `metrics/rules.rs` (iptables, nftables, IPVS, netlink counts) and `metrics/kube_proxy.rs`
+//! (kube-proxy itself).
 
 use prometheus::core::{AtomicF64, AtomicU64};
 use prometheus::core::{Collector, GenericCounterVec, GenericGaugeVec};
@@ -88,28 +89,23 @@ impl Out {
     }
 }
 
+// `probe_sections`: the sections of each probe's facts, named in its row of the probe table
+// (`agent/probe_table.rs`).
+probe_table!(metrics);
+
 /// Renders a snapshot and its findings: one function per section, each registering its
-/// series in the shared registry; the encoder writes the families sorted by name.
+/// series in the shared registry; the encoder writes the families sorted by name. Each probe's
+/// sections come from the probe table; the rest are the agent's own (probes, rule-set counts,
+/// the history's per-Service rejects, the process, the findings).
 pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     let out = Out {
         registry: Registry::new(),
     };
     build_info(&out);
     probes(&out, s);
-    conntrack(&out, s);
-    conntrack_stale(&out, s);
-    snat::snat(&out, s);
-    node(&out, s);
-    modules(&out, s);
-    sysctls(&out, s);
-    node_ports(&out, s);
-    neighbour_tables(&out, s);
-    iptables(&out, s);
-    nftables(&out, s);
+    probe_sections(&out, s);
     netlink_counts(&out, s);
     service_rejects::render(&out, s);
-    ipvs(&out, s);
-    kube_proxy(&out, s);
     own_process(&out);
     self::findings(&out, findings);
     out.encode()

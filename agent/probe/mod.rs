@@ -46,55 +46,9 @@ use crate::host::{Host, ReadError};
 
 pub use crate::deadline::Deadline;
 
-/// Every probe, in the order reports list them. The name is the probe's
-/// `probe` label, its JSON key and its flag prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProbeName {
-    Node,
-    Modules,
-    Conntrack,
-    ConntrackStale,
-    Sysctls,
-    NodePorts,
-    NeighbourTables,
-    Iptables,
-    Nftables,
-    Ipvs,
-    KubeProxy,
-}
-
-pub const PROBES: &[ProbeName] = &[
-    ProbeName::Node,
-    ProbeName::Modules,
-    ProbeName::Conntrack,
-    ProbeName::ConntrackStale,
-    ProbeName::Sysctls,
-    ProbeName::NodePorts,
-    ProbeName::NeighbourTables,
-    ProbeName::Iptables,
-    ProbeName::Nftables,
-    ProbeName::Ipvs,
-    ProbeName::KubeProxy,
-];
-
-impl ProbeName {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProbeName::Node => "node",
-            ProbeName::Modules => "modules",
-            ProbeName::Conntrack => "conntrack",
-            ProbeName::ConntrackStale => "conntrack_stale",
-            ProbeName::Sysctls => "sysctls",
-            ProbeName::NodePorts => "node_ports",
-            ProbeName::NeighbourTables => "neighbour_tables",
-            ProbeName::Iptables => "iptables",
-            ProbeName::Nftables => "nftables",
-            ProbeName::Ipvs => "ipvs",
-            ProbeName::KubeProxy => "kube_proxy",
-        }
-    }
-}
+// `ProbeName` (one variant per probe), `PROBES`, `Reading` and `run`: from the probe table,
+// `agent/probe_table.rs`, where each probe is registered once.
+probe_table!(probe);
 
 impl std::fmt::Display for ProbeName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -200,48 +154,6 @@ impl Memory {
     }
 }
 
-/// What one probe run read: one variant per probe, its facts of that moment.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reading {
-    Node(node::NodeFacts),
-    Modules(modules::ModuleFacts),
-    Conntrack(conntrack::ConntrackFacts),
-    ConntrackStale(conntrack_stale::ConntrackStaleFacts),
-    Sysctls(sysctl::SysctlFacts),
-    NodePorts(node_ports::NodePortFacts),
-    NeighbourTables(neighbour_tables::NeighbourFacts),
-    Iptables(iptables::IptablesFacts),
-    Nftables(nftables::NftablesFacts),
-    Ipvs(ipvs::IpvsFacts),
-    KubeProxy(Box<kube_proxy::KubeProxyFacts>),
-}
-
-/// Runs one probe once, until `deadline`: the one place that knows which
-/// function reads which probe.
-pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Reading>, ProbeError> {
-    fn wrap<T>(r: Result<Probed<T>, ProbeError>, into: fn(T) -> Reading) -> Result<Probed<Reading>, ProbeError> {
-        r.map(|p| match p {
-            Probed::Present(t) => Probed::Present(into(t)),
-            Probed::Absent(why) => Probed::Absent(why),
-        })
-    }
-    match name {
-        ProbeName::Node => wrap(node::probe(ctx, deadline).await, Reading::Node),
-        ProbeName::Modules => wrap(modules::probe(ctx, deadline).await, Reading::Modules),
-        ProbeName::Conntrack => wrap(conntrack::probe(ctx, deadline).await, Reading::Conntrack),
-        ProbeName::ConntrackStale => wrap(conntrack_stale::probe(ctx, deadline).await, Reading::ConntrackStale),
-        ProbeName::Sysctls => wrap(sysctl::probe(ctx, deadline).await, Reading::Sysctls),
-        ProbeName::NodePorts => wrap(node_ports::probe(ctx, deadline).await, Reading::NodePorts),
-        ProbeName::NeighbourTables => wrap(neighbour_tables::probe(ctx, deadline).await, Reading::NeighbourTables),
-        ProbeName::Iptables => wrap(iptables_nft::probe(ctx, deadline).await, Reading::Iptables),
-        ProbeName::Nftables => wrap(nftables::probe(ctx, deadline).await, Reading::Nftables),
-        ProbeName::Ipvs => wrap(ipvs::probe(ctx, deadline).await, Reading::Ipvs),
-        ProbeName::KubeProxy => wrap(kube_proxy::probe(ctx, deadline).await, |f| {
-            Reading::KubeProxy(Box::new(f))
-        }),
-    }
-}
-
 /// File probes whose blocking read is still running, and since when. A read
 /// stuck in the kernel (a hung FUSE or NFS file) cannot be cancelled; the next
 /// interval must not start another thread behind it.
@@ -300,6 +212,26 @@ pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probes_name_is_one_word_everywhere() {
+        for p in PROBES {
+            // The `probe` label and the JSON key of its outcome and of its facts.
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str(), "{p:?}");
+            let facts = serde_json::to_value(crate::snapshot::Facts::default()).unwrap();
+            let slot = facts.as_object().unwrap().contains_key(p.as_str());
+            let omitted_while_empty = [
+                ProbeName::ConntrackStale,
+                ProbeName::NodePorts,
+                ProbeName::NeighbourTables,
+            ];
+            assert_eq!(
+                slot,
+                !omitted_while_empty.contains(p),
+                "{p}: its slot in /snapshot's facts"
+            );
+        }
+    }
 
     #[test]
     fn cross_check_schedule() {

@@ -297,7 +297,7 @@ for n in "${LEVELS[@]}"; do
 	stale=() dump=() check=() list=() akib=() lkib=()
 	for ((i = 0; i < RUNS; i++)); do
 		read -r s k < <(timed "$WORK/out.json" "$PW_BIN" check --format json --node-name bench --log.level error \
-			--conntrack.stale-timeout 10m || true)
+			--conntrack-stale.timeout 10m || true)
 		check+=("$s") akib+=("$k")
 		vals=$(python3 -c '
 import json, sys

@@ -157,7 +157,7 @@ for n in "${LEVELS[@]}"; do
 	probe=() dump=() list=() akib=() lkib=() acpu=() lcpu=()
 	for ((i = 0; i < RUNS; i++)); do
 		read -r s k c < <(timed "$WORK/out.json" "$PW_BIN" check --format json --node-name bench --log.level error \
-			--conntrack.stale-timeout 10m || true)
+			--conntrack-stale.timeout 10m || true)
 		akib+=("$k") acpu+=("$c")
 		vals=$(python3 -c '
 import json, math, sys

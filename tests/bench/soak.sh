@@ -27,7 +27,7 @@
 #              capture, /healthz, /proxyMode on 10249/10256), every KP_PERIOD
 #              s in turn: killed (SIGKILL), terminated (SIGTERM), frozen
 #              (SIGSTOP for 20 s), each time started again 5 s later;
-#   agent      the release binary under nice -n 10 (--conntrack.stale-interval
+#   agent      the release binary under nice -n 10 (--conntrack-stale.interval
 #              STALE_INTERVAL, other flags default, so the history windows are
 #              the production ones: full after 15 min);
 #   observer   every second: GET /metrics and /snapshot on one kept-alive
@@ -273,7 +273,7 @@ PIDS+=($!)
 # AGENT_ENV: extra environment for the agent (e.g. MALLOC_ARENA_MAX=2).
 read -r -a AGENT_ENV <<<"${AGENT_ENV:-}"
 ip netns exec "$NS" env "${AGENT_ENV[@]}" nice -n 10 "$PW_BIN" serve --listen "127.0.0.1:$PORT" \
-	--conntrack.stale-interval "$STALE_INTERVAL" --kube-proxy.process-name "$KP_NAME" 2>"$OUT/agent.log" >/dev/null &
+	--conntrack-stale.interval "$STALE_INTERVAL" --kube-proxy.process-name "$KP_NAME" 2>"$OUT/agent.log" >/dev/null &
 AGENT=$!
 PIDS+=("$AGENT")
 # TWIN_ENV: a second agent in the same namespace, under the same churn, with this
@@ -283,7 +283,7 @@ if [[ -n ${TWIN_ENV:-} ]]; then
 	read -r -a TWIN <<<"$TWIN_ENV"
 	mkdir -p "$OUT/twin"
 	ip netns exec "$NS" env "${TWIN[@]}" nice -n 10 "$PW_BIN" serve --listen "127.0.0.1:$((PORT + 10))" \
-		--conntrack.stale-interval "$STALE_INTERVAL" --kube-proxy.process-name "$KP_NAME" 2>"$OUT/twin/agent.log" >/dev/null &
+		--conntrack-stale.interval "$STALE_INTERVAL" --kube-proxy.process-name "$KP_NAME" 2>"$OUT/twin/agent.log" >/dev/null &
 	TWIN_PID=$!
 	PIDS+=("$TWIN_PID")
 fi

@@ -22,7 +22,7 @@
 #   stale_s            probes.conntrack_stale.duration_seconds: the service table
 #                      read over netlink (a fresh process: nothing reused)
 #   on_kib / off_kib   peak RSS (GNU time %M) of the whole check with the stale
-#                      check on (default) and off (--conntrack.stale-interval 0)
+#                      check on (default) and off (--conntrack-stale.interval 0)
 #   list_s / list_kib  wall time and peak RSS of the listing above (> /dev/null)
 #   psave_s            leg: the iptables probe's iptables-legacy-save run inside
 #                      the check (facts.iptables.saves, legacy ipv4), its lines
@@ -60,7 +60,7 @@ median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2
 # check NS INTERVAL: one check; prints "stale_s ports endpoints peak_kib psave_s".
 check() {
 	/usr/bin/time -f %M -o "$WORK/rss" ip netns exec "$1" "$PW_BIN" check --format json \
-		--iptables.save-interval 0 --conntrack.stale-interval "$2" \
+		--iptables.save-interval 0 --conntrack-stale.interval "$2" \
 		--kube-proxy.metrics-url http://127.0.0.1:9 --kube-proxy.healthz-url http://127.0.0.1:9 \
 		>"$WORK/out.json" 2>/dev/null || true
 	python3 - "$WORK/out.json" "$(tail -n 1 "$WORK/rss")" <<'PY'

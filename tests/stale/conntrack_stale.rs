@@ -361,7 +361,7 @@ fn scenario(mode: Mode, tag: &str) {
     let agent = node
         .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
         .args(common::NO_KUBE_PROXY)
-        .args(["--conntrack.stale-interval", "1s", "--iptables.save-interval", "0"])
+        .args(["--conntrack-stale.interval", "1s", "--iptables.save-interval", "0"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -905,7 +905,7 @@ fn snat_ports_in_use_match_conntrack_and_masquerade_without_random_fully_is_repo
     let agent = node
         .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
         .args(common::NO_KUBE_PROXY)
-        .args(["--conntrack.stale-interval", "1s", "--iptables.save-interval", "0"])
+        .args(["--conntrack-stale.interval", "1s", "--iptables.save-interval", "0"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

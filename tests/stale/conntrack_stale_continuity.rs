@@ -85,7 +85,7 @@ fn the_stale_gauge_and_finding_hold_through_commits_during_every_dump() {
     let agent = Serve::new()
         .in_netns(&node)
         .args(common::NO_KUBE_PROXY)
-        .args(["--conntrack.stale-interval", "1s", "--iptables.save-interval", "0"])
+        .args(["--conntrack-stale.interval", "1s", "--iptables.save-interval", "0"])
         .start();
     let udp = "proxywatch_conntrack_stale_entries{protocol=\"udp\"}";
     let tcp = "proxywatch_conntrack_stale_entries{protocol=\"tcp\"}";

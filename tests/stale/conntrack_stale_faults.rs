@@ -218,7 +218,7 @@ fn stale_counts_stay_exact_or_fail_as_changed_while_rules_churn() {
     let agent = Serve::new()
         .in_netns(&node)
         .args(common::NO_KUBE_PROXY)
-        .args(["--conntrack.stale-interval", "250ms", "--iptables.save-interval", "0"])
+        .args(["--conntrack-stale.interval", "250ms", "--iptables.save-interval", "0"])
         .start();
 
     // Before the churn: the counts are right.

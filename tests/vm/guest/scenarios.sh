@@ -470,7 +470,7 @@ stale_round() {
 stale_serve() {
     local _i _pid
     env -i PATH="$AGENT_PATH" /usr/bin/proxywatch serve --listen 127.0.0.1:9877 --node-name vm --log.level error \
-        $NO_KUBE_PROXY --kube-proxy.mode ipvs --conntrack.stale-interval 1s >/tmp/serve.out 2>&1 &
+        $NO_KUBE_PROXY --kube-proxy.mode ipvs --conntrack-stale.interval 1s >/tmp/serve.out 2>&1 &
     _pid=$!
     : >/tmp/scrapes
     for _i in $(seq 1 60); do

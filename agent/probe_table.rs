@@ -1,0 +1,256 @@
+//! The probe table: every probe, once, with everything the other stages need to know of it.
+//!
+//! One row per probe, in the order reports list them:
+//!
+//! | column | what it says | read by |
+//! |---|---|---|
+//! | `Variant => name` | `ProbeName::Variant`; `name` is the probe's `probe` label, its JSON key and its `Facts` slot | `probe/mod.rs`, `snapshot.rs` |
+//! | `run` | the probe's `async fn probe(ctx, deadline)` | `probe::run` |
+//! | `facts` | what one run reads: `Reading::Variant` and the slot's type (`(boxed)`: moved in a `Box`, it is large) | `probe/mod.rs`, `snapshot.rs` |
+//! | `json` | the slot's serde attributes in `/snapshot` (`null` or left out while empty) | `snapshot.rs` |
+//! | `interval`, `timeout` | the flags `--<name>.interval` and `--<name>.timeout` (`None`: `--probe.timeout`) | `config/probe_flags.rs` |
+//! | `metrics` | the functions of `expose/metrics.rs` (or its files) that render its facts | `expose::metrics::render` |
+//!
+//! Each stage reads the table in its own module by calling `probe_table!(stage)`, which writes
+//! that stage's part there: `probe` makes `ProbeName`, `PROBES`, `Reading` and `run`; `facts`
+//! makes `Facts` with `apply` and `clear`; `flags` makes the table of each probe's flags;
+//! `metrics` makes `probe_sections`, which `render` calls. The names in a row are resolved where
+//! the stage calls it (`node::probe` in `probe/`, `node` in `expose/metrics.rs`), so no stage
+//! imports another to learn the list, and adding a probe is its file under `agent/probe/` and
+//! its row here (docs/how-it-works.md, "Adding a probe").
+//!
+//! A flag's prefix is its subject: a probe's own schedule is `--<name>.interval` and
+//! `--<name>.timeout`, the probe's name with `-` for `_`; a probe without a timeout of its own
+//! runs under `--probe.timeout`.
+
+macro_rules! probe_table {
+    ($stage:ident) => {
+        probe_table! { @rows $stage
+            /// CPUs and kernel release.
+            Node => node {
+                run: node::probe,
+                facts: node::NodeFacts,
+                json: #[serde(default)],
+                interval: Flag::duration("node.interval", "PROXYWATCH_NODE_INTERVAL", "60s",
+                    "How often the node probe (CPUs, kernel release) runs"),
+                timeout: None,
+                metrics: [node],
+            }
+            /// The kernel modules kube-proxy's modes need, loaded or built in.
+            Modules => modules {
+                run: modules::probe,
+                facts: modules::ModuleFacts,
+                json: #[serde(default)],
+                interval: Flag::duration("modules.interval", "PROXYWATCH_MODULES_INTERVAL", "60s",
+                    "How often the kernel modules probe runs"),
+                timeout: None,
+                metrics: [modules],
+            }
+            /// The conntrack table's fill and the kernel's conntrack statistics.
+            Conntrack => conntrack {
+                run: conntrack::probe,
+                facts: conntrack::ConntrackFacts,
+                json: #[serde(default)],
+                interval: Flag::duration("conntrack.interval", "PROXYWATCH_CONNTRACK_INTERVAL", "5s",
+                    "How often the conntrack probe runs"),
+                timeout: None,
+                metrics: [conntrack],
+            }
+            /// NATed conntrack entries whose endpoint is gone, and the source-NAT port use.
+            ConntrackStale => conntrack_stale {
+                run: conntrack_stale::probe,
+                facts: conntrack_stale::ConntrackStaleFacts,
+                json: #[serde(default, skip_serializing_if = "Option::is_none")],
+                interval: Flag::or_never("conntrack-stale.interval", "PROXYWATCH_CONNTRACK_STALE_INTERVAL", "60s",
+                    "How often the conntrack_stale probe dumps the NATed conntrack entries and compares them with the services' current endpoints; 0: never")
+                    .was("conntrack.stale-interval"),
+                timeout: Some(Flag::duration("conntrack-stale.timeout", "PROXYWATCH_CONNTRACK_STALE_TIMEOUT", "20s",
+                    "Deadline of one conntrack_stale run (rules and conntrack dump)")
+                    .was("conntrack.stale-timeout")),
+                metrics: [conntrack_stale, snat::snat],
+            }
+            /// The sysctls kube-proxy's data plane depends on.
+            Sysctls => sysctls {
+                run: sysctl::probe,
+                facts: sysctl::SysctlFacts,
+                json: #[serde(default)],
+                interval: Flag::duration("sysctls.interval", "PROXYWATCH_SYSCTLS_INTERVAL", "15s",
+                    "How often the sysctls probe runs"),
+                timeout: None,
+                metrics: [sysctls],
+            }
+            /// The NodePorts the data plane serves against the ephemeral port range.
+            NodePorts => node_ports {
+                run: node_ports::probe,
+                facts: node_ports::NodePortFacts,
+                json: #[serde(default, skip_serializing_if = "Option::is_none")],
+                interval: Flag::or_never("node-ports.interval", "PROXYWATCH_NODE_PORTS_INTERVAL", "60s",
+                    "How often the node_ports probe compares the NodePorts the data plane serves with the ephemeral port range; 0: never"),
+                timeout: Some(Flag::duration("node-ports.timeout", "PROXYWATCH_NODE_PORTS_TIMEOUT", "10s",
+                    "Deadline of one node_ports run (its NodePort chains and maps over netlink, /proc/net/ip_vs)")),
+                metrics: [node_ports],
+            }
+            /// The ARP and NDP tables against their gc thresholds.
+            NeighbourTables => neighbour_tables {
+                run: neighbour_tables::probe,
+                facts: neighbour_tables::NeighbourFacts,
+                json: #[serde(default, skip_serializing_if = "Option::is_none")],
+                interval: Flag::or_never("neighbour-tables.interval", "PROXYWATCH_NEIGHBOUR_TABLES_INTERVAL", "15s",
+                    "How often the neighbour_tables probe reads the kernel's ARP and NDP tables (entries, gc_thresh1-3, counters) over rtnetlink; 0: never"),
+                timeout: None,
+                metrics: [neighbour_tables],
+            }
+            /// iptables: backends, rule counts, kube-proxy's chains, the save cross-check.
+            Iptables => iptables {
+                run: iptables_nft::probe,
+                facts: iptables::IptablesFacts,
+                json: #[serde(default)],
+                interval: Flag::duration("iptables.interval", "PROXYWATCH_IPTABLES_INTERVAL", "60s",
+                    "How often the iptables probe counts the rules (nft backend over netlink; iptables-legacy-save only where legacy tables exist)"),
+                timeout: Some(Flag::duration("iptables.timeout", "PROXYWATCH_IPTABLES_TIMEOUT", "30s",
+                    "Deadline of one iptables probe run: its netlink counts and every iptables-save it runs share it")),
+                metrics: [iptables],
+            }
+            /// kube-proxy's nftables tables, counted over netlink.
+            Nftables => nftables {
+                run: nftables::probe,
+                facts: nftables::NftablesFacts,
+                json: #[serde(default)],
+                interval: Flag::duration("nftables.interval", "PROXYWATCH_NFTABLES_INTERVAL", "120s",
+                    "How often the nftables probe counts kube-proxy's nftables tables (over netlink; reused while nothing changed)"),
+                timeout: Some(Flag::duration("nftables.timeout", "PROXYWATCH_NFTABLES_TIMEOUT", "30s",
+                    "Deadline of one nftables probe run (both families)")),
+                metrics: [nftables],
+            }
+            /// IPVS: virtual servers, real servers, kube-ipvs0.
+            Ipvs => ipvs {
+                run: ipvs::probe,
+                facts: ipvs::IpvsFacts,
+                json: #[serde(default)],
+                interval: Flag::duration("ipvs.interval", "PROXYWATCH_IPVS_INTERVAL", "30s",
+                    "How often the IPVS probe runs (ipvsadm, /proc/net/ip_vs, kube-ipvs0)"),
+                timeout: Some(Flag::duration("ipvs.timeout", "PROXYWATCH_IPVS_TIMEOUT", "10s",
+                    "Deadline of one IPVS probe run (both ipvsadm commands, /proc, kube-ipvs0)")),
+                metrics: [ipvs],
+            }
+            /// kube-proxy itself: its mode, health, sync metrics, process and cgroup.
+            KubeProxy => kube_proxy {
+                run: kube_proxy::probe,
+                facts: kube_proxy::KubeProxyFacts (boxed),
+                json: #[serde(default)],
+                interval: Flag::duration("kube-proxy.interval", "PROXYWATCH_KUBE_PROXY_INTERVAL", "15s",
+                    "How often the kube-proxy probe runs"),
+                timeout: Some(Flag::duration("kube-proxy.timeout", "PROXYWATCH_KUBE_PROXY_TIMEOUT", "2s",
+                    "Deadline of one kube-proxy probe run: its requests (in parallel) and the process scan")),
+                metrics: [kube_proxy],
+            }
+        }
+    };
+
+    // Below: what each stage makes of the rows. First the rows are read once, by name, into one
+    // bracket each that the stages match by position.
+    (@rows $stage:ident $(
+        $(#[doc = $doc:literal])*
+        $variant:ident => $name:ident {
+            run: $run:path,
+            facts: $facts_mod:ident :: $facts:ident $(($boxed:ident))?,
+            json: #[$json:meta],
+            interval: $interval:expr,
+            timeout: $timeout:expr,
+            metrics: [$($section:path),* $(,)?],
+        }
+    )*) => {
+        probe_table! { @$stage $(
+            [$(#[doc = $doc])* $variant $name ($run) ($facts_mod $facts [$($boxed)?]) (#[$json]) ($interval) ($timeout) [$($section),*]]
+        )* }
+    };
+
+    // probe/mod.rs: the names, the readings and the dispatcher.
+    (@probe $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) $json:tt $interval:tt $timeout:tt $sections:tt])*) => {
+        /// Every probe, in the order reports list them (the probe table, `agent/probe_table.rs`).
+        /// The name is the probe's `probe` label, its JSON key and its flag prefix.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum ProbeName {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        pub const PROBES: &[ProbeName] = &[$(ProbeName::$variant,)*];
+
+        impl ProbeName {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ProbeName::$variant => stringify!($name),)*
+                }
+            }
+        }
+
+        /// What one probe run read: one variant per probe, its facts of that moment.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Reading {
+            $($variant(probe_table!(@boxed [$facts_mod::$facts] $($boxed)?)),)*
+        }
+
+        /// Runs one probe once, until `deadline`: the one place that knows which
+        /// function reads which probe.
+        pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Reading>, ProbeError> {
+            match name {
+                $(ProbeName::$variant => $run(ctx, deadline).await.map(|p| match p {
+                    Probed::Present(f) => Probed::Present(Reading::$variant(probe_table!(@box f $($boxed)?))),
+                    Probed::Absent(why) => Probed::Absent(why),
+                }),)*
+            }
+        }
+    };
+    (@boxed [$t:ty]) => { $t };
+    (@boxed [$t:ty] boxed) => { Box<$t> };
+    (@box $f:ident) => { $f };
+    (@box $f:ident boxed) => { Box::new($f) };
+    (@unbox $f:ident) => { $f };
+    (@unbox $f:ident boxed) => { *$f };
+
+    // snapshot.rs: one slot per probe in `Facts`.
+    (@facts $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) (#[$json:meta]) $interval:tt $timeout:tt $sections:tt])*) => {
+        /// Everything the probes found, one slot per probe (the probe table, `agent/probe_table.rs`).
+        /// A probe that found its source absent leaves its slot empty; one that failed keeps its
+        /// last good reading for a while, with that reading's time in its outcome
+        /// (`reading_seconds`), never a partial one: an old number is shown as old, never as current.
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        pub struct Facts {
+            $($(#[doc = $doc])* #[$json] pub $name: Option<$crate::probe::$facts_mod::$facts>,)*
+        }
+
+        impl Facts {
+            pub fn apply(&mut self, reading: Reading) {
+                match reading {
+                    $(Reading::$variant(f) => self.$name = Some(probe_table!(@unbox f $($boxed)?)),)*
+                }
+            }
+
+            /// Empties a probe's slot (it failed or its source is absent).
+            pub fn clear(&mut self, probe: ProbeName) {
+                match probe {
+                    $(ProbeName::$variant => self.$name = None,)*
+                }
+            }
+        }
+    };
+
+    // config/probe_flags.rs: each probe's interval and timeout flags.
+    (@flags $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt ($interval:expr) ($timeout:expr) $sections:tt])*) => {
+        /// Each probe's schedule flags, in the table's order.
+        pub const TABLE: &[ProbeFlags] = &[$(ProbeFlags {
+            probe: ProbeName::$variant,
+            interval: $interval,
+            timeout: $timeout,
+        },)*];
+    };
+
+    // expose/metrics.rs: the sections that render each probe's facts.
+    (@metrics $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt $interval:tt $timeout:tt [$($section:path),*]])*) => {
+        /// Each probe's sections, in the table's order (the encoder sorts the families by name).
+        fn probe_sections(out: &Out, s: &Snapshot) {
+            $($($section(out, s);)*)*
+        }
+    };
+}
