@@ -4,6 +4,9 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use crate::netlink::replay::{KernelSource, NodeConn};
+use crate::netlink::NlError;
+
 /// Files larger than this are refused: every file the agent reads is small,
 /// and a bounded read keeps memory bounded on any input.
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
@@ -11,6 +14,8 @@ pub const MAX_FILE_BYTES: u64 = 4 << 20;
 #[derive(Debug, Clone)]
 pub struct Host {
     root: PathBuf,
+    /// Where kernel answers come from, decided once from the root.
+    kernel: KernelSource,
 }
 
 /// Why a host file could not be read.
@@ -34,20 +39,39 @@ impl ReadError {
 
 impl Host {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Host { root: root.into() }
+        let root = root.into();
+        Host {
+            kernel: KernelSource::of(&root),
+            root,
+        }
+    }
+
+    /// The live node, every netlink exchange kept in `log` (test code only: `netlink/record.rs`).
+    #[cfg(test)]
+    pub fn recording(log: std::sync::Arc<crate::netlink::record::Log>) -> Self {
+        Host {
+            root: PathBuf::from("/"),
+            kernel: KernelSource::Recording(log),
+        }
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    /// Whether this is the live node (host root `/`), the one place that says
-    /// so. On the live node the netlink readers ask the kernel of the agent's
-    /// network namespace (the node's, under hostNetwork); under any other root
-    /// (a fixture node, a test) there is no kernel to ask, and probes read files
-    /// and recorded command output only.
-    pub fn is_live(&self) -> bool {
-        self.root == Path::new("/")
+    /// Where kernel answers come from, the one place that says so: on the live
+    /// node (host root `/`) the kernel of the agent's network namespace (the
+    /// node's, under hostNetwork); under a fixture root with `netlink/` its
+    /// recording (`netlink/replay.rs`); under any other root there is no kernel
+    /// to ask, and probes read files and recorded command output only. Every
+    /// probe's choice between its netlink and its text path reads this.
+    pub fn kernel(&self) -> &KernelSource {
+        &self.kernel
+    }
+
+    /// A netlink connection to this host's kernel (live or recorded) for `protocol`.
+    pub fn netlink(&self, protocol: isize) -> Result<NodeConn, NlError> {
+        self.kernel.open(protocol)
     }
 
     /// The on-disk path of a node path such as `/proc/net/stat/nf_conntrack`.

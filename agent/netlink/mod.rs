@@ -15,7 +15,9 @@
 //!   whatever the size of the dump.
 //!
 //! Netlink answers for the network namespace of the socket, i.e. the agent's
-//! own: probes use it only when `--host-root` is `/` (not on fixture nodes).
+//! own: probes open connections through their host's [`replay::KernelSource`],
+//! a socket only when `--host-root` is `/`, a recording's replay on a fixture
+//! node that has one, nothing on the others.
 //! A request to a netfilter subsystem autoloads its kernel module, so callers
 //! ask `probe::modules::tool_would_load` first and send nothing when the module is not there.
 
@@ -25,6 +27,9 @@ pub mod nft;
 pub mod nft_count;
 pub mod nft_expr;
 pub mod nft_snat;
+#[cfg(test)]
+pub mod record;
+pub mod replay;
 
 use std::time::Instant;
 
@@ -77,6 +82,9 @@ pub enum NlError {
     /// A datagram larger than the read offered (its tail is lost).
     #[error("{0}")]
     Truncated(String),
+    /// A fixture node's recording holds no answer to a request (`replay.rs`): unknown, not empty.
+    #[error("not in the netlink recording: {0}")]
+    NotRecorded(String),
 }
 
 impl NlError {

@@ -214,7 +214,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
     if facts.stats_source.is_some() {
         return Ok(Probed::Present(facts));
     }
-    if ctx.host.is_live() {
+    if ctx.host.kernel().netlink() {
         let (host, at) = (ctx.host.clone(), deadline.at());
         let stats = super::blocking(super::ProbeName::Conntrack, move || read_ctnetlink(&host, at)).await?;
         if let Some(stats) = stats {
@@ -251,11 +251,12 @@ pub const CTNETLINK: &str = "ctnetlink";
 /// The per-CPU statistics over ctnetlink; None when nf_conntrack_netlink is
 /// not loaded (asking would load it).
 fn read_ctnetlink(host: &Host, deadline: std::time::Instant) -> Result<Option<BTreeMap<String, u64>>, ProbeError> {
-    use crate::netlink::{ctnetlink, Socket, NETLINK_NETFILTER};
+    use crate::netlink::{ctnetlink, NETLINK_NETFILTER};
     if super::modules::tool_would_load(host, "nf_conntrack_netlink") {
         return Ok(None);
     }
-    let stats = Socket::open(NETLINK_NETFILTER)
+    let stats = host
+        .netlink(NETLINK_NETFILTER)
         .and_then(|s| ctnetlink::read(s, deadline))
         .map_err(|e| ProbeError::NfNetlink(format!("conntrack statistics over ctnetlink: {e}")))?;
     Ok(Some(stats.sums))

@@ -54,7 +54,7 @@ use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
 use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
 use crate::netlink::nft_count::Tally;
-use crate::netlink::{ct_dump, nft_count, NlError, Socket, NETLINK_NETFILTER};
+use crate::netlink::{ct_dump, nft_count, NlError, NETLINK_NETFILTER};
 
 /// Distinct (service, dead endpoint) pairs counted one by one.
 pub const MAX_GROUPS: usize = 10_000;
@@ -171,8 +171,8 @@ impl StaleMemory {
     }
 }
 
-fn generation(deadline: Instant) -> Result<u32, NlError> {
-    nft_count::generation(Socket::open(NETLINK_NETFILTER)?, deadline)
+fn generation(host: &Host, deadline: Instant) -> Result<u32, NlError> {
+    nft_count::generation(host.netlink(NETLINK_NETFILTER)?, deadline)
 }
 
 /// One family's walk of both kube-proxy layouts in nf_tables.
@@ -219,10 +219,10 @@ impl Tally for Walk {
 /// The nf_tables service table at the current generation (both families, one
 /// generation): read again, up to [`nft_count::ATTEMPTS`] times, when a commit
 /// fell between the two families' walks.
-fn nf_table(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<NfTable>, bool), NlError> {
+fn nf_table(host: &Host, memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<NfTable>, bool), NlError> {
     let mut why = Vec::new();
     for _ in 0..nft_count::ATTEMPTS {
-        match nf_table_once(memory, deadline) {
+        match nf_table_once(host, memory, deadline) {
             Err(NlError::Changed(w)) => why.push(w),
             r => return r,
         }
@@ -230,8 +230,8 @@ fn nf_table(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<NfTable
     Err(NlError::Changed(why.join("; ")))
 }
 
-fn nf_table_once(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<NfTable>, bool), NlError> {
-    let gen = generation(deadline)?;
+fn nf_table_once(host: &Host, memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<NfTable>, bool), NlError> {
+    let gen = generation(host, deadline)?;
     if let Some(t) = memory.get(gen) {
         return Ok((gen, t, true));
     }
@@ -239,7 +239,7 @@ fn nf_table_once(memory: &StaleMemory, deadline: Instant) -> Result<(u32, Arc<Nf
     let mut gens = Vec::new();
     for family in [Family::Ip, Family::Ip6] {
         let plan = nft_count::Plan { family, sets: true };
-        let c = nft_count::count(&mut || Socket::open(NETLINK_NETFILTER), plan, deadline, &|| Walk {
+        let c = nft_count::count(&mut || host.netlink(NETLINK_NETFILTER), plan, deadline, &|| Walk {
             ipt: IptEndpoints::new(family),
             nft: NftEndpoints::new(family),
         })?;
@@ -439,7 +439,7 @@ struct Run<'a> {
 impl Run<'_> {
     fn nf_table(&self) -> Result<(u32, Arc<NfTable>, bool), NlError> {
         if self.nf_tables {
-            nf_table(self.memory, self.deadline)
+            nf_table(self.host, self.memory, self.deadline)
         } else {
             Ok((0, Arc::default(), false))
         }
@@ -447,7 +447,7 @@ impl Run<'_> {
 
     fn generation(&self) -> Result<u32, NlError> {
         if self.nf_tables {
-            generation(self.deadline)
+            generation(self.host, self.deadline)
         } else {
             Ok(0)
         }
@@ -554,7 +554,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
         }
     }
     for (family, only, status) in plans {
-        let conn = Socket::open(NETLINK_NETFILTER).map_err(nl)?;
+        let conn = run.host.netlink(NETLINK_NETFILTER).map_err(nl)?;
         let each = |e: &ct_dump::CtEntry| {
             let stale = stale_in[usize::from(e.orig_dst.is_ipv6())];
             if stale && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
@@ -590,7 +590,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
         return Ok(Err("the IPVS table changed during the dump".into()));
     }
     let snat = run.snat.then(|| {
-        let mut f = super::snat::read_rules(grouper, run.nf_tables, &run.legacy_snat, deadline);
+        let mut f = super::snat::read_rules(run.host, grouper, run.nf_tables, &run.legacy_snat, deadline);
         // Their source NAT rules are missing too: said so, never an empty list taken as none.
         f.rule_errors.extend(unsaved);
         f
@@ -611,7 +611,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
 }
 
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ConntrackStaleFacts>, ProbeError> {
-    if !ctx.host.is_live() {
+    if !ctx.host.kernel().netlink() {
         return Ok(Probed::Absent(
             "conntrack entries are read over netlink on the node itself (--host-root /) only".into(),
         ));
@@ -620,7 +620,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
     let memory = ctx.memory.clone();
     let snat = ctx.snat;
     let at = deadline.at();
-    let local: HashSet<IpAddr> = super::ipvs::interface::local_addresses()
+    let local: HashSet<IpAddr> = super::ipvs::interface::of_host(&ctx.host, at)
         .await?
         .addresses
         .into_iter()

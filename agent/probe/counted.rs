@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::nft::Family;
-use crate::netlink::{nft_count, NlError, Socket, NETLINK_NETFILTER};
+use crate::netlink::{nft_count, NlError, NETLINK_NETFILTER};
 
 /// How a netlink-read count was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -93,13 +93,15 @@ pub type Fresh<T> = (T, u32, u32, u64);
 /// cached counts when they were made at that generation, else `count` (and
 /// the result is kept). An error names the family it happened in.
 pub fn counts_now<T: Clone>(
+    host: &crate::host::Host,
     cache: &CountCache<T>,
     families: &[Family],
     deadline: std::time::Instant,
     count: impl Fn(Family) -> Result<Fresh<T>, NlError>,
 ) -> Result<Vec<(T, NetlinkCount)>, (Family, NlError)> {
     let first = families.first().copied().unwrap_or(Family::Ip);
-    let gen = Socket::open(NETLINK_NETFILTER)
+    let gen = host
+        .netlink(NETLINK_NETFILTER)
         .and_then(|s| nft_count::generation(s, deadline))
         .map_err(|e| (first, e))?;
     let mut out = Vec::with_capacity(families.len());

@@ -22,9 +22,10 @@ use super::iptables::{
 use super::rule_counters::{self, RuleCounters};
 use super::Memory;
 use super::{Deadline, ProbeContext, ProbeError, ProbeName};
+use crate::host::Host;
 use crate::netlink::nft::{Chain, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Plan, Tally};
-use crate::netlink::{NlError, Socket, NETLINK_NETFILTER};
+use crate::netlink::{NlError, NETLINK_NETFILTER};
 
 /// The tables iptables-nft-save prints (the xtables tables); other tables of
 /// the family (kube-proxy's `kube-proxy`, a firewall's own) are not read.
@@ -152,20 +153,21 @@ fn unix_now() -> f64 {
 }
 
 /// The ruleset generation now.
-fn generation(deadline: Instant) -> Result<u32, NlError> {
-    nft_count::generation(Socket::open(NETLINK_NETFILTER)?, deadline)
+fn generation(host: &Host, deadline: Instant) -> Result<u32, NlError> {
+    nft_count::generation(host.netlink(NETLINK_NETFILTER)?, deadline)
 }
 
 /// The families' netlink counts (blocking): reused at an unchanged generation.
 fn count_families(
+    host: &Host,
     memory: &Memory,
     families: &[Family],
     deadline: Instant,
 ) -> Result<Vec<(SaveCounts, NetlinkCount)>, ProbeError> {
-    super::counted::counts_now(&memory.iptables, families, deadline, |family| {
+    super::counted::counts_now(host, &memory.iptables, families, deadline, |family| {
         let plan = Plan { family, sets: false };
         let c = nft_count::count(
-            &mut || Socket::open(NETLINK_NETFILTER),
+            &mut || host.netlink(NETLINK_NETFILTER),
             plan,
             deadline,
             &IptTally::default,
@@ -186,7 +188,7 @@ async fn on_pool<T: Send + 'static>(
 /// The iptables probe. Fails as a whole when a count fails, so a partial
 /// count is never reported as the node's rule set.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Probed<IptablesFacts>, ProbeError> {
-    let (read, rule_counters) = if ctx.host.is_live() {
+    let (read, rule_counters) = if ctx.host.kernel().netlink() {
         read_node(ctx, deadline).await?
     } else {
         (read_with_saves(ctx, deadline).await?, None)
@@ -222,14 +224,14 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
         }
         let families: Vec<Family> = FAMILIES.iter().map(|f| f.0).collect();
         let counted = if nft {
-            count_families(&memory, &families, at)?
+            count_families(&host, &memory, &families, at)?
         } else {
             Vec::new()
         };
         // Read every run: counters move without the generation moving.
         let mut rules = RuleCounters::default();
         if nft {
-            if let Err(e) = rule_counters::read_nft(&families, at, &mut rules) {
+            if let Err(e) = rule_counters::read_nft(&host, &families, at, &mut rules) {
                 rules = RuleCounters::default();
                 rules.unavailable.push(format!("iptables-nft: {e}"));
             }
@@ -400,9 +402,11 @@ async fn compare_family(
     deadline: Deadline,
 ) -> Result<(SaveRun, Result<u32, String>), ProbeError> {
     let at = deadline.at();
-    let before = on_pool(family, move || generation(at)).await?;
+    let host = ctx.host.clone();
+    let before = on_pool(family, move || generation(&host, at)).await?;
     let run = run_save(ctx, ("nft", label, command), deadline).await?;
-    let after = on_pool(family, move || generation(at)).await?;
+    let host = ctx.host.clone();
+    let after = on_pool(family, move || generation(&host, at)).await?;
     let gens = if before == after {
         Ok(before)
     } else {
@@ -429,8 +433,11 @@ async fn netlink_counts_at(
     if let Some(r) = mine {
         return Ok(r.counts.clone());
     }
-    let (memory, at) = (ctx.memory.clone(), deadline.at());
-    let counted = super::blocking(ProbeName::Iptables, move || count_families(&memory, &[family], at)).await?;
+    let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
+    let counted = super::blocking(ProbeName::Iptables, move || {
+        count_families(&host, &memory, &[family], at)
+    })
+    .await?;
     let Some((counts, how)) = counted.into_iter().next() else {
         return Err(nl_error(family, NlError::Malformed("no count".into())));
     };

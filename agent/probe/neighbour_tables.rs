@@ -31,7 +31,7 @@ use netlink_packet_route::neighbour_table::{NeighbourTableConfig, NeighbourTable
 use serde::{Deserialize, Serialize};
 
 use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
-use crate::netlink::{attrs, NlError, Request, Session, Socket, NLM_F_DUMP, NLM_F_REQUEST};
+use crate::netlink::{attrs, NlError, Request, Session, NLM_F_DUMP, NLM_F_REQUEST};
 
 const NETLINK_ROUTE: isize = 0;
 const RTM_NEWNEIGHTBL: u16 = 64;
@@ -218,14 +218,15 @@ pub fn dump<C: crate::netlink::Conn>(conn: C, deadline: Instant) -> Result<Neigh
 }
 
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<NeighbourFacts>, ProbeError> {
-    if ctx.host.root() != std::path::Path::new("/") {
+    if !ctx.host.kernel().netlink() {
         return Ok(Probed::Absent(
             "neighbour tables are read over netlink on the node itself (--host-root /) only".into(),
         ));
     }
-    let at = deadline.at();
+    let (host, at) = (ctx.host.clone(), deadline.at());
     super::blocking(ProbeName::NeighbourTables, move || {
-        let facts = Socket::open(NETLINK_ROUTE)
+        let facts = host
+            .netlink(NETLINK_ROUTE)
             .and_then(|s| dump(s, at))
             .map_err(|e| ProbeError::Netlink(format!("neighbour tables (RTM_GETNEIGHTBL): {e}")))?;
         if facts.tables.is_empty() {

@@ -479,15 +479,16 @@ impl crate::netlink::nft_count::Tally for NftTally {
 /// Both families' tables over netlink (blocking): reused at an unchanged generation.
 #[allow(clippy::type_complexity)]
 fn count_tables(
+    host: &crate::host::Host,
     memory: &super::Memory,
     deadline: std::time::Instant,
 ) -> Result<Vec<(Option<NftTableCounts>, super::counted::NetlinkCount)>, super::ProbeError> {
     use crate::netlink::nft::Family;
-    use crate::netlink::{nft_count, Socket, NETLINK_NETFILTER};
-    super::counted::counts_now(&memory.nftables, &[Family::Ip, Family::Ip6], deadline, |family| {
+    use crate::netlink::{nft_count, NETLINK_NETFILTER};
+    super::counted::counts_now(host, &memory.nftables, &[Family::Ip, Family::Ip6], deadline, |family| {
         let plan = nft_count::Plan { family, sets: true };
         let c = nft_count::count(
-            &mut || Socket::open(NETLINK_NETFILTER),
+            &mut || host.netlink(NETLINK_NETFILTER),
             plan,
             deadline,
             &NftTally::default,
@@ -567,7 +568,7 @@ pub async fn probe(
 ) -> Result<super::Probed<NftablesFacts>, super::ProbeError> {
     use super::{ProbeName, Probed};
     use crate::netlink::nft::Family;
-    if !ctx.host.is_live() {
+    if !ctx.host.kernel().netlink() {
         return probe_with_nft(ctx, deadline).await;
     }
     // One trip to the blocking pool: the gate, one generation read and,
@@ -578,7 +579,7 @@ pub async fn probe(
         if super::modules::tool_would_load(&host, "nf_tables") {
             return Ok(None);
         }
-        count_tables(&memory, at).map(Some)
+        count_tables(&host, &memory, at).map(Some)
     })
     .await?;
     let Some(counted) = counted else {

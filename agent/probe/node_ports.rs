@@ -38,7 +38,7 @@ use crate::host::Host;
 use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Tally};
 use crate::netlink::nft_expr::rule_facts;
-use crate::netlink::{NlError, Socket, NETLINK_NETFILTER};
+use crate::netlink::{NlError, NETLINK_NETFILTER};
 use crate::parse::{quote, ParseError};
 
 /// NodePorts listed in the facts (all of them are counted).
@@ -434,10 +434,14 @@ fn nl(e: NlError) -> ProbeError {
 /// Both families' NodePorts in nf_tables at one generation, reused while it holds: read
 /// again, up to [`nft_count::ATTEMPTS`] times, when a commit fell between the two families'
 /// walks (kube-proxy commits often on a busy node; the soak saw a run fail on it).
-fn nf_node_ports(memory: &super::Memory, deadline: std::time::Instant) -> Result<(Found, u32, bool), ProbeError> {
+fn nf_node_ports(
+    host: &Host,
+    memory: &super::Memory,
+    deadline: std::time::Instant,
+) -> Result<(Found, u32, bool), ProbeError> {
     let mut why = Vec::new();
     for _ in 0..nft_count::ATTEMPTS {
-        match nf_node_ports_once(memory, deadline)? {
+        match nf_node_ports_once(host, memory, deadline)? {
             Ok(r) => return Ok(r),
             Err(gens) => why.push(gens),
         }
@@ -450,13 +454,14 @@ fn nf_node_ports(memory: &super::Memory, deadline: std::time::Instant) -> Result
 
 /// One try: Err(the generations) when the families were read at different ones.
 fn nf_node_ports_once(
+    host: &Host,
     memory: &super::Memory,
     deadline: std::time::Instant,
 ) -> Result<Result<(Found, u32, bool), String>, ProbeError> {
     let families = [Family::Ip, Family::Ip6];
-    let counted = super::counted::counts_now(&memory.node_ports, &families, deadline, |family| {
+    let counted = super::counted::counts_now(host, &memory.node_ports, &families, deadline, |family| {
         let plan = nft_count::Plan { family, sets: true };
-        let c = nft_count::count(&mut || Socket::open(NETLINK_NETFILTER), plan, deadline, &|| {
+        let c = nft_count::count(&mut || host.netlink(NETLINK_NETFILTER), plan, deadline, &|| {
             Walk::new(family)
         })?;
         Ok((c.tally.found, c.generation, c.attempts, c.bytes))
@@ -530,7 +535,7 @@ fn read(
     let (mut found, generation, reused) = if super::modules::tool_would_load(host, "nf_tables") {
         (Found::default(), 0, false)
     } else {
-        nf_node_ports(memory, deadline)?
+        nf_node_ports(host, memory, deadline)?
     };
     if let Some(text) = host.read_optional(PROC_IP_VS)? {
         let servers = super::ipvs::proc::parse_proc_ip_vs(PROC_IP_VS, &text)?;
@@ -557,13 +562,13 @@ fn read(
 }
 
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<NodePortFacts>, ProbeError> {
-    if ctx.host.root() != std::path::Path::new("/") {
+    if !ctx.host.kernel().netlink() {
         return Ok(Probed::Absent(
             "NodePorts are read over netlink on the node itself (--host-root /) only".into(),
         ));
     }
     // The node's addresses, for IPVS: kube-ipvs0 holds the service IPs, not node addresses.
-    let local = super::ipvs::interface::local_addresses().await?;
+    let local = super::ipvs::interface::of_host(&ctx.host, deadline.at()).await?;
     let node: HashSet<IpAddr> = local
         .addresses
         .into_iter()

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::netlink::nft::{self, Family, Rule};
 use crate::netlink::nft_expr::rule_facts;
-use crate::netlink::{NlError, Session, Socket, NETLINK_NETFILTER};
+use crate::netlink::{NlError, Session, NETLINK_NETFILTER};
 
 /// The `filter` chains read, in the order kube-proxy writes them.
 pub const CHAINS: &[&str] = &["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-FORWARD"];
@@ -270,8 +270,13 @@ fn family_label(f: Family) -> &'static str {
 /// chain answers nothing, so each is asked for first), one rule dump. A
 /// family with none of them is no source. A rule whose counter is missing
 /// is undecoded.
-pub fn read_nft(families: &[Family], deadline: Instant, into: &mut RuleCounters) -> Result<(), NlError> {
-    let mut s = Session::new(Socket::open(NETLINK_NETFILTER)?, deadline);
+pub fn read_nft(
+    host: &crate::host::Host,
+    families: &[Family],
+    deadline: Instant,
+    into: &mut RuleCounters,
+) -> Result<(), NlError> {
+    let mut s = Session::new(host.netlink(NETLINK_NETFILTER)?, deadline);
     for &family in families {
         let mut found = false;
         for chain in CHAINS {
@@ -294,7 +299,7 @@ pub fn read_nft(families: &[Family], deadline: Instant, into: &mut RuleCounters)
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {
                     // A dump that failed mid-way is not a reused socket.
-                    s = Session::new(Socket::open(NETLINK_NETFILTER)?, deadline);
+                    s = Session::new(host.netlink(NETLINK_NETFILTER)?, deadline);
                 }
                 Err(e) => return Err(e),
             }

@@ -421,15 +421,23 @@ fn per_service_chain(chain: &str) -> bool {
 /// The SNAT facts: the groups against the rules' ranges, and the rules of
 /// iptables-nft and kube-proxy's nftables table (over netlink, when nf_tables
 /// is loaded: asking would load it) and of the legacy saves.
-pub fn read_rules(grouper: Grouper, nf_tables: bool, legacy: &LegacyRules, deadline: std::time::Instant) -> SnatFacts {
-    use crate::netlink::{nft_snat, Socket, NETLINK_NETFILTER};
+pub fn read_rules(
+    host: &crate::host::Host,
+    grouper: Grouper,
+    nf_tables: bool,
+    legacy: &LegacyRules,
+    deadline: std::time::Instant,
+) -> SnatFacts {
+    use crate::netlink::{nft_snat, NETLINK_NETFILTER};
     let mut found: Vec<FoundRule> = Vec::new();
     let mut errors = legacy.1.clone();
     if nf_tables {
         for family in [Family::Ip, Family::Ip6] {
             let mut last = None;
             for _ in 0..crate::netlink::nft_count::ATTEMPTS {
-                let r = Socket::open(NETLINK_NETFILTER).and_then(|c| nft_snat::read(c, family, deadline));
+                let r = host
+                    .netlink(NETLINK_NETFILTER)
+                    .and_then(|c| nft_snat::read(c, family, deadline));
                 match r {
                     Err(crate::netlink::NlError::Changed(w)) => last = Some(w),
                     Ok((rules, skipped)) => {

@@ -2,7 +2,8 @@
 //! dummy interface kube-proxy's IPVS mode binds service IPs to.
 //!
 //! Netlink answers for the agent's own network namespace, so the probe asks
-//! only when the host root is `/` (the agent runs in the host namespace).
+//! only when the host root is `/` (the agent runs in the host namespace), or a
+//! fixture node's recording ([`of_host`]).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -19,6 +20,78 @@ pub struct LocalAddresses {
     pub interfaces: BTreeSet<String>,
     /// (interface name, address) pairs (no unit).
     pub addresses: Vec<(String, IpAddr)>,
+}
+
+/// The interfaces and addresses of `host`'s kernel: rtnetlink on the live node,
+/// the same two dumps (`RTM_GETLINK`, `RTM_GETADDR`) replayed from a recording.
+pub async fn of_host(host: &crate::host::Host, deadline: std::time::Instant) -> Result<LocalAddresses, ProbeError> {
+    use crate::netlink::replay::{KernelSource, NETLINK_ROUTE};
+    if matches!(host.kernel(), KernelSource::Live) {
+        return local_addresses().await;
+    }
+    // A recording is a small file read in memory: not worth a blocking-pool slot.
+    host.netlink(NETLINK_ROUTE)
+        .and_then(|c| dump_addresses(c, deadline))
+        .map_err(|e| ProbeError::Netlink(format!("interfaces and addresses (RTM_GETLINK, RTM_GETADDR): {e}")))
+}
+
+/// [`local_addresses`] over a [`crate::netlink::Conn`]: interface names from
+/// `RTM_GETLINK` (`IFLA_IFNAME`), addresses from `RTM_GETADDR` (`IFA_LOCAL`, else `IFA_ADDRESS`).
+pub fn dump_addresses<C: crate::netlink::Conn>(
+    conn: C,
+    deadline: std::time::Instant,
+) -> Result<LocalAddresses, crate::netlink::NlError> {
+    use crate::netlink::{attrs, NlError, Request, Session, NLM_F_DUMP, NLM_F_REQUEST};
+    const RTM_GETLINK: u16 = 18;
+    const RTM_GETADDR: u16 = 22;
+    let index = |p: &[u8], at: usize| -> Result<u32, NlError> {
+        p.get(at..at + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| NlError::Malformed(format!("{} bytes, shorter than its header", p.len())))
+    };
+    let mut s = Session::new(conn, deadline);
+    let mut names = std::collections::BTreeMap::new();
+    s.dump(&mut Request::new(RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 0), |p| {
+        // struct ifinfomsg: 16 bytes, the index at 4.
+        let i = index(p.payload, 4)?;
+        for a in attrs(p.payload.get(16..).unwrap_or_default()) {
+            let a = a?;
+            if a.kind == 3 {
+                names.insert(i, a.str()?.to_string());
+            }
+        }
+        Ok(())
+    })?;
+    let mut local = LocalAddresses {
+        interfaces: names.values().cloned().collect(),
+        addresses: Vec::new(),
+    };
+    s.dump(&mut Request::new(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, 0), |p| {
+        // struct ifaddrmsg: 8 bytes, the family at 0 and the index at 4.
+        let (family, i) = (p.payload.first().copied().unwrap_or(0), index(p.payload, 4)?);
+        let Some(name) = names.get(&i) else {
+            return Ok(());
+        };
+        let (mut address, mut local_ip) = (None, None);
+        for a in attrs(p.payload.get(8..).unwrap_or_default()) {
+            let a = a?;
+            let ip = match (family, a.value.len()) {
+                (2, 4) => IpAddr::from(<[u8; 4]>::try_from(a.value).unwrap_or_default()),
+                (10, 16) => IpAddr::from(<[u8; 16]>::try_from(a.value).unwrap_or_default()),
+                _ => continue,
+            };
+            match a.kind {
+                1 => address = Some(ip),
+                2 => local_ip = Some(ip),
+                _ => {}
+            }
+        }
+        if let Some(ip) = local_ip.or(address) {
+            local.addresses.push((name.clone(), ip));
+        }
+        Ok(())
+    })?;
+    Ok(local)
 }
 
 /// Every interface of the agent's network namespace and its addresses.

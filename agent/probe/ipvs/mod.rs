@@ -437,7 +437,7 @@ async fn run_ipvsadm(ctx: &ProbeContext, deadline: Deadline) -> Result<Vec<Virtu
 /// fixture node netlink would show the agent's own namespace.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<IpvsFacts>, ProbeError> {
     let host = ctx.host.clone();
-    let use_netlink = host.is_live();
+    let use_netlink = host.kernel().netlink();
     // Without ipvsadm on PATH the table comes from /proc/net/ip_vs.
     let with_table = !crate::exec::on_path("ipvsadm");
     let files = match blocking(ProbeName::Ipvs, move || read_proc(&host, with_table)).await? {
@@ -449,7 +449,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Ipvs
         None => ("ipvsadm", run_ipvsadm(ctx, deadline).await?),
     };
     let local = if use_netlink {
-        Some(interface::local_addresses().await?)
+        Some(interface::of_host(&ctx.host, deadline.at()).await?)
     } else {
         None
     };
