@@ -29,6 +29,7 @@ const SCENARIOS: &[&str] = &[
     "kube-proxy-cgroup-v2-private-ns",
     "no-conntrack",
     "old-kernel-no-stat-file",
+    "recorded-netlink",
 ];
 
 /// The probes that read only host files; probes added later are compared
@@ -273,6 +274,12 @@ fn normalize_json(v: Value) -> Value {
                         // The commit built, like proxywatch_build_info's label.
                         "revision" if v.is_string() => Value::String("<revision>".into()),
                         "duration_seconds"
+                        // The netlink readers' wall times and count time (recorded-netlink).
+                        | "count_seconds"
+                        | "counted_timestamp_seconds"
+                        | "dump_seconds"
+                        | "first_seen_timestamp_seconds"
+                        | "timestamp_seconds"
                         | "last_run_timestamp_seconds"
                         | "last_success_timestamp_seconds"
                         | "reading_timestamp_seconds"
@@ -325,7 +332,7 @@ fn normalize_text(text: &str) -> String {
 
 /// Prometheus text: the values that change from run to run become 0, nothing else
 /// changes (names, labels, HELP and TYPE lines stay): the probes' wall times and
-/// success times, the agent's own `process_*` series (its memory, CPU time, file
+/// success times, the netlink readers' count times, the agent's own `process_*` series (its memory, CPU time, file
 /// descriptors, threads, start time), and the `revision` label of
 /// `proxywatch_build_info` (set at build time; `version` stays, as in expected.json).
 fn normalize_metrics(text: &str) -> String {
@@ -336,6 +343,10 @@ fn normalize_metrics(text: &str) -> String {
         "proxywatch_probe_reading_timestamp_seconds",
         "proxywatch_iptables_save_duration_seconds",
         "proxywatch_nftables_list_duration_seconds",
+        // The netlink readers' (recorded-netlink): count times, and when they counted.
+        "proxywatch_rules_count_duration_seconds",
+        "proxywatch_rules_counted_timestamp_seconds",
+        "proxywatch_iptables_cross_check_timestamp_seconds",
     ];
     let mut out = String::new();
     for line in text.lines() {
@@ -1201,4 +1212,146 @@ fn kube_proxy_cgroup_v1() {
     assert_eq!(cg["cpu"]["throttled_seconds_total"].as_f64(), Some(throttled));
     // 50 MiB of 256 MiB: nothing near a limit.
     assert_eq!(s.severities("warning"), ["kube_proxy_unhealthy"]);
+}
+
+/// The node whose kernel answers are a netlink recording (tests/tools/record_netlink_node.sh):
+/// its probes took the netlink path, and what the decoders counted is what the namespace held
+/// when it was recorded (`recorded/`: the rule generators' counts, `conntrack -L`).
+#[test]
+fn recorded_netlink() {
+    let s = scenario("recorded-netlink", 1);
+    s.assert_file_probes_ok();
+    let want = |f: &str| -> Value { serde_json::from_str(&s.file(&format!("recorded/{f}"))).unwrap() };
+    let (ipt, nft) = (want("iptables.json"), want("nftables.json"));
+    let facts = &s.doc["facts"];
+    for p in [
+        "iptables",
+        "nftables",
+        "conntrack_stale",
+        "node_ports",
+        "neighbour_tables",
+    ] {
+        assert_eq!(s.probe_status(p), "ok", "{p}: {:#}", s.doc["probes"][p]);
+    }
+    // iptables-nft over netlink: no *-save on PATH, so the text path would have found nothing.
+    let v4 = facts["iptables"]["saves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["backend"] == "nft" && r["family"] == "ipv4")
+        .expect("an nft ipv4 count");
+    assert_eq!(v4["command"], "netlink");
+    assert!(v4["netlink"]["bytes"].as_u64().unwrap() > 0, "{v4:#}");
+    assert_eq!(v4["counts"]["tables"], ipt["tables"]);
+    assert_eq!(v4["counts"]["kube"], ipt["kube"]);
+    assert_eq!(v4["counts"]["kube_rules"], ipt["kube_rules"]);
+    // The real numbers, so that a regenerated recorded/ cannot agree with a bug silently.
+    let t = &v4["counts"]["tables"];
+    assert_eq!((&t["nat"]["chains"], &t["nat"]["rules"]), (&40.into(), &90.into()));
+    assert_eq!(
+        (&t["filter"]["chains"], &t["filter"]["rules"]),
+        (&11.into(), &17.into())
+    );
+    assert_eq!((&t["mangle"]["chains"], &t["mangle"]["rules"]), (&8.into(), &0.into()));
+    assert_eq!(
+        (&v4["counts"]["kube"]["svc"], &v4["counts"]["kube"]["sep"]),
+        (&8.into(), &16.into())
+    );
+    // kube-proxy's reject rule of filter KUBE-SERVICES, with its counters, read every run.
+    assert_eq!(facts["iptables"]["rule_counters"]["counted_rules"], 1);
+    // kube-proxy's nftables table over netlink, not `nft list table` (not on PATH).
+    let tables = facts["nftables"]["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 1, "{tables:#?}");
+    let (t, c) = (&tables[0], &tables[0]["counts"]);
+    assert_eq!(t["family"], "ipv4");
+    assert!(t["netlink"].is_object(), "{t:#}");
+    for k in [
+        "chains",
+        "rules",
+        "sets",
+        "maps",
+        "service_chains",
+        "endpoint_chains",
+        "base_chains",
+    ] {
+        assert_eq!(c[k], nft[k], "nftables {k}");
+    }
+    assert_eq!(
+        (&c["chains"], &c["rules"], &c["service_chains"]),
+        (&29.into(), &51.into(), &4.into())
+    );
+    // The conntrack entries `conntrack -I` made, decoded from the recorded dump: of the 3,
+    // 2 are DNATed and 1 goes to an endpoint no rule has.
+    let ct_lines = s.file("recorded/conntrack.txt").lines().count() as u64;
+    assert_eq!(ct_lines, 3);
+    assert_eq!(facts["conntrack"]["entries"].as_u64(), Some(ct_lines));
+    assert_eq!(s.number(COUNT), ct_lines);
+    let stale = &facts["conntrack_stale"];
+    assert_eq!(stale["source"], "iptables-nft+nftables");
+    assert_eq!(stale["dst_nat_entries"], 2);
+    assert_eq!(stale["stale_entries"]["tcp"], 1);
+    assert_eq!(stale["stale"][0]["service"], "10.96.0.11:80/tcp");
+    assert_eq!(stale["stale"][0]["endpoint"], "10.244.3.99:8080");
+    // Both rule sets' NodePorts: gen_kube_rules.py's 4 and gen_kube_nft.py's 2.
+    let node_ports =
+        ipt["service_table"]["node_ports"].as_u64().unwrap() + nft["service_table"]["node_ports"].as_u64().unwrap();
+    assert_eq!(facts["node_ports"]["node_ports"].as_u64(), Some(node_ports));
+    assert_eq!(node_ports, 6);
+    assert_eq!(facts["neighbour_tables"]["tables"][0]["name"], "arp_cache");
+}
+
+/// A recording without the answer to one request: the probe that sent it fails with an error
+/// naming the request (never an empty answer), and every other probe still reports.
+#[test]
+fn recorded_netlink_missing_one_request_fails_only_its_probe() {
+    let base = scenario_dir("recorded-netlink");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("node");
+    common::copy_tree(&base, &root);
+    // RTM_GETNEIGHTBL (type 66 = 0x42), the neighbour_tables probe's one dump.
+    let route = root.join("netlink/route.txt");
+    let text = read(&route);
+    let blocks: Vec<&str> = text.split("\n\n").collect();
+    let kept: Vec<&str> = blocks
+        .iter()
+        .copied()
+        .filter(|b| !b.starts_with("> 1400000042"))
+        .collect();
+    assert_eq!(
+        kept.len() + 1,
+        blocks.len(),
+        "one RTM_GETNEIGHTBL exchange in {}",
+        route.display()
+    );
+    std::fs::write(&route, kept.join("\n\n")).unwrap();
+    let r = check(tmp.path(), &root, &base.join("exec"), "json", &[]);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", r.stdout, r.stderr));
+    let nt = &doc["probes"]["neighbour_tables"];
+    assert_eq!(nt["status"], "failed", "{nt:#}");
+    let err = nt["error"].as_str().unwrap();
+    assert!(
+        err.contains("not in the netlink recording")
+            && err.contains(&route.display().to_string())
+            && err.contains("type 0x0042"),
+        "the error names the recording and the request: {err}"
+    );
+    assert!(
+        doc["facts"]["neighbour_tables"].is_null(),
+        "no facts from a failed probe"
+    );
+    for p in [
+        "iptables",
+        "nftables",
+        "conntrack_stale",
+        "node_ports",
+        "conntrack",
+        "sysctls",
+    ] {
+        assert_eq!(doc["probes"][p]["status"], "ok", "{p}: {:#}", doc["probes"][p]);
+    }
+    assert!(doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["id"] == "probe_failed"));
 }
