@@ -4,6 +4,7 @@
 //!
 //! ```text
 //!  host: files under --host-root · commands on PATH · kube-proxy's local HTTP
+//!        and the kernel over netlink (one source, `Host::kernel()`: live, a recording, or none)
 //!    │
 //!    ▼ probe/     one contract for every source (probe/mod.rs):
 //!    │            probe(&ProbeContext, Deadline) -> Result<Probed<Facts>, ProbeError>

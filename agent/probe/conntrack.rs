@@ -203,7 +203,8 @@ pub fn read_files(host: &Host) -> Result<Probed<ConntrackFacts>, ProbeError> {
 }
 
 /// The probe: the files on the blocking pool; when the stat file is missing,
-/// ctnetlink on the node itself (`--host-root /`), `conntrack -S` on a fixture
+/// ctnetlink where the host has a kernel to ask (`Host::kernel()`: the node
+/// itself, or a fixture node's netlink recording), `conntrack -S` on another fixture
 /// host root; both within what is left of the deadline.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ConntrackFacts>, ProbeError> {
     let host = ctx.host.clone();

@@ -1,8 +1,9 @@
 //! The conntrack_stale probe: conntrack entries still NATed to an endpoint the
 //! data plane no longer has (the "DNS times out after CoreDNS restarted" case).
 //!
-//! One run, on the node itself only (`--host-root /`: netlink answers for the
-//! agent's own network namespace; on a fixture node the source is absent):
+//! One run, where the host has a kernel to ask (`Host::kernel()`: the node
+//! itself, `--host-root /`, whose netlink answers for the agent's own network
+//! namespace, or a fixture node's netlink recording; elsewhere the source is absent):
 //!
 //! 1. the ruleset generation (`NFT_MSG_GETGEN`);
 //! 2. the service table ([`service_endpoints`]) at that generation — reused

@@ -435,9 +435,9 @@ impl<'a> Iterator for Words<'a> {
 
 // ---------------------------------------------------------------------------
 // The facts, the backend decision and the save runs. The probe's entry is in
-// iptables_nft.rs (which reads this file, never the reverse): on the node
-// itself (`--host-root /`) the nft backend is read from the kernel over
-// netlink, the legacy backend with iptables-legacy-save when it has tables,
+// iptables_nft.rs (which reads this file, never the reverse): where the host
+// has a kernel to ask (`Host::kernel()`: the node itself, or a fixture node's
+// netlink recording) the nft backend is read over netlink, the legacy backend with iptables-legacy-save when it has tables,
 // and iptables-nft-save runs only as a cross-check on its own interval. On a
 // fixture host root, every save command found on PATH runs
 // ([`read_with_saves`]), as it always did.

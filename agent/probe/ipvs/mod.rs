@@ -433,7 +433,8 @@ async fn run_ipvsadm(ctx: &ProbeContext, deadline: Deadline) -> Result<Vec<Virtu
 
 /// Runs the IPVS probe until the deadline: the /proc files on the blocking
 /// pool, ipvsadm (its stdout capped by `--exec.max-output-bytes`), kube-ipvs0.
-/// kube-ipvs0 is read over netlink only when the host root is `/`: on a
+/// kube-ipvs0 is read over netlink only where the host has a kernel to ask
+/// (`Host::kernel()`: `/`, or a netlink recording): on another
 /// fixture node netlink would show the agent's own namespace.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<IpvsFacts>, ProbeError> {
     let host = ctx.host.clone();
