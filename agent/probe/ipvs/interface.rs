@@ -75,15 +75,23 @@ pub fn dump_addresses<C: crate::netlink::Conn>(
         let (mut address, mut local_ip) = (None, None);
         for a in attrs(p.payload.get(8..).unwrap_or_default()) {
             let a = a?;
+            if a.kind != 1 && a.kind != 2 {
+                continue;
+            }
+            // An address that is not its family's length is not guessed at.
             let ip = match (family, a.value.len()) {
                 (2, 4) => IpAddr::from(<[u8; 4]>::try_from(a.value).unwrap_or_default()),
                 (10, 16) => IpAddr::from(<[u8; 16]>::try_from(a.value).unwrap_or_default()),
-                _ => continue,
+                (f, n) => {
+                    return Err(NlError::Malformed(format!(
+                        "RTM_NEWADDR of {name}: a {n}-byte address in family {f}"
+                    )))
+                }
             };
-            match a.kind {
-                1 => address = Some(ip),
-                2 => local_ip = Some(ip),
-                _ => {}
+            if a.kind == 1 {
+                address = Some(ip);
+            } else {
+                local_ip = Some(ip);
             }
         }
         if let Some(ip) = local_ip.or(address) {
@@ -140,4 +148,69 @@ pub async fn local_addresses() -> Result<LocalAddresses, ProbeError> {
     .await;
     task.abort();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::testing::{attr, done, msg, string, Fake};
+
+    fn link(index: u32, name: &str) -> Vec<u8> {
+        let mut p = vec![0u8; 16];
+        p[4..8].copy_from_slice(&index.to_ne_bytes());
+        p.extend(string(3, name));
+        msg(16, 2, 1, &p)
+    }
+
+    fn addr(seq: u32, family: u8, index: u32, attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut p = vec![family, 24, 0, 0];
+        p.extend_from_slice(&index.to_ne_bytes());
+        p.extend(attrs.concat());
+        msg(20, 2, seq, &p)
+    }
+
+    fn fake(addrs: Vec<Vec<u8>>) -> Fake {
+        let mut addrs = Some(addrs);
+        Fake::new(move |sent| match sent.ty {
+            18 => vec![Ok([link(1, "lo"), link(2, "eth0")].concat()), Ok(done(sent.seq))],
+            _ => {
+                let mut d = addrs.take().unwrap_or_default().concat();
+                d.extend(done(sent.seq));
+                vec![Ok(d)]
+            }
+        })
+    }
+
+    #[test]
+    fn addresses_over_a_conn_local_before_address() {
+        let got = dump_addresses(
+            fake(vec![
+                addr(2, 2, 1, &[attr(1, &[127, 0, 0, 1])]),
+                // IFA_LOCAL wins over IFA_ADDRESS (the peer's, on point-to-point links).
+                addr(2, 2, 2, &[attr(1, &[10, 0, 0, 9]), attr(2, &[192, 168, 50, 10])]),
+                // An interface the link dump did not name is left out.
+                addr(2, 2, 7, &[attr(1, &[10, 9, 9, 9])]),
+            ]),
+            std::time::Instant::now(),
+        )
+        .unwrap();
+        assert_eq!(got.interfaces, BTreeSet::from(["eth0".to_string(), "lo".to_string()]));
+        assert_eq!(
+            got.addresses,
+            vec![
+                ("lo".to_string(), "127.0.0.1".parse().unwrap()),
+                ("eth0".to_string(), "192.168.50.10".parse().unwrap()),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_address_of_the_wrong_length_is_an_error_not_skipped() {
+        let err = dump_addresses(
+            fake(vec![addr(2, 2, 2, &[attr(2, &[192, 168, 50])])]),
+            std::time::Instant::now(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("a 3-byte address in family 2"), "{err}");
+    }
 }
