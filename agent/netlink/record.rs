@@ -132,6 +132,15 @@ mod tests {
                 Err(e) => eprintln!("{p}: {e}"),
             }
         }
+        // What the conntrack probe asks on a kernel without /proc/net/stat/nf_conntrack
+        // (this one has it, so the probe did not): recorded too, for the fixture test
+        // that removes the file.
+        let at = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let stats = ctx
+            .host
+            .netlink(crate::netlink::NETLINK_NETFILTER)
+            .and_then(|c| crate::netlink::ctnetlink::read(c, at));
+        eprintln!("ctnetlink statistics: {:?}", stats.map(|s| s.sums));
         std::fs::create_dir_all(&out).unwrap();
         let header = "proxywatch netlink recording (agent/netlink/replay.rs says the format),\n\
                       made by tests/tools/record_netlink_node.sh: requests with seq/pid zeroed, then\n\

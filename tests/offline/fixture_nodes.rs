@@ -1355,3 +1355,43 @@ fn recorded_netlink_missing_one_request_fails_only_its_probe() {
         .iter()
         .any(|f| f["id"] == "probe_failed"));
 }
+
+/// The recorded node without its stat file (an old kernel's): the conntrack probe asks
+/// ctnetlink, whose recorded per-CPU statistics decode to what the namespace's stat file said
+/// at the same moment, column by column.
+#[test]
+fn recorded_netlink_without_the_stat_file_reads_ctnetlink() {
+    let base = scenario_dir("recorded-netlink");
+    let stat = read(&base.join(STAT));
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("node");
+    common::copy_tree(&base, &root);
+    std::fs::remove_file(root.join(STAT)).unwrap();
+    let r = check(tmp.path(), &root, &base.join("exec"), "json", &[]);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", r.stdout, r.stderr));
+    let ct = &doc["facts"]["conntrack"];
+    assert_eq!(
+        doc["probes"]["conntrack"]["status"], "ok",
+        "{:#}",
+        doc["probes"]["conntrack"]
+    );
+    assert_eq!(ct["stats_source"], "ctnetlink");
+    let stats = ct["stats"].as_object().unwrap();
+    let mut compared = 0;
+    for column in [
+        "found",
+        "invalid",
+        "insert",
+        "insert_failed",
+        "drop",
+        "early_drop",
+        "icmp_error",
+        "search_restart",
+    ] {
+        assert_eq!(stats[column].as_u64(), Some(stat_column(&stat, column).0), "{column}");
+        compared += 1;
+    }
+    assert_eq!(compared, 8);
+    // The 3 `conntrack -I` entries were counted in `insert`.
+    assert_eq!(stats["insert"], 3);
+}

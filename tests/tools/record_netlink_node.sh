@@ -20,6 +20,8 @@ ns=pwrec-$$
 tmp=$(mktemp -d)
 cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
+# Build first: a compile error must not leave the node half rewritten.
+(cd "$repo" && cargo test --lib --no-run)
 ip netns add "$ns"
 nse() { ip netns exec "$ns" "$@"; }
 
