@@ -35,10 +35,9 @@ const DNS_IP: &str = "10.96.0.10";
 const WEB_IP: &str = "10.96.0.20";
 const STALE_UDP: u64 = 5;
 const STALE_TCP: u64 = 3;
-/// How long the commits go on (the issue asks for a minute; half of it here
-/// keeps the test's share of a 2-core CI machine modest, and the agent's
-/// checks every second still meet commits in every dump).
-const CHURN: Duration = Duration::from_secs(30);
+/// How long the commits go on: the minute issue 28 asks for, the agent checking
+/// every second, so that commits meet every dump.
+const CHURN: Duration = Duration::from_secs(60);
 
 /// Rule set `A`, or `C` (the DNS service with a third endpoint).
 fn rules(variant: char) -> String {
