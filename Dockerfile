@@ -66,7 +66,12 @@ EXPOSE 9877
 # per CPU) and an arena keeps what it once held: as the runtime's blocking
 # threads came and went, arena after arena filled and RSS crept up for an hour
 # of soak. Two arenas level off several MiB lower (docs/benchmarks.md, soak).
-ENV MALLOC_ARENA_MAX=2
+# A fixed mmap threshold (128 KiB, glibc's default start) keeps glibc from
+# raising it after each large free, so the probes' large transient buffers are
+# mapped and returned whole instead of fragmenting the heap: in the 2-hour soak
+# with two agents under the same churn, the live heap stayed ~1.1 MiB (heaptrack)
+# while the one without it kept creeping up (docs/benchmarks.md, soak).
+ENV MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072
 
 # Health is checked by the kubelet (httpGet /healthz in the DaemonSet), which
 # ignores Docker HEALTHCHECKs; the image has no curl/wget to run one anyway.

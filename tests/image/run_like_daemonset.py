@@ -466,6 +466,12 @@ def tests(pod, cts, host_bin, netns, tmp):
               f"NoNewPrivs {st.get('NoNewPrivs')}")
         check(st.get("Seccomp") == "2", "serve: agent runs under a seccomp filter (Seccomp 2)",
               f"Seccomp {st.get('Seccomp')} (0 none, 1 strict, 2 filter)")
+        # The malloc settings the soak measured (docs/benchmarks.md) reach the agent.
+        environ = dict(kv.split("=", 1) for kv in open(f"/proc/{agent}/environ").read().split("\0") if "=" in kv)
+        malloc = {k: environ.get(k) for k in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_")}
+        check(malloc == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"},
+              "serve: the agent runs with the image's malloc settings (MALLOC_ARENA_MAX=2, MALLOC_MMAP_THRESHOLD_=131072)",
+              f"{malloc}")
         if pod.memory is not None:
             limit = memory_limit(agent)
             check(limit == pod.memory, f"serve: the agent's cgroup has the manifest's memory limit ({pod.memory} bytes)",
