@@ -255,12 +255,79 @@ const REJECT_RULES: &str = r#"*filter
 COMMIT
 "#;
 
+/// The same for IPv6 (ip6tables), in ULA space: a Service without endpoints (UDP
+/// [fd30::46]:80: REJECT) and the eTP=Local NodePort 30001 (DROP).
+const REJECT_RULES6: &str = r#"*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-FORWARD - [0:0]
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -m comment --comment "ns6/svc6:p80 has no endpoints" -m udp -p udp -d fd30::46 --dport 80 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "ns2/svc2:p80 has no local endpoints" -m addrtype --dst-type LOCAL -m udp -p udp --dport 30001 -j DROP
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+COMMIT
+"#;
+
+/// One family's names and addresses for the traffic test.
+struct Family {
+    /// `iptables` or `ip6tables`.
+    tool: &'static str,
+    /// The agent's source label (`ipv4`, `ipv6`).
+    label: &'static str,
+    rules: &'static str,
+    node: &'static str,
+    client: &'static str,
+    prefix: &'static str,
+    service_cidr: &'static str,
+    forwarding: &'static str,
+    /// Python's address family and the two destinations.
+    af: &'static str,
+    service: &'static str,
+    nodeport: &'static str,
+    /// The agent's name for the Service's address (decoded from the rule).
+    target: &'static str,
+}
+
+const V4: Family = Family {
+    tool: "iptables",
+    label: "ipv4",
+    rules: REJECT_RULES,
+    node: "10.77.0.1",
+    client: "10.77.0.2",
+    prefix: "24",
+    service_cidr: "172.30.0.0/16",
+    forwarding: "net.ipv4.ip_forward=1",
+    af: "AF_INET",
+    service: "('172.30.0.46', 80)",
+    nodeport: "('10.77.0.1', 30001)",
+    target: "172.30.0.46:80",
+};
+
+const V6: Family = Family {
+    tool: "ip6tables",
+    label: "ipv6",
+    rules: REJECT_RULES6,
+    node: "fd77::1",
+    client: "fd77::2",
+    prefix: "64",
+    service_cidr: "fd30::/64",
+    forwarding: "net.ipv6.conf.all.forwarding=1",
+    af: "AF_INET6",
+    service: "('fd30::46', 80)",
+    nodeport: "('fd77::1', 30001)",
+    target: "[fd30::46]:80",
+};
+
 /// Packets the rule of `chain` whose line mentions `what` counted, from `iptables -L -v -x`.
-fn listed_packets(ns: &Netns, backend: &str, chain: &str, what: &str) -> u64 {
-    let out = ns.exec_ok(
-        &format!("iptables-{backend}"),
-        &["-t", "filter", "-L", chain, "-v", "-x", "-n"],
-    );
+fn listed_packets(ns: &Netns, tool: &str, chain: &str, what: &str) -> u64 {
+    let out = ns.exec_ok(tool, &["-t", "filter", "-L", chain, "-v", "-x", "-n"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let line = text
         .lines()
@@ -291,13 +358,15 @@ fn reference_rate(samples: &[(f64, u64)], from: f64, to: f64) -> f64 {
     (b.1 - a.1) as f64 / (b.0 - a.0)
 }
 
-fn rejected_traffic_is_counted(backend: &str) {
-    if !common::can_run(&["ip", &format!("iptables-{backend}-restore"), "python3"]) {
+fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
+    let tool = format!("{}-{backend}", fam.tool);
+    if !common::can_run(&["ip", &format!("{tool}-restore"), "python3"]) {
         return;
     }
     let _lock = common::global_lock();
-    let node = Netns::new(&format!("kprn-{backend}"));
-    let client = Netns::new(&format!("kprc-{backend}"));
+    let tag = if fam.label == "ipv6" { "6" } else { "" };
+    let node = Netns::new(&format!("kprn{tag}-{backend}"));
+    let client = Netns::new(&format!("kprc{tag}-{backend}"));
     // A veth pair between the client and the node; the node routes the service CIDR (back
     // out of the veth: any route will do, a Service address is never a real destination),
     // so packets to it pass FORWARD, where kube-proxy's KUBE-SERVICES rules are.
@@ -316,15 +385,24 @@ fn rejected_traffic_is_counted(backend: &str) {
             &client.name,
         ],
     );
-    node.exec_ok("ip", &["addr", "add", "10.77.0.1/24", "dev", "vn"]);
+    // nodad: an IPv6 address is usable at once, not after duplicate address detection.
+    let addr = |ns: &Netns, a: &str, dev: &str| {
+        let cidr = format!("{a}/{}", fam.prefix);
+        let mut args = vec!["addr", "add", cidr.as_str(), "dev", dev];
+        if fam.label == "ipv6" {
+            args.push("nodad");
+        }
+        ns.exec_ok("ip", &args);
+    };
+    addr(&node, fam.node, "vn");
     node.exec_ok("ip", &["link", "set", "vn", "up"]);
-    node.exec_ok("ip", &["route", "add", "172.30.0.0/16", "via", "10.77.0.2"]);
     // The namespace's own forwarding switch (per network namespace).
-    node.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
-    client.exec_ok("ip", &["addr", "add", "10.77.0.2/24", "dev", "vc"]);
+    node.exec_ok("sysctl", &["-qw", fam.forwarding]);
+    addr(&client, fam.client, "vc");
     client.exec_ok("ip", &["link", "set", "vc", "up"]);
-    client.exec_ok("ip", &["route", "add", "default", "via", "10.77.0.1"]);
-    node.exec_input(&format!("iptables-{backend}-restore"), &[], REJECT_RULES);
+    node.exec_ok("ip", &["route", "add", fam.service_cidr, "via", fam.client]);
+    client.exec_ok("ip", &["route", "add", "default", "via", fam.node]);
+    node.exec_input(&format!("{tool}-restore"), &[], fam.rules);
 
     let agent = Serve::new()
         .in_netns(&node)
@@ -333,7 +411,7 @@ fn rejected_traffic_is_counted(backend: &str) {
     common::poll("the counters read twice", Duration::from_secs(20), || {
         let snap = agent.snapshot()?;
         let r = &snap["derived"]["service_rejects"];
-        let want = format!("{backend} ipv4");
+        let want = format!("{backend} {}", fam.label);
         if r["sources"]
             .as_array()
             .is_some_and(|s| s.iter().any(|x| x == want.as_str()))
@@ -352,15 +430,18 @@ fn rejected_traffic_is_counted(backend: &str) {
             "python3",
             &[
                 "-c",
-                "import socket, time\n\
-                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
-                 t = time.monotonic()\n\
-                 while True:\n\
-                 \x20   for a in (('172.30.0.46', 80), ('10.77.0.1', 30001)):\n\
-                 \x20       try: s.sendto(b'x', a)\n\
-                 \x20       except OSError: pass\n\
-                 \x20   t += 0.01\n\
-                 \x20   time.sleep(max(0, t - time.monotonic()))\n",
+                &format!(
+                    "import socket, time\n\
+                     s = socket.socket(socket.{}, socket.SOCK_DGRAM)\n\
+                     t = time.monotonic()\n\
+                     while True:\n\
+                     \x20   for a in ({}, {}):\n\
+                     \x20       try: s.sendto(b'x', a)\n\
+                     \x20       except OSError: pass\n\
+                     \x20   t += 0.01\n\
+                     \x20   time.sleep(max(0, t - time.monotonic()))\n",
+                    fam.af, fam.service, fam.nodeport
+                ),
             ],
         ),
         &dir.path().join("sender.log"),
@@ -370,10 +451,10 @@ fn rejected_traffic_is_counted(backend: &str) {
     let started = now();
     while now() - started < 40.0 {
         let t = now();
-        rejects.push((t, listed_packets(&node, backend, "KUBE-SERVICES", "has no endpoints")));
+        rejects.push((t, listed_packets(&node, &tool, "KUBE-SERVICES", "has no endpoints")));
         drops.push((
             t,
-            listed_packets(&node, backend, "KUBE-EXTERNAL-SERVICES", "has no local endpoints"),
+            listed_packets(&node, &tool, "KUBE-EXTERNAL-SERVICES", "has no local endpoints"),
         ));
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -389,13 +470,24 @@ fn rejected_traffic_is_counted(backend: &str) {
     ] {
         let got = agent_rate(&snap, service, reason);
         let want = reference_rate(samples, read_at - window, read_at);
-        eprintln!("{backend} {service} {reason}: agent {got:.2}/s, iptables -L -v -x {want:.2}/s over {window:.1} s");
+        eprintln!("{tool} {service} {reason}: agent {got:.2}/s, {tool} -L -v -x {want:.2}/s over {window:.1} s");
         assert!(want > 50.0, "the traffic reached the rule: {want}");
         assert!(
             (got - want).abs() <= 0.1 * want,
             "{service}: agent {got} vs kernel {want}"
         );
     }
+    // The rules' addresses as decoded (the Service's, and the NodePort's any-address).
+    let targets = |service: &str| {
+        snap["derived"]["service_rejects"]["services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["service"] == service)
+            .map(|s| s["targets"].clone())
+    };
+    assert_eq!(targets("ns6/svc6:p80"), Some(serde_json::json!([fam.target])));
+    assert_eq!(targets("ns2/svc2:p80"), Some(serde_json::json!(["*:30001"])));
     let f = finding(&findings(&agent).unwrap(), "service_traffic_rejected")
         .cloned()
         .expect("service_traffic_rejected while traffic is rejected");
@@ -448,12 +540,22 @@ fn rejected_traffic_is_counted(backend: &str) {
 
 #[test]
 fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_nft() {
-    rejected_traffic_is_counted("nft");
+    rejected_traffic_is_counted("nft", &V4);
+}
+
+#[test]
+fn rejected_and_dropped_ipv6_service_traffic_matches_the_kernels_counters_nft() {
+    rejected_traffic_is_counted("nft", &V6);
+}
+
+#[test]
+fn rejected_and_dropped_ipv6_service_traffic_matches_the_kernels_counters_legacy() {
+    rejected_traffic_is_counted("legacy", &V6);
 }
 
 #[test]
 fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_legacy() {
-    rejected_traffic_is_counted("legacy");
+    rejected_traffic_is_counted("legacy", &V4);
 }
 
 /// kube-proxy's nftables mode (a generated `kube-proxy` table with its `no-endpoint-services`
