@@ -275,6 +275,29 @@ const REJECT_RULES6: &str = r#"*filter
 COMMIT
 "#;
 
+/// kube-proxy's older eTP=Local drop (up to v1.23, agent/probe/rule_counters/nat.rs): NodePort
+/// 30003 of `ns1/svc1:p80` without a local endpoint goes through `KUBE-XLB-*` to
+/// `KUBE-MARK-DROP` in nat, kubelet's `KUBE-FIREWALL` drops the mark in filter. Restored with
+/// `--noflush` after the rules above (both families: nothing in it is an address).
+const OLD_LAYOUT: &str = r#"*filter
+:KUBE-FIREWALL - [0:0]
+-A INPUT -j KUBE-FIREWALL
+-A KUBE-FIREWALL -m comment --comment "kubernetes firewall for dropping marked packets" -m mark --mark 0x8000/0x8000 -j DROP
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-NODEPORTS - [0:0]
+:KUBE-XLB-AQI2S6QIMU7PVVRP - [0:0]
+:KUBE-MARK-DROP - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS
+-A KUBE-NODEPORTS -p udp -m comment --comment "ns1/svc1:p80" -m udp --dport 30003 -j KUBE-XLB-AQI2S6QIMU7PVVRP
+-A KUBE-XLB-AQI2S6QIMU7PVVRP -m comment --comment "ns1/svc1:p80 has no local endpoints" -j KUBE-MARK-DROP
+-A KUBE-MARK-DROP -j MARK --set-xmark 0x8000/0x8000
+COMMIT
+"#;
+
 /// One family's names and addresses for the traffic test.
 struct Family {
     /// `iptables` or `ip6tables`.
@@ -291,6 +314,8 @@ struct Family {
     af: &'static str,
     service: &'static str,
     nodeport: &'static str,
+    /// The NodePort of the older layout (nat `KUBE-XLB-*`).
+    old_nodeport: &'static str,
     /// The agent's name for the Service's address (decoded from the rule).
     target: &'static str,
 }
@@ -307,6 +332,7 @@ const V4: Family = Family {
     af: "AF_INET",
     service: "('172.30.0.46', 80)",
     nodeport: "('10.77.0.1', 30001)",
+    old_nodeport: "('10.77.0.1', 30003)",
     target: "172.30.0.46:80",
 };
 
@@ -322,12 +348,14 @@ const V6: Family = Family {
     af: "AF_INET6",
     service: "('fd30::46', 80)",
     nodeport: "('fd77::1', 30001)",
+    old_nodeport: "('fd77::1', 30003)",
     target: "[fd30::46]:80",
 };
 
-/// Packets the rule of `chain` whose line mentions `what` counted, from `iptables -L -v -x`.
+/// Packets the rule of `chain` (`nat CHAIN` for another table than filter) whose line mentions `what` counted, from `iptables -L -v -x`.
 fn listed_packets(ns: &Netns, tool: &str, chain: &str, what: &str) -> u64 {
-    let out = ns.exec_ok(tool, &["-t", "filter", "-L", chain, "-v", "-x", "-n"]);
+    let (table, chain) = chain.split_once(' ').unwrap_or(("filter", chain));
+    let out = ns.exec_ok(tool, &["-t", table, "-L", chain, "-v", "-x", "-n"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let line = text
         .lines()
@@ -403,6 +431,7 @@ fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
     node.exec_ok("ip", &["route", "add", fam.service_cidr, "via", fam.client]);
     client.exec_ok("ip", &["route", "add", "default", "via", fam.node]);
     node.exec_input(&format!("{tool}-restore"), &[], fam.rules);
+    node.exec_input(&format!("{tool}-restore"), &["--noflush"], OLD_LAYOUT);
 
     let agent = Serve::new()
         .in_netns(&node)
@@ -435,19 +464,19 @@ fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
                      s = socket.socket(socket.{}, socket.SOCK_DGRAM)\n\
                      t = time.monotonic()\n\
                      while True:\n\
-                     \x20   for a in ({}, {}):\n\
+                     \x20   for a in ({}, {}, {}):\n\
                      \x20       try: s.sendto(b'x', a)\n\
                      \x20       except OSError: pass\n\
                      \x20   t += 0.01\n\
                      \x20   time.sleep(max(0, t - time.monotonic()))\n",
-                    fam.af, fam.service, fam.nodeport
+                    fam.af, fam.service, fam.nodeport, fam.old_nodeport
                 ),
             ],
         ),
         &dir.path().join("sender.log"),
     );
     // Sample the kernel's counters (the reference) while the agent's window fills.
-    let (mut rejects, mut drops) = (Vec::new(), Vec::new());
+    let (mut rejects, mut drops, mut old_drops) = (Vec::new(), Vec::new(), Vec::new());
     let started = now();
     while now() - started < 40.0 {
         let t = now();
@@ -455,6 +484,10 @@ fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
         drops.push((
             t,
             listed_packets(&node, &tool, "KUBE-EXTERNAL-SERVICES", "has no local endpoints"),
+        ));
+        old_drops.push((
+            t,
+            listed_packets(&node, &tool, "nat KUBE-XLB-AQI2S6QIMU7PVVRP", "has no local endpoints"),
         ));
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -467,6 +500,9 @@ fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
     for (service, reason, samples) in [
         ("ns6/svc6:p80", "no_endpoints", &rejects),
         ("ns2/svc2:p80", "no_local_endpoints", &drops),
+        // Every packet, not only each flow's first: a dropped packet's conntrack entry is never
+        // confirmed, so the next one passes nat again (the sender sends 100/s).
+        ("ns1/svc1:p80", "no_local_endpoints", &old_drops),
     ] {
         let got = agent_rate(&snap, service, reason);
         let want = reference_rate(samples, read_at - window, read_at);
@@ -488,6 +524,11 @@ fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
     };
     assert_eq!(targets("ns6/svc6:p80"), Some(serde_json::json!([fam.target])));
     assert_eq!(targets("ns2/svc2:p80"), Some(serde_json::json!(["*:30001"])));
+    assert_eq!(
+        targets("ns1/svc1:p80"),
+        Some(serde_json::json!(["*"])),
+        "the old layout's rule matches no address"
+    );
     let f = finding(&findings(&agent).unwrap(), "service_traffic_rejected")
         .cloned()
         .expect("service_traffic_rejected while traffic is rejected");

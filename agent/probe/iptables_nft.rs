@@ -48,6 +48,8 @@ pub struct IptTally {
     /// Builtin chains of each table that exist in the kernel, as a bit per
     /// entry of [`BUILTIN_CHAINS`]; the save prints the others anyway.
     builtins_seen: BTreeMap<String, u8>,
+    /// nat chains holding the older eTP=Local drop (`rule_counters::nat`).
+    nat_drops: Vec<String>,
 }
 
 fn builtins(table: &str) -> &'static [&'static str] {
@@ -88,7 +90,7 @@ impl Tally for IptTally {
         if r.chain.starts_with("KUBE-") || r.jumps_to("KUBE-")? {
             self.counts.kube_rules += 1;
         }
-        Ok(())
+        rule_counters::nat::note(&mut self.nat_drops, r)
     }
 
     fn set(&mut self, _: &Set<'_>) -> bool {
@@ -170,7 +172,15 @@ fn count_families(
             deadline,
             &IptTally::default,
         )?;
-        Ok((c.tally.finish(), c.generation, c.attempts, c.bytes))
+        let mut tally = c.tally;
+        let how = super::counted::NetlinkCount {
+            generation: c.generation,
+            ..Default::default()
+        };
+        memory
+            .nat_drop_chains
+            .put(family, std::mem::take(&mut tally.nat_drops), how);
+        Ok((tally.finish(), c.generation, c.attempts, c.bytes))
     })
     .map_err(|(family, e)| nl_error(family, e))
 }
@@ -229,7 +239,22 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
         // Read every run: counters move without the generation moving.
         let mut rules = RuleCounters::default();
         if nft {
-            if let Err(e) = rule_counters::read_nft(&families, at, &mut rules) {
+            let nat = |f: Family| {
+                let gen = counted
+                    .iter()
+                    .zip(&families)
+                    .find(|(_, g)| **g == f)
+                    .map(|(c, _)| c.1.generation);
+                gen.and_then(|g| memory.nat_drop_chains.get(f, g))
+                    .map(|(c, _)| c)
+                    .unwrap_or_default()
+            };
+            let read = rule_counters::read_nft(&families, at, &mut rules).and_then(|()| {
+                families
+                    .iter()
+                    .try_for_each(|&f| rule_counters::nat::read_nft(f, &nat(f), at, &mut rules))
+            });
+            if let Err(e) = read {
                 rules = RuleCounters::default();
                 rules.unavailable.push(format!("iptables-nft: {e}"));
             }
