@@ -4,7 +4,9 @@
 //! synced and how many syncs failed. Flushing the rules behind the stand-in's back raises
 //! `kube_proxy_rules_lost`; restoring them clears it (in nftables mode: its table deleted).
 //! A failure counter that rises raises
-//! `kube_proxy_sync_failing`, critical once the last good sync is old.
+//! `kube_proxy_sync_failing`, critical once the last good sync is old. Real traffic to Services
+//! kube-proxy rejects or drops (both families, both backends, its older nat drop too) and
+//! conntrack-invalid segments (its nfacct object) give the rates the kernel's counters give.
 mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -737,4 +739,156 @@ fn nftables_table_deleted_behind_kube_proxy_is_lost_then_restored() {
             Some(x) => Err(format!("still {x:#}")),
         }
     });
+}
+
+// --- the conntrack-invalid drop, counted by kube-proxy's nfacct object ------------------------
+
+/// kube-proxy's KUBE-FORWARD (v1.29+, its TestOverallIPTablesRules): the invalid drop counts
+/// into the nfacct object `ct_state_invalid_dropped_pkts`.
+const INVALID_RULES: &str = r#"*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FORWARD - [0:0]
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name ct_state_invalid_dropped_pkts -j DROP
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+COMMIT
+"#;
+
+/// Creates the nfacct object as kube-proxy does (NFNL_MSG_ACCT_NEW over nfnetlink; no `nfacct`
+/// tool needed), in the namespace it runs in.
+const NFACCT_NEW: &str = r#"
+import socket, struct
+name = b"ct_state_invalid_dropped_pkts\0"
+attr = struct.pack("=HH", 4 + len(name), 1) + name
+attr += b"\0" * ((4 - len(attr) % 4) % 4)
+body = struct.pack("=BBH", 0, 0, 0) + attr
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)
+# NFNL_SUBSYS_ACCT 7, NFNL_MSG_ACCT_NEW 0; NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE.
+s.send(struct.pack("=LHHLL", 16 + len(body), 7 << 8, 1 | 4 | 0x400, 1, 0) + body)
+err = struct.unpack("=i", s.recv(4096)[16:20])[0]
+assert err == 0, err
+"#;
+
+/// 100 TCP segments per second with SYN and FIN both set (conntrack holds them INVALID), from
+/// the client to an address the node forwards.
+const INVALID_SENDER: &str = r#"
+import socket, struct, time
+src, dst = "10.77.0.2", "172.30.0.99"
+def csum(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xFFFF)
+    return ~(s + (s >> 16)) & 0xFFFF
+tcp = struct.pack("!HHLLBBHHH", 40000, 80, 1, 0, 5 << 4, 0x03, 1024, 0, 0)
+ph = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, len(tcp))
+tcp = tcp[:16] + struct.pack("!H", csum(ph + tcp)) + tcp[18:]
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+t = time.monotonic()
+while True:
+    try:
+        s.sendto(tcp, (dst, 0))
+    except OSError:
+        pass
+    t += 0.01
+    time.sleep(max(0, t - time.monotonic()))
+"#;
+
+fn invalid_drops_are_counted_by_the_nfacct_object(backend: &str) {
+    let tool = format!("iptables-{backend}");
+    if !common::can_run(&["ip", &format!("{tool}-restore"), "python3"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let node = Netns::new(&format!("kpin-{backend}"));
+    let client = Netns::new(&format!("kpic-{backend}"));
+    node.exec_ok(
+        "ip",
+        &[
+            "link",
+            "add",
+            "vn",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "vc",
+            "netns",
+            &client.name,
+        ],
+    );
+    node.exec_ok("ip", &["addr", "add", "10.77.0.1/24", "dev", "vn"]);
+    node.exec_ok("ip", &["link", "set", "vn", "up"]);
+    node.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    client.exec_ok("ip", &["addr", "add", "10.77.0.2/24", "dev", "vc"]);
+    client.exec_ok("ip", &["link", "set", "vc", "up"]);
+    node.exec_ok("ip", &["route", "add", "172.30.0.0/16", "via", "10.77.0.2"]);
+    client.exec_ok("ip", &["route", "add", "default", "via", "10.77.0.1"]);
+    node.exec_ok("python3", &["-c", NFACCT_NEW]);
+    node.exec_input(&format!("{tool}-restore"), &[], INVALID_RULES);
+
+    let agent = Serve::new()
+        .in_netns(&node)
+        .args(["--iptables.interval", "1s", "--iptables.save-interval", "0"])
+        .start();
+    common::poll("the nfacct object read twice", Duration::from_secs(20), || {
+        let snap = agent.snapshot()?;
+        let r = &snap["derived"]["service_rejects"];
+        match r["sources"].as_array() {
+            Some(s) if s.iter().any(|x| x == "nfacct any") => Ok(()),
+            _ => Err(format!("{r:#}")),
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let sender = common::Process::spawn(
+        "invalid tcp sender",
+        &mut client.command("python3", &["-c", INVALID_SENDER]),
+        &dir.path().join("sender.log"),
+    );
+    let mut samples = Vec::new();
+    let started = now();
+    while now() - started < 40.0 {
+        samples.push((now(), listed_packets(&node, &tool, "KUBE-FORWARD", "nfacct")));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let snap = agent.snapshot().unwrap();
+    let r = &snap["derived"]["service_rejects"];
+    let window = r["seconds"].as_f64().unwrap();
+    let read_at = snap["probes"]["iptables"]["reading_timestamp_seconds"]
+        .as_f64()
+        .unwrap();
+    let got = r["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["reason"] == "invalid" && t["protocol"] == "any")
+        .and_then(|t| t["packets_per_second"].as_f64())
+        .unwrap_or_else(|| panic!("{r:#}"));
+    let want = reference_rate(&samples, read_at - window, read_at);
+    eprintln!("{tool} invalid: agent {got:.2}/s (nfacct object), {tool} -L -v -x {want:.2}/s over {window:.1} s");
+    assert!(want > 50.0, "the segments reached the rule: {want}");
+    // The rule and the object count the same packets: once, not twice.
+    assert!((got - want).abs() <= 0.1 * want, "agent {got} vs kernel {want}");
+    let m = agent.get_ok("/metrics");
+    assert!(
+        common::series(
+            &m,
+            "proxywatch_service_rejected_packets_per_second{protocol=\"any\",reason=\"invalid\"}"
+        )
+        .unwrap()
+            > 50.0,
+        "{m}"
+    );
+    drop(sender);
+    agent.stop_cleanly();
+}
+
+#[test]
+fn invalid_drops_are_counted_by_kube_proxys_nfacct_object_nft() {
+    invalid_drops_are_counted_by_the_nfacct_object("nft");
+}
+
+#[test]
+fn invalid_drops_are_counted_by_kube_proxys_nfacct_object_legacy() {
+    invalid_drops_are_counted_by_the_nfacct_object("legacy");
 }

@@ -223,7 +223,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
     // generation read and, unless reused, the counts.
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
     let started = Instant::now();
-    let (nft, legacy, counted, mut rules) = super::blocking(ProbeName::Iptables, move || {
+    let (nft, legacy, counted, mut rules, acct) = super::blocking(ProbeName::Iptables, move || {
         let nft = !super::modules::tool_would_load(&host, "nf_tables");
         let mut legacy = Vec::new();
         for (_, _, _, names) in FAMILIES {
@@ -263,7 +263,10 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
                 .unavailable
                 .push("iptables-nft: nf_tables is not loaded (not asked)".into());
         }
-        Ok((nft, legacy, counted, rules))
+        // kube-proxy's invalid-drop nfacct object (asking never loads nfnetlink_acct).
+        let ask = !super::modules::tool_would_load(&host, "nfnetlink_acct");
+        let acct = rule_counters::nfacct::read(ask, at).map_err(|e| e.to_string());
+        Ok((nft, legacy, counted, rules, acct))
     })
     .await?;
     let elapsed = started.elapsed().as_secs_f64();
@@ -302,6 +305,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
                 .into(),
         ), None));
     }
+    rule_counters::nfacct::merge(&mut rules, acct);
     rules.counted_rules = rules.rules.len();
     let cross_check = if nft {
         cross_check(ctx, &saves, deadline).await

@@ -34,6 +34,7 @@ use crate::netlink::nft_expr::rule_facts;
 use crate::netlink::{NlError, Session, Socket, NETLINK_NETFILTER};
 
 pub mod nat;
+pub mod nfacct;
 
 /// The `filter` chains read, in the order kube-proxy writes them.
 pub const CHAINS: &[&str] = &["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-FORWARD"];
@@ -83,7 +84,8 @@ pub struct CountedRule {
     /// `namespace/name:port` from kube-proxy's comment; None when the comment
     /// is missing or has no such first word (kube-proxy's comments can be cut).
     pub service: Option<String>,
-    /// What the rule matches: `address:port`, `*:port` for a NodePort, `*` for none.
+    /// What the rule matches: `address:port`, `*:port` for a NodePort, `*` for none;
+    /// `nfacct NAME` for a rule that also counts into that nfacct object ([`nfacct`]).
     pub target: String,
     /// Packets the rule's counter holds (since the rule was written).
     pub packets: u64,
@@ -171,6 +173,8 @@ pub(crate) struct Extra<'a> {
     pub counter: Option<(u64, u64)>,
     pub conntrack: bool,
     pub comment: Option<&'a str>,
+    /// The nfacct object a `-m nfacct` match counts into.
+    pub nfacct: Option<&'a str>,
 }
 
 pub(crate) fn extra<'a>(rule: &Rule<'a>) -> Result<Extra<'a>, NlError> {
@@ -210,6 +214,14 @@ pub(crate) fn extra<'a>(rule: &Rule<'a>) -> Result<Extra<'a>, NlError> {
                 }
                 match m {
                     Some("conntrack" | "state") => x.conntrack = true,
+                    // xt_nfacct_match_info: char name[32], then a kernel pointer.
+                    Some("nfacct") => {
+                        if let Some(v) = info {
+                            let v = &v[..v.len().min(32)];
+                            let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
+                            x.nfacct = std::str::from_utf8(&v[..end]).ok();
+                        }
+                    }
                     Some("comment") => {
                         if let Some(v) = info {
                             let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
@@ -254,7 +266,7 @@ pub fn nft_rule(family: Family, r: &Rule<'_>) -> Result<Option<CountedRule>, NlE
         reason,
         protocol: protocol_name(f.l4proto),
         service: service_of(comment),
-        target: target(f.daddr, f.dport),
+        target: x.nfacct.map_or_else(|| target(f.daddr, f.dport), nfacct::target),
         packets,
         bytes,
     }))
@@ -413,7 +425,8 @@ impl LegacyLines {
         };
         let daddr = value("-d").and_then(|d| d.split('/').next()?.parse().ok());
         let dport = value("--dport").and_then(|p| p.parse().ok());
-        self.push(counts, rule, chain, reason, protocol, comment, target(daddr, dport));
+        let target = value("--nfacct-name").map_or_else(|| target(daddr, dport), nfacct::target);
+        self.push(counts, rule, chain, reason, protocol, comment, target);
     }
 
     /// A counted rule of `chain`, its counter from `counts` (`packets:bytes`; undecoded when not numbers).
