@@ -332,7 +332,11 @@ async fn legacy_save_and_services(
     let mut bad: Option<String> = None;
     // `-c`: the counters come with the table anyway (IPT_SO_GET_ENTRIES); the
     // other decoders get each line as a save without -c prints it.
+    // The rules are appended to the reading itself (one list, never copied); a
+    // failed save takes back what it added.
     let mut counted = rule_counters::LegacyLines::new(v6);
+    counted.counters = std::mem::take(rules);
+    let before = (counted.counters.rules.len(), counted.counters.undecoded);
     let run = run_save_with(ctx, ("legacy", label, command, &["-c"]), deadline, &mut |line| {
         let line = counted.feed_line(line);
         snat.feed_line(line);
@@ -348,18 +352,15 @@ async fn legacy_save_and_services(
             Ok(_) => snat.finish(),
         },
     );
+    let source = counted.source();
+    *rules = std::mem::take(&mut counted.counters);
     match &run {
-        Ok(_) => {
-            rules.sources.extend(counted.source());
-            let mine = std::mem::take(&mut counted.counters.rules);
-            let all = std::sync::Arc::make_mut(&mut rules.rules);
-            match std::sync::Arc::try_unwrap(mine) {
-                Ok(v) => all.extend(v),
-                Err(shared) => all.extend(shared.iter().cloned()),
-            }
-            rules.undecoded += counted.counters.undecoded;
+        Ok(_) => rules.sources.extend(source),
+        Err(e) => {
+            std::sync::Arc::make_mut(&mut rules.rules).truncate(before.0);
+            rules.undecoded = before.1;
+            rules.unavailable.push(format!("{command} -c: {e}"));
         }
-        Err(e) => rules.unavailable.push(format!("{command} -c: {e}")),
     }
     let memory = &ctx.memory.legacy_services;
     match (&run, bad) {
