@@ -4,7 +4,9 @@
 //! synced and how many syncs failed. Flushing the rules behind the stand-in's back raises
 //! `kube_proxy_rules_lost`; restoring them clears it (in nftables mode: its table deleted).
 //! A failure counter that rises raises
-//! `kube_proxy_sync_failing`, critical once the last good sync is old.
+//! `kube_proxy_sync_failing`, critical once the last good sync is old. Real traffic to Services
+//! kube-proxy rejects or drops (both families, both backends, its older nat drop too) and
+//! conntrack-invalid segments (its nfacct object) give the rates the kernel's counters give.
 mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -255,12 +257,107 @@ const REJECT_RULES: &str = r#"*filter
 COMMIT
 "#;
 
-/// Packets the rule of `chain` whose line mentions `what` counted, from `iptables -L -v -x`.
-fn listed_packets(ns: &Netns, backend: &str, chain: &str, what: &str) -> u64 {
-    let out = ns.exec_ok(
-        &format!("iptables-{backend}"),
-        &["-t", "filter", "-L", chain, "-v", "-x", "-n"],
-    );
+/// The same for IPv6 (ip6tables), in ULA space: a Service without endpoints (UDP
+/// [fd30::46]:80: REJECT) and the eTP=Local NodePort 30001 (DROP).
+const REJECT_RULES6: &str = r#"*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-FORWARD - [0:0]
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -m comment --comment "ns6/svc6:p80 has no endpoints" -m udp -p udp -d fd30::46 --dport 80 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "ns2/svc2:p80 has no local endpoints" -m addrtype --dst-type LOCAL -m udp -p udp --dport 30001 -j DROP
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+COMMIT
+"#;
+
+/// kube-proxy's older eTP=Local drop (up to v1.23, agent/probe/rule_counters/nat.rs): NodePort
+/// 30003 of `ns1/svc1:p80` without a local endpoint goes through `KUBE-XLB-*` to
+/// `KUBE-MARK-DROP` in nat, kubelet's `KUBE-FIREWALL` drops the mark in filter. Restored with
+/// `--noflush` after the rules above (both families: nothing in it is an address).
+const OLD_LAYOUT: &str = r#"*filter
+:KUBE-FIREWALL - [0:0]
+-A INPUT -j KUBE-FIREWALL
+-A KUBE-FIREWALL -m comment --comment "kubernetes firewall for dropping marked packets" -m mark --mark 0x8000/0x8000 -j DROP
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-NODEPORTS - [0:0]
+:KUBE-XLB-AQI2S6QIMU7PVVRP - [0:0]
+:KUBE-MARK-DROP - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS
+-A KUBE-NODEPORTS -p udp -m comment --comment "ns1/svc1:p80" -m udp --dport 30003 -j KUBE-XLB-AQI2S6QIMU7PVVRP
+-A KUBE-XLB-AQI2S6QIMU7PVVRP -m comment --comment "ns1/svc1:p80 has no local endpoints" -j KUBE-MARK-DROP
+-A KUBE-MARK-DROP -j MARK --set-xmark 0x8000/0x8000
+COMMIT
+"#;
+
+/// One family's names and addresses for the traffic test.
+struct Family {
+    /// `iptables` or `ip6tables`.
+    tool: &'static str,
+    /// The agent's source label (`ipv4`, `ipv6`).
+    label: &'static str,
+    rules: &'static str,
+    node: &'static str,
+    client: &'static str,
+    prefix: &'static str,
+    service_cidr: &'static str,
+    forwarding: &'static str,
+    /// Python's address family and the two destinations.
+    af: &'static str,
+    service: &'static str,
+    nodeport: &'static str,
+    /// The NodePort of the older layout (nat `KUBE-XLB-*`).
+    old_nodeport: &'static str,
+    /// The agent's name for the Service's address (decoded from the rule).
+    target: &'static str,
+}
+
+const V4: Family = Family {
+    tool: "iptables",
+    label: "ipv4",
+    rules: REJECT_RULES,
+    node: "10.77.0.1",
+    client: "10.77.0.2",
+    prefix: "24",
+    service_cidr: "172.30.0.0/16",
+    forwarding: "net.ipv4.ip_forward=1",
+    af: "AF_INET",
+    service: "('172.30.0.46', 80)",
+    nodeport: "('10.77.0.1', 30001)",
+    old_nodeport: "('10.77.0.1', 30003)",
+    target: "172.30.0.46:80",
+};
+
+const V6: Family = Family {
+    tool: "ip6tables",
+    label: "ipv6",
+    rules: REJECT_RULES6,
+    node: "fd77::1",
+    client: "fd77::2",
+    prefix: "64",
+    service_cidr: "fd30::/64",
+    forwarding: "net.ipv6.conf.all.forwarding=1",
+    af: "AF_INET6",
+    service: "('fd30::46', 80)",
+    nodeport: "('fd77::1', 30001)",
+    old_nodeport: "('fd77::1', 30003)",
+    target: "[fd30::46]:80",
+};
+
+/// Packets the rule of `chain` (`nat CHAIN` for another table than filter) whose line mentions `what` counted, from `iptables -L -v -x`.
+fn listed_packets(ns: &Netns, tool: &str, chain: &str, what: &str) -> u64 {
+    let (table, chain) = chain.split_once(' ').unwrap_or(("filter", chain));
+    let out = ns.exec_ok(tool, &["-t", table, "-L", chain, "-v", "-x", "-n"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let line = text
         .lines()
@@ -291,13 +388,15 @@ fn reference_rate(samples: &[(f64, u64)], from: f64, to: f64) -> f64 {
     (b.1 - a.1) as f64 / (b.0 - a.0)
 }
 
-fn rejected_traffic_is_counted(backend: &str) {
-    if !common::can_run(&["ip", &format!("iptables-{backend}-restore"), "python3"]) {
+fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
+    let tool = format!("{}-{backend}", fam.tool);
+    if !common::can_run(&["ip", &format!("{tool}-restore"), "python3"]) {
         return;
     }
     let _lock = common::global_lock();
-    let node = Netns::new(&format!("kprn-{backend}"));
-    let client = Netns::new(&format!("kprc-{backend}"));
+    let tag = if fam.label == "ipv6" { "6" } else { "" };
+    let node = Netns::new(&format!("kprn{tag}-{backend}"));
+    let client = Netns::new(&format!("kprc{tag}-{backend}"));
     // A veth pair between the client and the node; the node routes the service CIDR (back
     // out of the veth: any route will do, a Service address is never a real destination),
     // so packets to it pass FORWARD, where kube-proxy's KUBE-SERVICES rules are.
@@ -316,15 +415,25 @@ fn rejected_traffic_is_counted(backend: &str) {
             &client.name,
         ],
     );
-    node.exec_ok("ip", &["addr", "add", "10.77.0.1/24", "dev", "vn"]);
+    // nodad: an IPv6 address is usable at once, not after duplicate address detection.
+    let addr = |ns: &Netns, a: &str, dev: &str| {
+        let cidr = format!("{a}/{}", fam.prefix);
+        let mut args = vec!["addr", "add", cidr.as_str(), "dev", dev];
+        if fam.label == "ipv6" {
+            args.push("nodad");
+        }
+        ns.exec_ok("ip", &args);
+    };
+    addr(&node, fam.node, "vn");
     node.exec_ok("ip", &["link", "set", "vn", "up"]);
-    node.exec_ok("ip", &["route", "add", "172.30.0.0/16", "via", "10.77.0.2"]);
     // The namespace's own forwarding switch (per network namespace).
-    node.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
-    client.exec_ok("ip", &["addr", "add", "10.77.0.2/24", "dev", "vc"]);
+    node.exec_ok("sysctl", &["-qw", fam.forwarding]);
+    addr(&client, fam.client, "vc");
     client.exec_ok("ip", &["link", "set", "vc", "up"]);
-    client.exec_ok("ip", &["route", "add", "default", "via", "10.77.0.1"]);
-    node.exec_input(&format!("iptables-{backend}-restore"), &[], REJECT_RULES);
+    node.exec_ok("ip", &["route", "add", fam.service_cidr, "via", fam.client]);
+    client.exec_ok("ip", &["route", "add", "default", "via", fam.node]);
+    node.exec_input(&format!("{tool}-restore"), &[], fam.rules);
+    node.exec_input(&format!("{tool}-restore"), &["--noflush"], OLD_LAYOUT);
 
     let agent = Serve::new()
         .in_netns(&node)
@@ -333,7 +442,7 @@ fn rejected_traffic_is_counted(backend: &str) {
     common::poll("the counters read twice", Duration::from_secs(20), || {
         let snap = agent.snapshot()?;
         let r = &snap["derived"]["service_rejects"];
-        let want = format!("{backend} ipv4");
+        let want = format!("{backend} {}", fam.label);
         if r["sources"]
             .as_array()
             .is_some_and(|s| s.iter().any(|x| x == want.as_str()))
@@ -352,28 +461,35 @@ fn rejected_traffic_is_counted(backend: &str) {
             "python3",
             &[
                 "-c",
-                "import socket, time\n\
-                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
-                 t = time.monotonic()\n\
-                 while True:\n\
-                 \x20   for a in (('172.30.0.46', 80), ('10.77.0.1', 30001)):\n\
-                 \x20       try: s.sendto(b'x', a)\n\
-                 \x20       except OSError: pass\n\
-                 \x20   t += 0.01\n\
-                 \x20   time.sleep(max(0, t - time.monotonic()))\n",
+                &format!(
+                    "import socket, time\n\
+                     s = socket.socket(socket.{}, socket.SOCK_DGRAM)\n\
+                     t = time.monotonic()\n\
+                     while True:\n\
+                     \x20   for a in ({}, {}, {}):\n\
+                     \x20       try: s.sendto(b'x', a)\n\
+                     \x20       except OSError: pass\n\
+                     \x20   t += 0.01\n\
+                     \x20   time.sleep(max(0, t - time.monotonic()))\n",
+                    fam.af, fam.service, fam.nodeport, fam.old_nodeport
+                ),
             ],
         ),
         &dir.path().join("sender.log"),
     );
     // Sample the kernel's counters (the reference) while the agent's window fills.
-    let (mut rejects, mut drops) = (Vec::new(), Vec::new());
+    let (mut rejects, mut drops, mut old_drops) = (Vec::new(), Vec::new(), Vec::new());
     let started = now();
     while now() - started < 40.0 {
         let t = now();
-        rejects.push((t, listed_packets(&node, backend, "KUBE-SERVICES", "has no endpoints")));
+        rejects.push((t, listed_packets(&node, &tool, "KUBE-SERVICES", "has no endpoints")));
         drops.push((
             t,
-            listed_packets(&node, backend, "KUBE-EXTERNAL-SERVICES", "has no local endpoints"),
+            listed_packets(&node, &tool, "KUBE-EXTERNAL-SERVICES", "has no local endpoints"),
+        ));
+        old_drops.push((
+            t,
+            listed_packets(&node, &tool, "nat KUBE-XLB-AQI2S6QIMU7PVVRP", "has no local endpoints"),
         ));
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -386,16 +502,35 @@ fn rejected_traffic_is_counted(backend: &str) {
     for (service, reason, samples) in [
         ("ns6/svc6:p80", "no_endpoints", &rejects),
         ("ns2/svc2:p80", "no_local_endpoints", &drops),
+        // Every packet, not only each flow's first: a dropped packet's conntrack entry is never
+        // confirmed, so the next one passes nat again (the sender sends 100/s).
+        ("ns1/svc1:p80", "no_local_endpoints", &old_drops),
     ] {
         let got = agent_rate(&snap, service, reason);
         let want = reference_rate(samples, read_at - window, read_at);
-        eprintln!("{backend} {service} {reason}: agent {got:.2}/s, iptables -L -v -x {want:.2}/s over {window:.1} s");
+        eprintln!("{tool} {service} {reason}: agent {got:.2}/s, {tool} -L -v -x {want:.2}/s over {window:.1} s");
         assert!(want > 50.0, "the traffic reached the rule: {want}");
         assert!(
             (got - want).abs() <= 0.1 * want,
             "{service}: agent {got} vs kernel {want}"
         );
     }
+    // The rules' addresses as decoded (the Service's, and the NodePort's any-address).
+    let targets = |service: &str| {
+        snap["derived"]["service_rejects"]["services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["service"] == service)
+            .map(|s| s["targets"].clone())
+    };
+    assert_eq!(targets("ns6/svc6:p80"), Some(serde_json::json!([fam.target])));
+    assert_eq!(targets("ns2/svc2:p80"), Some(serde_json::json!(["*:30001"])));
+    assert_eq!(
+        targets("ns1/svc1:p80"),
+        Some(serde_json::json!(["*"])),
+        "the old layout's rule matches no address"
+    );
     let f = finding(&findings(&agent).unwrap(), "service_traffic_rejected")
         .cloned()
         .expect("service_traffic_rejected while traffic is rejected");
@@ -448,12 +583,22 @@ fn rejected_traffic_is_counted(backend: &str) {
 
 #[test]
 fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_nft() {
-    rejected_traffic_is_counted("nft");
+    rejected_traffic_is_counted("nft", &V4);
+}
+
+#[test]
+fn rejected_and_dropped_ipv6_service_traffic_matches_the_kernels_counters_nft() {
+    rejected_traffic_is_counted("nft", &V6);
+}
+
+#[test]
+fn rejected_and_dropped_ipv6_service_traffic_matches_the_kernels_counters_legacy() {
+    rejected_traffic_is_counted("legacy", &V6);
 }
 
 #[test]
 fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_legacy() {
-    rejected_traffic_is_counted("legacy");
+    rejected_traffic_is_counted("legacy", &V4);
 }
 
 /// kube-proxy's nftables mode (a generated `kube-proxy` table with its `no-endpoint-services`
@@ -594,4 +739,156 @@ fn nftables_table_deleted_behind_kube_proxy_is_lost_then_restored() {
             Some(x) => Err(format!("still {x:#}")),
         }
     });
+}
+
+// --- the conntrack-invalid drop, counted by kube-proxy's nfacct object ------------------------
+
+/// kube-proxy's KUBE-FORWARD (v1.29+, its TestOverallIPTablesRules): the invalid drop counts
+/// into the nfacct object `ct_state_invalid_dropped_pkts`.
+const INVALID_RULES: &str = r#"*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FORWARD - [0:0]
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name ct_state_invalid_dropped_pkts -j DROP
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+COMMIT
+"#;
+
+/// Creates the nfacct object as kube-proxy does (NFNL_MSG_ACCT_NEW over nfnetlink; no `nfacct`
+/// tool needed), in the namespace it runs in.
+const NFACCT_NEW: &str = r#"
+import socket, struct
+name = b"ct_state_invalid_dropped_pkts\0"
+attr = struct.pack("=HH", 4 + len(name), 1) + name
+attr += b"\0" * ((4 - len(attr) % 4) % 4)
+body = struct.pack("=BBH", 0, 0, 0) + attr
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)
+# NFNL_SUBSYS_ACCT 7, NFNL_MSG_ACCT_NEW 0; NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE.
+s.send(struct.pack("=LHHLL", 16 + len(body), 7 << 8, 1 | 4 | 0x400, 1, 0) + body)
+err = struct.unpack("=i", s.recv(4096)[16:20])[0]
+assert err == 0, err
+"#;
+
+/// 100 TCP segments per second with SYN and FIN both set (conntrack holds them INVALID), from
+/// the client to an address the node forwards.
+const INVALID_SENDER: &str = r#"
+import socket, struct, time
+src, dst = "10.77.0.2", "172.30.0.99"
+def csum(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xFFFF)
+    return ~(s + (s >> 16)) & 0xFFFF
+tcp = struct.pack("!HHLLBBHHH", 40000, 80, 1, 0, 5 << 4, 0x03, 1024, 0, 0)
+ph = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, len(tcp))
+tcp = tcp[:16] + struct.pack("!H", csum(ph + tcp)) + tcp[18:]
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+t = time.monotonic()
+while True:
+    try:
+        s.sendto(tcp, (dst, 0))
+    except OSError:
+        pass
+    t += 0.01
+    time.sleep(max(0, t - time.monotonic()))
+"#;
+
+fn invalid_drops_are_counted_by_the_nfacct_object(backend: &str) {
+    let tool = format!("iptables-{backend}");
+    if !common::can_run(&["ip", &format!("{tool}-restore"), "python3"]) {
+        return;
+    }
+    let _lock = common::global_lock();
+    let node = Netns::new(&format!("kpin-{backend}"));
+    let client = Netns::new(&format!("kpic-{backend}"));
+    node.exec_ok(
+        "ip",
+        &[
+            "link",
+            "add",
+            "vn",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "vc",
+            "netns",
+            &client.name,
+        ],
+    );
+    node.exec_ok("ip", &["addr", "add", "10.77.0.1/24", "dev", "vn"]);
+    node.exec_ok("ip", &["link", "set", "vn", "up"]);
+    node.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    client.exec_ok("ip", &["addr", "add", "10.77.0.2/24", "dev", "vc"]);
+    client.exec_ok("ip", &["link", "set", "vc", "up"]);
+    node.exec_ok("ip", &["route", "add", "172.30.0.0/16", "via", "10.77.0.2"]);
+    client.exec_ok("ip", &["route", "add", "default", "via", "10.77.0.1"]);
+    node.exec_ok("python3", &["-c", NFACCT_NEW]);
+    node.exec_input(&format!("{tool}-restore"), &[], INVALID_RULES);
+
+    let agent = Serve::new()
+        .in_netns(&node)
+        .args(["--iptables.interval", "1s", "--iptables.save-interval", "0"])
+        .start();
+    common::poll("the nfacct object read twice", Duration::from_secs(20), || {
+        let snap = agent.snapshot()?;
+        let r = &snap["derived"]["service_rejects"];
+        match r["sources"].as_array() {
+            Some(s) if s.iter().any(|x| x == "nfacct any") => Ok(()),
+            _ => Err(format!("{r:#}")),
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let sender = common::Process::spawn(
+        "invalid tcp sender",
+        &mut client.command("python3", &["-c", INVALID_SENDER]),
+        &dir.path().join("sender.log"),
+    );
+    let mut samples = Vec::new();
+    let started = now();
+    while now() - started < 40.0 {
+        samples.push((now(), listed_packets(&node, &tool, "KUBE-FORWARD", "nfacct")));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let snap = agent.snapshot().unwrap();
+    let r = &snap["derived"]["service_rejects"];
+    let window = r["seconds"].as_f64().unwrap();
+    let read_at = snap["probes"]["iptables"]["reading_timestamp_seconds"]
+        .as_f64()
+        .unwrap();
+    let got = r["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["reason"] == "invalid" && t["protocol"] == "any")
+        .and_then(|t| t["packets_per_second"].as_f64())
+        .unwrap_or_else(|| panic!("{r:#}"));
+    let want = reference_rate(&samples, read_at - window, read_at);
+    eprintln!("{tool} invalid: agent {got:.2}/s (nfacct object), {tool} -L -v -x {want:.2}/s over {window:.1} s");
+    assert!(want > 50.0, "the segments reached the rule: {want}");
+    // The rule and the object count the same packets: once, not twice.
+    assert!((got - want).abs() <= 0.1 * want, "agent {got} vs kernel {want}");
+    let m = agent.get_ok("/metrics");
+    assert!(
+        common::series(
+            &m,
+            "proxywatch_service_rejected_packets_per_second{protocol=\"any\",reason=\"invalid\"}"
+        )
+        .unwrap()
+            > 50.0,
+        "{m}"
+    );
+    drop(sender);
+    agent.stop_cleanly();
+}
+
+#[test]
+fn invalid_drops_are_counted_by_kube_proxys_nfacct_object_nft() {
+    invalid_drops_are_counted_by_the_nfacct_object("nft");
+}
+
+#[test]
+fn invalid_drops_are_counted_by_kube_proxys_nfacct_object_legacy() {
+    invalid_drops_are_counted_by_the_nfacct_object("legacy");
 }

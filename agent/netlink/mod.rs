@@ -23,6 +23,7 @@
 
 pub mod ct_dump;
 pub mod ctnetlink;
+pub mod nfacct;
 pub mod nft;
 pub mod nft_count;
 pub mod nft_expr;

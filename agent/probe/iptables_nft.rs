@@ -49,6 +49,8 @@ pub struct IptTally {
     /// Builtin chains of each table that exist in the kernel, as a bit per
     /// entry of [`BUILTIN_CHAINS`]; the save prints the others anyway.
     builtins_seen: BTreeMap<String, u8>,
+    /// nat chains holding the older eTP=Local drop (`rule_counters::nat`).
+    nat_drops: Vec<String>,
 }
 
 fn builtins(table: &str) -> &'static [&'static str] {
@@ -89,7 +91,7 @@ impl Tally for IptTally {
         if r.chain.starts_with("KUBE-") || r.jumps_to("KUBE-")? {
             self.counts.kube_rules += 1;
         }
-        Ok(())
+        rule_counters::nat::note(&mut self.nat_drops, r)
     }
 
     fn set(&mut self, _: &Set<'_>) -> bool {
@@ -172,7 +174,15 @@ fn count_families(
             deadline,
             &IptTally::default,
         )?;
-        Ok((c.tally.finish(), c.generation, c.attempts, c.bytes))
+        let mut tally = c.tally;
+        let how = super::counted::NetlinkCount {
+            generation: c.generation,
+            ..Default::default()
+        };
+        memory
+            .nat_drop_chains
+            .put(family, std::mem::take(&mut tally.nat_drops), how);
+        Ok((tally.finish(), c.generation, c.attempts, c.bytes))
     })
     .map_err(|(family, e)| nl_error(family, e))
 }
@@ -215,7 +225,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
     // generation read and, unless reused, the counts.
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
     let started = Instant::now();
-    let (nft, legacy, counted, mut rules) = super::blocking(ProbeName::Iptables, move || {
+    let (nft, legacy, counted, mut rules, acct) = super::blocking(ProbeName::Iptables, move || {
         let nft = !super::modules::tool_would_load(&host, "nf_tables");
         let mut legacy = Vec::new();
         for (_, _, _, names) in FAMILIES {
@@ -231,7 +241,22 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
         // Read every run: counters move without the generation moving.
         let mut rules = RuleCounters::default();
         if nft {
-            if let Err(e) = rule_counters::read_nft(&host, &families, at, &mut rules) {
+            let nat = |f: Family| {
+                let gen = counted
+                    .iter()
+                    .zip(&families)
+                    .find(|(_, g)| **g == f)
+                    .map(|(c, _)| c.1.generation);
+                gen.and_then(|g| memory.nat_drop_chains.get(f, g))
+                    .map(|(c, _)| c)
+                    .unwrap_or_default()
+            };
+            let read = rule_counters::read_nft(&host, &families, at, &mut rules).and_then(|()| {
+                families
+                    .iter()
+                    .try_for_each(|&f| rule_counters::nat::read_nft(&host, f, &nat(f), at, &mut rules))
+            });
+            if let Err(e) = read {
                 rules = RuleCounters::default();
                 rules.unavailable.push(format!("iptables-nft: {e}"));
             }
@@ -240,7 +265,10 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
                 .unavailable
                 .push("iptables-nft: nf_tables is not loaded (not asked)".into());
         }
-        Ok((nft, legacy, counted, rules))
+        // kube-proxy's invalid-drop nfacct object (asking never loads nfnetlink_acct).
+        let ask = !super::modules::tool_would_load(&host, "nfnetlink_acct");
+        let acct = rule_counters::nfacct::read(&host, ask, at).map_err(|e| e.to_string());
+        Ok((nft, legacy, counted, rules, acct))
     })
     .await?;
     let elapsed = started.elapsed().as_secs_f64();
@@ -279,6 +307,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
                 .into(),
         ), None));
     }
+    rule_counters::nfacct::merge(&mut rules, acct);
     rules.counted_rules = rules.rules.len();
     let cross_check = if nft {
         cross_check(ctx, &saves, deadline).await
@@ -305,7 +334,11 @@ async fn legacy_save_and_services(
     let mut bad: Option<String> = None;
     // `-c`: the counters come with the table anyway (IPT_SO_GET_ENTRIES); the
     // other decoders get each line as a save without -c prints it.
+    // The rules are appended to the reading itself (one list, never copied); a
+    // failed save takes back what it added.
     let mut counted = rule_counters::LegacyLines::new(v6);
+    counted.counters = std::mem::take(rules);
+    let before = (counted.counters.rules.len(), counted.counters.undecoded);
     let run = run_save_with(ctx, ("legacy", label, command, &["-c"]), deadline, &mut |line| {
         let line = counted.feed_line(line);
         snat.feed_line(line);
@@ -321,18 +354,15 @@ async fn legacy_save_and_services(
             Ok(_) => snat.finish(),
         },
     );
+    let source = counted.source();
+    *rules = std::mem::take(&mut counted.counters);
     match &run {
-        Ok(_) => {
-            rules.sources.extend(counted.source());
-            let mine = std::mem::take(&mut counted.counters.rules);
-            let all = std::sync::Arc::make_mut(&mut rules.rules);
-            match std::sync::Arc::try_unwrap(mine) {
-                Ok(v) => all.extend(v),
-                Err(shared) => all.extend(shared.iter().cloned()),
-            }
-            rules.undecoded += counted.counters.undecoded;
+        Ok(_) => rules.sources.extend(source),
+        Err(e) => {
+            std::sync::Arc::make_mut(&mut rules.rules).truncate(before.0);
+            rules.undecoded = before.1;
+            rules.unavailable.push(format!("{command} -c: {e}"));
         }
-        Err(e) => rules.unavailable.push(format!("{command} -c: {e}")),
     }
     let memory = &ctx.memory.legacy_services;
     match (&run, bad) {

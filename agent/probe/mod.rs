@@ -114,6 +114,8 @@ pub struct Memory {
     pub iptables: counted::CountCache<iptables::SaveCounts>,
     /// kube-proxy's nftables table per family; None: no such table at that generation.
     pub nftables: counted::CountCache<Option<nftables::NftTableCounts>>,
+    /// The nat chains holding kube-proxy's older eTP=Local drop, per family, learned by the iptables count.
+    pub nat_drop_chains: counted::CountCache<Vec<String>>,
     /// The node_ports probe's NodePorts per family, by generation.
     pub node_ports: counted::CountCache<node_ports::Found>,
     /// The conntrack_stale probe's service table, by generation.

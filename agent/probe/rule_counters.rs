@@ -33,6 +33,9 @@ use crate::netlink::nft::{self, Family, Rule};
 use crate::netlink::nft_expr::rule_facts;
 use crate::netlink::{NlError, Session, NETLINK_NETFILTER};
 
+pub mod nat;
+pub mod nfacct;
+
 /// The `filter` chains read, in the order kube-proxy writes them.
 pub const CHAINS: &[&str] = &["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-FORWARD"];
 
@@ -68,7 +71,8 @@ pub struct CountedRule {
     pub backend: &'static str,
     /// `ipv4` or `ipv6`.
     pub family: &'static str,
-    /// One of [`CHAINS`].
+    /// One of [`CHAINS`] (filter), or `KUBE-XLB-*` / `KUBE-SVL-*` (nat, the older
+    /// eTP=Local drop: [`nat`]).
     pub chain: &'static str,
     /// Who the rule is while it lives: the nf_tables handle, or for legacy a
     /// hash of the rule's text with its occurrence (legacy rules have no handle).
@@ -80,7 +84,8 @@ pub struct CountedRule {
     /// `namespace/name:port` from kube-proxy's comment; None when the comment
     /// is missing or has no such first word (kube-proxy's comments can be cut).
     pub service: Option<String>,
-    /// What the rule matches: `address:port`, `*:port` for a NodePort, `*` for none.
+    /// What the rule matches: `address:port`, `*:port` for a NodePort, `*` for none;
+    /// `nfacct NAME` for a rule that also counts into that nfacct object ([`nfacct`]).
     pub target: String,
     /// Packets the rule's counter holds (since the rule was written).
     pub packets: u64,
@@ -164,13 +169,15 @@ pub fn userdata_comment(mut b: &[u8]) -> Option<&str> {
 
 /// What of a rule's expressions the counters need besides [`rule_facts`].
 #[derive(Default)]
-struct Extra<'a> {
-    counter: Option<(u64, u64)>,
-    conntrack: bool,
-    comment: Option<&'a str>,
+pub(crate) struct Extra<'a> {
+    pub counter: Option<(u64, u64)>,
+    pub conntrack: bool,
+    pub comment: Option<&'a str>,
+    /// The nfacct object a `-m nfacct` match counts into.
+    pub nfacct: Option<&'a str>,
 }
 
-fn extra<'a>(rule: &Rule<'a>) -> Result<Extra<'a>, NlError> {
+pub(crate) fn extra<'a>(rule: &Rule<'a>) -> Result<Extra<'a>, NlError> {
     let mut x = Extra::default();
     let Some(list) = rule.expressions() else {
         return Ok(x);
@@ -207,6 +214,14 @@ fn extra<'a>(rule: &Rule<'a>) -> Result<Extra<'a>, NlError> {
                 }
                 match m {
                     Some("conntrack" | "state") => x.conntrack = true,
+                    // xt_nfacct_match_info: char name[32], then a kernel pointer.
+                    Some("nfacct") => {
+                        if let Some(v) = info {
+                            let v = &v[..v.len().min(32)];
+                            let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
+                            x.nfacct = std::str::from_utf8(&v[..end]).ok();
+                        }
+                    }
                     Some("comment") => {
                         if let Some(v) = info {
                             let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
@@ -251,13 +266,13 @@ pub fn nft_rule(family: Family, r: &Rule<'_>) -> Result<Option<CountedRule>, NlE
         reason,
         protocol: protocol_name(f.l4proto),
         service: service_of(comment),
-        target: target(f.daddr, f.dport),
+        target: x.nfacct.map_or_else(|| target(f.daddr, f.dport), nfacct::target),
         packets,
         bytes,
     }))
 }
 
-fn family_label(f: Family) -> &'static str {
+pub(crate) fn family_label(f: Family) -> &'static str {
     if f == Family::Ip6 {
         "ipv6"
     } else {
@@ -366,6 +381,20 @@ impl LegacyLines {
         };
         if self.table == "filter" {
             self.rule(counts, rule);
+        } else if self.table == "nat" {
+            match nat::legacy_rule(rule) {
+                Ok(Some((chain, comment))) => self.push(
+                    counts,
+                    rule,
+                    chain,
+                    Reason::NoLocalEndpoints,
+                    "any".into(),
+                    comment.as_deref(),
+                    "*".into(),
+                ),
+                Ok(None) => {}
+                Err(()) => self.counters.undecoded += 1,
+            }
         }
         rule
     }
@@ -395,6 +424,28 @@ impl LegacyLines {
         let Some(reason) = classify(chain, comment, jump == Some("REJECT"), jump == Some("DROP"), conntrack) else {
             return;
         };
+        let protocol = match value("-p") {
+            None => "any".to_string(),
+            Some(p) => p.to_string(),
+        };
+        let daddr = value("-d").and_then(|d| d.split('/').next()?.parse().ok());
+        let dport = value("--dport").and_then(|p| p.parse().ok());
+        let target = value("--nfacct-name").map_or_else(|| target(daddr, dport), nfacct::target);
+        self.push(counts, rule, chain, reason, protocol, comment, target);
+    }
+
+    /// A counted rule of `chain`, its counter from `counts` (`packets:bytes`; undecoded when not numbers).
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        counts: &str,
+        rule: &str,
+        chain: &'static str,
+        reason: Reason,
+        protocol: String,
+        comment: Option<&str>,
+        target: String,
+    ) {
         let parsed = counts
             .split_once(':')
             .and_then(|(p, b)| Some((p.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
@@ -402,12 +453,6 @@ impl LegacyLines {
             self.counters.undecoded += 1;
             return;
         };
-        let protocol = match value("-p") {
-            None => "any".to_string(),
-            Some(p) => p.to_string(),
-        };
-        let daddr = value("-d").and_then(|d| d.split('/').next()?.parse().ok());
-        let dport = value("--dport").and_then(|p| p.parse().ok());
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         rule.hash(&mut h);
@@ -422,7 +467,7 @@ impl LegacyLines {
             reason,
             protocol,
             service: service_of(comment),
-            target: target(daddr, dport),
+            target,
             packets,
             bytes,
         });
