@@ -1043,7 +1043,10 @@ fn counts_follow_changes_and_are_reused_at_an_unchanged_generation() {
         r["netlink"]["generation"] != g0 && r["counts"]["kube"]["svc"] == expected["kube"]["svc"].as_u64().unwrap() + 1
     });
     let nat = |r: &Value, k: &str| r["counts"]["tables"]["nat"][k].as_u64().unwrap();
-    assert!(counted(&added) > counted(&first), "a new generation is counted again: {added:#}");
+    assert!(
+        counted(&added) > counted(&first),
+        "a new generation is counted again: {added:#}"
+    );
     assert_eq!(nat(&added, "rules"), nat(&first, "rules") + 1);
     assert_eq!(nat(&added, "chains"), nat(&first, "chains") + 1);
     assert_eq!(
@@ -1069,7 +1072,10 @@ fn counts_follow_changes_and_are_reused_at_an_unchanged_generation() {
         .unwrap();
     restore_noflush(&ns, &format!("*nat\n-D{}\n-F {sep}\n-X {sep}\nCOMMIT\n", &jump[2..]));
     let removed = runs(&|r| r["netlink"]["generation"] != g1);
-    assert!(counted(&removed) > counted(&added), "a new generation is counted again: {removed:#}");
+    assert!(
+        counted(&removed) > counted(&added),
+        "a new generation is counted again: {removed:#}"
+    );
     assert_eq!(nat(&removed, "rules"), nat(&added, "rules") - 3);
     assert_eq!(nat(&removed, "chains"), nat(&added, "chains") - 1);
     assert_eq!(
