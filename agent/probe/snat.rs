@@ -293,6 +293,7 @@ pub struct LegacySnatText {
     in_nat: bool,
     rules: Vec<FoundRule>,
     positions: HashMap<String, u32>,
+    current: (String, u32),
     edges: Vec<(String, String)>,
     overflow: bool,
 }
@@ -304,6 +305,7 @@ impl LegacySnatText {
             in_nat: false,
             rules: Vec::new(),
             positions: HashMap::new(),
+            current: (String::new(), 0),
             edges: Vec::new(),
             overflow: false,
         }
@@ -321,9 +323,21 @@ impl LegacySnatText {
         let Some(rest) = line.strip_prefix("-A ") else { return };
         let words: Vec<&str> = rest.split_whitespace().collect();
         let Some(chain) = words.first() else { return };
-        let position = self.positions.entry(chain.to_string()).or_insert(0);
-        *position += 1;
-        let position = *position;
+        // A rule's place in its chain. kube-proxy's per-service chains (tens of thousands
+        // on a large node) are counted in a single slot: a save prints each chain's rules
+        // together, and a map entry per chain cost ~4 MiB at 10000x5. Other chains (a
+        // handful) keep one entry each, wherever their rules are printed.
+        let position = if per_service_chain(chain) {
+            if self.current.0 != *chain {
+                self.current = (chain.to_string(), 0);
+            }
+            self.current.1 += 1;
+            self.current.1
+        } else {
+            let p = self.positions.entry(chain.to_string()).or_insert(0);
+            *p += 1;
+            *p
+        };
         let target = words.windows(2).find(|w| w[0] == "-j" || w[0] == "-g").map(|w| w[1]);
         match target {
             Some(kind @ ("MASQUERADE" | "SNAT")) => {
