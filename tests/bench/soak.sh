@@ -211,7 +211,7 @@ PIDS+=($!)
 # kube-proxy-soak-<mode> (comm "kube-proxy-soak"), found by the agent through
 # --kube-proxy.process-name: a process named kube-proxy would be taken for the
 # node's by every test that reads the real /proc (CI can run beside a soak).
-KP_NAME="kube-proxy-soak-$MODE"
+KP_NAME="kube-proxy-soak-$MODE-$$"
 ln -s "$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')" "$WORK/$KP_NAME"
 cat >"$WORK/kp.py" <<'PY'
 import http.server, json, sys, threading, time
