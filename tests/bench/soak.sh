@@ -208,7 +208,8 @@ PIDS+=($!)
 
 # The stand-in kube-proxy and its fate.
 # A symlink: comm and argv[0] name it, Python still finds its library. Named
-# kube-proxy-soak-<mode> (comm "kube-proxy-soak"), found by the agent through
+# kube-proxy-soak-<mode>-<pid> (comm "kube-proxy-soak"; the PID keeps two soaks of
+# one mode apart), found by the agent through
 # --kube-proxy.process-name: a process named kube-proxy would be taken for the
 # node's by every test that reads the real /proc (CI can run beside a soak).
 KP_NAME="kube-proxy-soak-$MODE-$$"
