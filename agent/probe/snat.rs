@@ -321,8 +321,9 @@ impl LegacySnatText {
             return;
         }
         let Some(rest) = line.strip_prefix("-A ") else { return };
-        let words: Vec<&str> = rest.split_whitespace().collect();
-        let Some(chain) = words.first() else { return };
+        let Some(chain) = rest.split_whitespace().next() else {
+            return;
+        };
         // A rule's place in its chain. kube-proxy's per-service chains (tens of thousands
         // on a large node) are counted in a single slot: a save prints each chain's rules
         // together, and a map entry per chain cost ~4 MiB at 10000x5. Other chains (a
@@ -338,6 +339,12 @@ impl LegacySnatText {
             *p += 1;
             *p
         };
+        // Per-service chains matter only for a source NAT of their own (their jumps are
+        // not followed): most of a large save's lines end here, unsplit.
+        if per_service_chain(chain) && !rest.contains("-j MASQUERADE") && !rest.contains("-j SNAT") {
+            return;
+        }
+        let words: Vec<&str> = rest.split_whitespace().collect();
         let target = words.windows(2).find(|w| w[0] == "-j" || w[0] == "-g").map(|w| w[1]);
         match target {
             Some(kind @ ("MASQUERADE" | "SNAT")) => {
