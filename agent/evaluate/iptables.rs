@@ -120,7 +120,8 @@ pub(crate) fn per_chain_cleanup(ipt: &str) -> String {
         "By hand, naming only kube-proxy's chains (nat table; the same for -t filter, and ip6tables for IPv6): \
          {ipt} -t nat -F KUBE-SERVICES; {ipt} -t nat -F KUBE-NODEPORTS; \
          then list the service chains: {ipt} -t nat -S | grep -E '^-N KUBE-(SVC|SEP|EXT|FW|SVL)-' \
-         and for each chain it lists, by its name: {ipt} -t nat -F <chain> && {ipt} -t nat -X <chain>"
+         and for each chain it lists, its name in place of KUBE-SVC-XXXXXXXXXXXXXXXX: \
+         {ipt} -t nat -F KUBE-SVC-XXXXXXXXXXXXXXXX && {ipt} -t nat -X KUBE-SVC-XXXXXXXXXXXXXXXX"
     )
 }
 

@@ -21,10 +21,11 @@ fn commands(text: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Whether the text right after a flag names a chain (a word, a quoted or `$` variable).
+/// Whether the text right after a flag names a chain (a word, a quoted or `$` variable). Not a
+/// `<placeholder>`: pasted into a shell it is a redirection, and the flag is left without a chain.
 fn names_a_chain(rest: &str) -> bool {
     let rest = rest.trim_start_matches([' ', '\t']);
-    rest.starts_with(|c: char| c.is_ascii_alphanumeric() || matches!(c, '"' | '$' | '\'' | '\\' | '{' | '<'))
+    rest.starts_with(|c: char| c.is_ascii_alphanumeric() || matches!(c, '"' | '$' | '\'' | '\\' | '{'))
 }
 
 /// The dangerous forms in `text`, each with the command it was found in.
@@ -114,6 +115,7 @@ fn the_scanner_catches_each_dangerous_form() {
         "ipvsadm -C and ip link del kube-ipvs0",
         "conntrack -F",
         "nft flush ruleset",
+        "iptables -t nat -F <chain> && iptables -t nat -X <chain>",
     ];
     for b in bad {
         assert!(!dangers(b).is_empty(), "not caught: {b}");
