@@ -38,13 +38,6 @@ fn node_copy(name: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, root)
 }
 
-/// Replaces a file atomically: written beside it, then renamed over it.
-fn replace(path: &Path, text: &str) {
-    let tmp = path.with_extension("pwtmp");
-    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("{}: {e}", tmp.display()));
-    std::fs::rename(&tmp, path).unwrap();
-}
-
 fn write_executable(path: &Path, text: &str) {
     let tmp = path.with_extension("pwtmp");
     std::fs::write(&tmp, text).unwrap();
@@ -117,32 +110,6 @@ fn wait_metric(agent: &Agent, id: &str, level: f64) -> String {
 // ---------------------------------------------------------------------------
 // conntrack_insert_failed
 
-/// The stat file with `insert_failed` set on each CPU row (the test's own writer:
-/// the column found by its header name, the value in the kernel's %08x).
-fn stat_with_insert_failed(stat: &str, per_cpu: &[u64]) -> String {
-    let mut lines = stat.lines();
-    let header = lines.next().unwrap();
-    let col = header
-        .split_whitespace()
-        .position(|c| c == "insert_failed")
-        .expect("insert_failed column");
-    let mut out = format!("{header}\n");
-    for (row, line) in lines.enumerate() {
-        // Keep the kernel's layout (two spaces after entries and icmp_error): replace in place.
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let mut at = 0;
-        for f in &fields[..col] {
-            at = line[at..].find(f).unwrap() + at + f.len();
-        }
-        let start = line[at..].find(fields[col]).unwrap() + at;
-        let mut l = line.to_string();
-        l.replace_range(start..start + 8, &format!("{:08x}", per_cpu[row]));
-        out.push_str(&l);
-        out.push('\n');
-    }
-    out
-}
-
 #[test]
 fn conntrack_insert_failed_from_a_rising_counter() {
     let (_dir, root) = node_copy("healthy-iptables");
@@ -171,7 +138,10 @@ fn conntrack_insert_failed_from_a_rising_counter() {
     );
 
     // insert_failed rises by 5 on CPU 0 and 2 on CPU 1.
-    replace(&stat_path, &stat_with_insert_failed(&original, &[5, 2]));
+    common::replace_file(
+        &stat_path,
+        &common::stat_with_column(&original, "insert_failed", &[5, 2]),
+    );
     let f = poll(&agent, "conntrack_insert_failed", |d| {
         finding(d, "conntrack_insert_failed")
             .cloned()
@@ -209,7 +179,7 @@ impl Growth {
             let mut n = start;
             while !flag.load(Ordering::SeqCst) {
                 n = start + (rate_per_second * t0.elapsed().as_secs_f64()) as u64;
-                replace(&count, &format!("{n}\n"));
+                common::replace_file(&count, &format!("{n}\n"));
                 std::thread::sleep(Duration::from_millis(20));
             }
             n

@@ -299,3 +299,46 @@ fn a_full_agent_run_changes_nothing() {
     let after_serve = state(&ns);
     assert_same(&before, &after_serve, "proxywatch serve");
 }
+
+/// tests/run.sh's host guard (tests/tools/host_guard.sh) notices what a test might
+/// change by mistake: run in a namespace of this test's own (never the initial one),
+/// it passes on an unchanged namespace, fails naming a table added and a sysctl
+/// changed there, and passes again once they are put back.
+#[test]
+fn host_guard_fails_on_a_change_and_passes_once_restored() {
+    if !common::can_run(&["ip", "nft", "bash", "diff"]) {
+        return;
+    }
+    let ns = common::Netns::new("guard");
+    let guard = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/host_guard.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("before");
+    let run = |verb: &str| {
+        ns.command("bash", &[guard.to_str().unwrap(), verb, record.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    assert!(run("record").status.success());
+    let same = run("compare");
+    assert!(same.status.success(), "{}", String::from_utf8_lossy(&same.stdout));
+
+    ns.exec_ok("nft", &["add", "table", "inet", "pw_guard_probe"]);
+    ns.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    let changed = run("compare");
+    let diff = String::from_utf8_lossy(&changed.stdout);
+    assert!(!changed.status.success(), "a change passed the guard:\n{diff}");
+    assert!(diff.contains("+table inet pw_guard_probe"), "{diff}");
+    assert!(
+        diff.contains("-net/ipv4/ip_forward = 0") && diff.contains("+net/ipv4/ip_forward = 1"),
+        "{diff}"
+    );
+
+    ns.exec_ok("nft", &["delete", "table", "inet", "pw_guard_probe"]);
+    ns.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=0"]);
+    let restored = run("compare");
+    assert!(
+        restored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restored.stdout)
+    );
+}

@@ -21,6 +21,9 @@
 #                        with the flags manifests/daemonset.yaml gives it and checks
 #                        it, then checks that deliberate breaks are caught; work
 #                        folder /var/tmp/proxywatch-image (PROXYWATCH_IMAGE_WORK)
+#   7. host guard        tests/tools/host_guard.sh: the initial network namespace's
+#                        netfilter sysctls, rule sets and modules as recorded before
+#                        stage 2, or the run fails with the difference
 # Set PROXYWATCH_SKIP_FUZZ=1, PROXYWATCH_SKIP_MANIFESTS=1 or PROXYWATCH_SKIP_IMAGE=1
 # to skip a stage when iterating locally (the image stage refuses to be skipped
 # under CI=true).
@@ -70,6 +73,10 @@ if ! python3 -c 'import yaml' 2>/dev/null; then
 fi
 
 stage_done packages
+# What the suite must leave as it found it in this (the initial) network namespace:
+# compared after every stage (tests/tools/host_guard.sh; issue 43).
+GUARD=$(mktemp /tmp/proxywatch-host-guard.XXXXXX)
+bash tests/tools/host_guard.sh record "$GUARD"
 echo "=== cargo fmt --check"
 cargo fmt --all -- --check
 echo "=== cargo clippy"
@@ -103,3 +110,8 @@ if [ "${PROXYWATCH_SKIP_IMAGE:-}" != 1 ]; then
     bash tests/image/selftest.sh
     stage_done image-selftest
 fi
+
+echo "=== host guard: the initial network namespace as the suite found it"
+bash tests/tools/host_guard.sh compare "$GUARD"
+rm -f "$GUARD"
+stage_done host-guard

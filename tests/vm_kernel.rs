@@ -1587,3 +1587,93 @@ fn neighbour_table_refusing_matches_ip_ntable_and_the_finding_clears() {
     assert_eq!(severity_of(&findings, "neighbour_table_fill"), None, "{findings:#}");
     assert!(vm.ok("serve-output").contains("exit 0"), "{}", vm.block("serve-output"));
 }
+
+// ---------------------------------------------------------------------------
+// Conntrack table full (scenario `conntrack-full`): the guest's own kernel, its
+// nf_conntrack_max lowered to 64, held full with ASSURED entries, new UDP flows
+// dropped. The host-side suite never lowers the host's limit (issue 43): this is
+// where the agent reads a real full table.
+
+/// The kernel's count, limit and `drop` summed over CPUs, from a `conntrack_truth` block.
+fn read_ct_truth(text: &str) -> (u64, u64, u64) {
+    let mut lines = text.lines();
+    let mut next_number = || lines.next().and_then(|l| l.trim().parse::<u64>().ok()).expect(text);
+    let (count, max) = (next_number(), next_number());
+    let rest: Vec<&str> = text.lines().skip(2).collect();
+    let col = rest[0]
+        .split_whitespace()
+        .position(|c| c == "drop")
+        .unwrap_or_else(|| panic!("no drop column: {text}"));
+    let drop = rest[1..]
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| u64::from_str_radix(l.split_whitespace().nth(col).unwrap(), 16).unwrap())
+        .sum();
+    (count, max, drop)
+}
+
+fn ct_around(vm: &Vm, name: &str) -> ((u64, u64, u64), (u64, u64, u64)) {
+    (
+        read_ct_truth(vm.ok(&format!("{name}.kernel-before"))),
+        read_ct_truth(vm.ok(&format!("{name}.kernel-after"))),
+    )
+}
+
+#[test]
+fn conntrack_full_table_matches_the_kernel_and_the_findings_clear() {
+    let Some(vm) = Vm::boot("conntrack-full") else {
+        return;
+    };
+    assert_eq!(vm.ok("setup").trim(), "64", "the lowered limit");
+
+    // Before the fill: the limit read, no drop, no finding.
+    let ((_, max, drop), _) = ct_around(&vm, "quiet");
+    assert_eq!((max, drop), (64, 0));
+    let quiet = &vm.json("quiet.snapshot")["facts"]["conntrack"];
+    assert_eq!(quiet["max"], 64, "{quiet}");
+    assert_eq!(quiet["stats"]["drop"], 0, "{quiet}");
+    let findings = vm.json("quiet.findings");
+    for id in ["conntrack_table_fill", "conntrack_drops"] {
+        assert_eq!(severity_of(&findings, id), None, "{findings:#}");
+    }
+
+    // Full: the kernel holds 64 of 64 and dropped new flows; the agent read the
+    // same count and limit, its drop counter between the kernel's two readings.
+    assert_eq!(vm.ok("fill").trim(), "64");
+    let ((count_b, _, drop_b), (count_a, _, drop_a)) = ct_around(&vm, "full");
+    assert!(
+        drop_b > 0,
+        "the kernel dropped nothing: {}",
+        vm.ok("full.kernel-before")
+    );
+    let full = &vm.json("full.snapshot")["facts"]["conntrack"];
+    if count_b == count_a {
+        assert_eq!(full["entries"].as_u64(), Some(count_b), "{full}");
+    }
+    let agent_drop = full["stats"]["drop"].as_u64().unwrap();
+    assert!(
+        agent_drop > 0 && agent_drop <= drop_a,
+        "the agent's drop {agent_drop}, the kernel's {drop_b}..={drop_a}"
+    );
+    let findings = vm.json("full.findings");
+    assert_eq!(
+        severity_of(&findings, "conntrack_table_fill").as_deref(),
+        Some("critical"),
+        "{findings:#}"
+    );
+    assert_eq!(
+        severity_of(&findings, "conntrack_drops").as_deref(),
+        Some("critical"),
+        "{findings:#}"
+    );
+
+    // Flushed, the window passed with no new drop: both clear.
+    let ((count_b, _, drop_b), (_, _, drop_a)) = ct_around(&vm, "cleared");
+    assert!(count_b < 64, "not relieved: {count_b}");
+    assert_eq!(drop_b, drop_a, "still dropping");
+    let findings = vm.json("cleared.findings");
+    for id in ["conntrack_table_fill", "conntrack_drops"] {
+        assert_eq!(severity_of(&findings, id), None, "{findings:#}");
+    }
+    assert!(vm.ok("serve-output").contains("exit 0"), "{}", vm.block("serve-output"));
+}

@@ -274,6 +274,41 @@ pub fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Replaces a file atomically: written beside it, then renamed over it (a reader
+/// never sees it half written).
+pub fn replace_file(path: &Path, text: &str) {
+    let tmp = path.with_extension("pwtmp");
+    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("{}: {e}", tmp.display()));
+    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+/// A `/proc/net/stat/nf_conntrack` text with `column` set on each CPU row (the
+/// test's own writer: the column found by its header name, the value in the
+/// kernel's `%08x`, the kernel's layout kept).
+pub fn stat_with_column(stat: &str, column: &str, per_cpu: &[u64]) -> String {
+    let mut lines = stat.lines();
+    let header = lines.next().unwrap();
+    let col = header
+        .split_whitespace()
+        .position(|c| c == column)
+        .unwrap_or_else(|| panic!("no {column} column in {header}"));
+    let mut out = format!("{header}\n");
+    for (row, line) in lines.enumerate() {
+        // Keep the kernel's layout (two spaces after entries and icmp_error): replace in place.
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let mut at = 0;
+        for f in &fields[..col] {
+            at = line[at..].find(f).unwrap() + at + f.len();
+        }
+        let start = line[at..].find(fields[col]).unwrap() + at;
+        let mut l = line.to_string();
+        l.replace_range(start..start + 8, &format!("{:08x}", per_cpu[row]));
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
 // ---------------------------------------------------------------------------
 // Processes the tests start: stopped by their own PID, always reaped.
 
