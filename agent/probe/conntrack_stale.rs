@@ -19,8 +19,9 @@
 //!    streamed — only DST_NAT entries, filtered in the kernel, unless IPVS
 //!    lists services (IPVS does not set DST_NAT) or SNAT is grouped too: an entry whose
 //!    original destination is a service port (or a NodePort on a node
-//!    address) and whose reply source is not one of its endpoints adds one to
-//!    its (service, dead endpoint) count;
+//!    address) and whose reply source is the address of none of its
+//!    endpoints, in any path the rules give it, adds one to its (service,
+//!    removed endpoint) count;
 //! 5. the generation (and the IPVS table) again: if the rules changed during
 //!    the dump, the table is read at the new generation; the same table means
 //!    the counts hold (other commits, e.g. a CNI's, do not fail the run), a
@@ -277,6 +278,27 @@ fn ipvs_table(host: &Host) -> Result<ServiceTable, ProbeError> {
 }
 
 /// Counts what the dumps say against a service table (pure apart from the dump).
+///
+/// The judgement is kube-proxy's own reconciler's
+/// (kubernetes/kubernetes `pkg/proxy/conntrack/cleanup.go`, `CleanStaleEntries`):
+/// it maps each service IP:port (ClusterIP, LoadBalancer and external IPs)
+/// and each NodePort to "the set of serving endpoint IPs", and clears an entry
+/// "if the original destination (--orig-dst) of the entry is service IP ... and
+/// (--orig-port-dst) of the flow is service Port and the reply source
+/// (--reply-src) is not IP of any serving endpoint"; a NodePort by its port
+/// alone. "Changes to the service should not affect existing flows, so we do
+/// not take traffic policies, topology, or terminating status of the service
+/// into account." So here: every path of a port counts (an
+/// `externalTrafficPolicy: Local` NodePort's flow to a remote endpoint is
+/// current), the reply source is compared by address, and no source address
+/// matters. Two differences, both said where they are reported: kube-proxy
+/// reconciles UDP only, so the TCP and SCTP entries counted here are
+/// not what it would clear; and it skips a service
+/// with no serving endpoints, which is counted here (the scale-to-zero case:
+/// those flows stay blackholed until they time out). kube-proxy's serving
+/// endpoints include terminating ones it may leave out of its rules: from the
+/// rules alone, an endpoint missing is "no longer in the service's
+/// endpoints", not gone.
 #[derive(Debug, Default)]
 pub struct Counter {
     /// The node's own addresses: traffic to one of them may be to a NodePort.
@@ -321,15 +343,14 @@ impl Counter {
             self.undecoded += 1;
             return;
         }
-        let current = match table.is_current_from(&svc, e.orig_src, &self.local, e.reply_src, e.reply_sport) {
+        // Not a service port (kube-proxy did not make it), or a NodePort on
+        // a node address: judged like kube-proxy does, by its port alone.
+        let current = match table.is_current(&svc, e.reply_src) {
             Some(c) => c,
-            None if self.local.contains(&e.orig_dst) => {
-                match table.is_current_from(&node_port, e.orig_src, &self.local, e.reply_src, e.reply_sport) {
-                    Some(c) => c,
-                    None => return,
-                }
-            }
-            // Not a service port: kube-proxy did not make it.
+            None if self.local.contains(&e.orig_dst) => match table.is_current(&node_port, e.reply_src) {
+                Some(c) => c,
+                None => return,
+            },
             None => return,
         };
         if current {
