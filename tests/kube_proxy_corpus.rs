@@ -494,9 +494,14 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
         f["undecoded"].as_object().unwrap().values().all(|n| n == 0),
         "{file}: {f}"
     );
-    for p in ["tcp", "udp", "sctp"] {
+    // UDP is stale (what kube-proxy's reconciler clears), TCP and SCTP draining.
+    for (p, key) in [
+        ("tcp", "draining_entries"),
+        ("udp", "stale_entries"),
+        ("sctp", "draining_entries"),
+    ] {
         assert_eq!(
-            f["stale_entries"][p],
+            f[key][p],
             want.get(p).copied().unwrap_or(0),
             "{file} {p}: 0 false, 0 missed: {f}"
         );
@@ -507,6 +512,7 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
         .as_array()
         .unwrap()
         .iter()
+        .chain(f["draining"].as_array().unwrap())
         .map(|g| {
             let service = g["service"].as_str().unwrap().to_string();
             let node_port = g["node_port"].as_bool().unwrap_or(false);
@@ -527,13 +533,15 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
 }
 
 /// The Overall iptables dump, counted by hand: one entry to 10.180.9.9 per
-/// service port (13) and two from outside; svc2's three outside flows to its
-/// remote endpoint (eTP=Local, no local endpoint) are not stale.
+/// service port (13) and two from outside, all TCP: draining, none stale;
+/// svc2's three outside flows to its remote endpoint (eTP=Local, no local
+/// endpoint) are neither.
 fn overall_iptables_counts_exactly(f: &Value) {
-    assert_eq!(f["stale_entries"]["tcp"], 15, "{f}");
-    assert_eq!(f["stale_groups"], 13, "{f}");
+    assert_eq!(f["draining_entries"]["tcp"], 15, "{f}");
+    assert_eq!(f["draining_groups"], 13, "{f}");
+    assert_eq!(f["stale_groups"], 0, "all TCP: draining, none stale: {f}");
     let svc2 = |svc: &str| {
-        f["stale"]
+        f["draining"]
             .as_array()
             .unwrap()
             .iter()
@@ -701,7 +709,7 @@ fn legacy_save_cut_or_garbled_is_an_error_and_nftables_still_counts() {
         assert_eq!(f["source"], "nftables", "{tag}: {f}");
         assert_eq!(f["service_ports"], OVERALL.len() as u64, "{tag}: {f}");
         assert_eq!(
-            f["stale_entries"]["tcp"], 1,
+            f["draining_entries"]["tcp"], 1,
             "{tag}: the nftables source still counts: {f}"
         );
         assert_eq!(f["legacy_errors"].as_array().unwrap().len(), 1, "{tag}: {f}");
