@@ -352,6 +352,10 @@ pub struct Common {
     #[arg(long = "conntrack.time-to-full-critical", env = "PROXYWATCH_CONNTRACK_TIME_TO_FULL_CRITICAL", default_value = "10m", value_parser = parse_duration)]
     pub conntrack_time_to_full_critical: Duration,
 
+    /// How long TCP and SCTP entries to an endpoint no longer in the service's endpoints may drain (a terminating pod finishing its connections; kube-proxy never deletes them) before conntrack_draining_to_removed_endpoints is a warning; info before. Well past the default terminationGracePeriodSeconds (30 s).
+    #[arg(long = "conntrack-stale.drain-window", env = "PROXYWATCH_CONNTRACK_STALE_DRAIN_WINDOW", default_value = "5m", value_parser = parse_duration)]
+    pub conntrack_stale_drain_window: Duration,
+
     /// Group the source-NATed conntrack entries (SNAT ports in use) and read the MASQUERADE/SNAT rules in the conntrack_stale probe's run; false: the stale check's dumps filter on DST_NAT in the kernel again.
     #[arg(long = "conntrack.snat", env = "PROXYWATCH_CONNTRACK_SNAT", default_value_t = true, action = clap::ArgAction::Set)]
     pub conntrack_snat: bool,
@@ -523,6 +527,7 @@ impl Common {
             kube_proxy_down_grace_seconds: self.kube_proxy_down_grace.as_secs_f64(),
             neighbour_table_fill_warning: self.neighbour_tables_fill_warning,
             snat_fill_warning: self.conntrack_snat_fill_warning,
+            conntrack_drain_window_seconds: self.conntrack_stale_drain_window.as_secs_f64(),
         })
     }
 

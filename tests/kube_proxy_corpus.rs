@@ -82,26 +82,35 @@ type Table = &'static [(&'static str, &'static [&'static str])];
 
 /// Entries from a client outside the cluster (not a pod, not the node):
 /// (service port, endpoint it was NATed to, stale). An eTP=Local port sends
-/// that traffic to its local endpoints only.
+/// new outside traffic to its local endpoints only, but a flow to any
+/// endpoint of the port's paths is current: kube-proxy's reconciler
+/// (`pkg/proxy/conntrack/cleanup.go`) does "not take traffic policies,
+/// topology, or terminating status of the service into account".
 type Outside = &'static [(&'static str, &'static str, bool)];
 
 const OUTSIDE_CLIENT: &str = "203.0.113.2";
 
-/// svc2 of the Overall tests has no local endpoint: kube-proxy drops outside
-/// traffic to its external addresses and NodePort (only pods and the host
-/// still reach 10.180.0.2). svc4 and svc3 (eTP=Cluster) take it anywhere.
+/// svc2 of the Overall tests has no local endpoint: kube-proxy drops new
+/// outside traffic to its external addresses and NodePort (only pods and the
+/// host still reach 10.180.0.2), yet a flow to 10.180.0.2 is not stale.
+/// svc4 and svc3 (eTP=Cluster) take it anywhere. Outside flows to an endpoint
+/// in no path (10.180.9.9) are.
 const OVERALL_OUTSIDE: Outside = &[
-    ("1.2.3.4:80/tcp", "10.180.0.2:80", true),
-    ("192.168.99.22:80/tcp", "10.180.0.2:80", true),
-    (":3001/tcp", "10.180.0.2:80", true),
+    ("1.2.3.4:80/tcp", "10.180.0.2:80", false),
+    ("192.168.99.22:80/tcp", "10.180.0.2:80", false),
+    (":3001/tcp", "10.180.0.2:80", false),
     ("192.168.99.33:80/tcp", "10.180.0.4:80", false),
     (":3003/tcp", "10.180.0.3:80", false),
+    (":3001/tcp", "10.180.9.9:80", true),
+    ("1.2.3.4:80/tcp", "10.180.9.9:80", true),
 ];
 
-/// svc2 of the derived layout: outside traffic to its NodePort goes to the local endpoint only.
+/// svc2 of the derived layout: outside traffic to its NodePort goes to the
+/// local endpoint only; the flow to the remote one is not stale either.
 const TRAFFIC_POLICY_LOCAL_OUTSIDE: Outside = &[
-    (":3080/tcp", "10.180.1.20:80", true),
+    (":3080/tcp", "10.180.1.20:80", false),
     (":3080/tcp", "10.180.0.20:80", false),
+    (":3080/tcp", "10.180.9.9:80", true),
 ];
 
 /// nftables-derived-traffic-policy-local-ipv6.nft: the same services in the ip6 family.
@@ -114,8 +123,9 @@ const TRAFFIC_POLICY_LOCAL_V6: Table = &[
 ];
 
 const TRAFFIC_POLICY_LOCAL_V6_OUTSIDE: Outside = &[
-    (":3080/tcp", "[fd00:180::1:20]:80", true),
+    (":3080/tcp", "[fd00:180::1:20]:80", false),
     (":3080/tcp", "[fd00:180::20]:80", false),
+    (":3080/tcp", "[fd00:180::9:9]:80", true),
 ];
 
 /// TestOverallIPTablesRules and TestOverallNFTablesRules describe the same six
@@ -377,11 +387,12 @@ fn nftables_counts_equal_the_listing(ns: &Netns, family: &str, doc: &Value) {
     }
 }
 
-fn corpus_case(tag: &str, file: &str, how: Load, table: Table, outside: Outside) {
+fn corpus_case(tag: &str, file: &str, how: Load, table: Table, outside: Outside) -> Value {
     corpus_case_in(&V4, tag, file, how, table, outside)
 }
 
-fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, outside: Outside) {
+/// Runs one case; returns the agent's conntrack_stale facts.
+fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, outside: Outside) -> Value {
     let node = Netns::new(tag);
     let host = if net.node.contains(':') { 128 } else { 32 };
     node.exec_ok("ip", &["addr", "add", &format!("{}/{host}", net.node), "dev", "lo"]);
@@ -483,9 +494,14 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
         f["undecoded"].as_object().unwrap().values().all(|n| n == 0),
         "{file}: {f}"
     );
-    for p in ["tcp", "udp", "sctp"] {
+    // UDP is stale (what kube-proxy's reconciler clears), TCP and SCTP draining.
+    for (p, key) in [
+        ("tcp", "draining_entries"),
+        ("udp", "stale_entries"),
+        ("sctp", "draining_entries"),
+    ] {
         assert_eq!(
-            f["stale_entries"][p],
+            f[key][p],
             want.get(p).copied().unwrap_or(0),
             "{file} {p}: 0 false, 0 missed: {f}"
         );
@@ -496,6 +512,7 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
         .as_array()
         .unwrap()
         .iter()
+        .chain(f["draining"].as_array().unwrap())
         .map(|g| {
             let service = g["service"].as_str().unwrap().to_string();
             let node_port = g["node_port"].as_bool().unwrap_or(false);
@@ -512,31 +529,62 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
         Load::Iptables(backend) => iptables_counts_equal_the_save(&node, backend, &doc),
         Load::Nftables => nftables_counts_equal_the_listing(&node, net.nft, &doc),
     }
+    f.clone()
+}
+
+/// The Overall iptables dump, counted by hand: one entry to 10.180.9.9 per
+/// service port (13) and two from outside, all TCP: draining, none stale;
+/// svc2's three outside flows to its remote endpoint (eTP=Local, no local
+/// endpoint) are neither.
+fn overall_iptables_counts_exactly(f: &Value) {
+    assert_eq!(f["draining_entries"]["tcp"], 15, "{f}");
+    assert_eq!(f["draining_groups"], 13, "{f}");
+    assert_eq!(f["stale_groups"], 0, "all TCP: draining, none stale: {f}");
+    let svc2 = |svc: &str| {
+        f["draining"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["service"] == svc)
+            .map(|g| {
+                (
+                    g["endpoint"].as_str().unwrap().to_string(),
+                    g["entries"].as_u64().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    for svc in ["1.2.3.4:80/tcp", "192.168.0.2:3001/tcp"] {
+        assert_eq!(svc2(svc), vec![(format!("{GONE}:80"), 2)], "{svc}: {f}");
+    }
+    assert_eq!(svc2("192.168.99.22:80/tcp"), vec![(format!("{GONE}:80"), 1)], "{f}");
 }
 
 #[test]
 fn overall_iptables_rules_on_iptables_nft() {
     if common::can_run(&["ip", "iptables-nft-restore", "conntrack"]) {
-        corpus_case(
+        let f = corpus_case(
             "kpc-in",
             "iptables-TestOverallIPTablesRules.txt",
             Load::Iptables("nft"),
             OVERALL,
             OVERALL_OUTSIDE,
         );
+        overall_iptables_counts_exactly(&f);
     }
 }
 
 #[test]
 fn overall_iptables_rules_on_iptables_legacy() {
     if common::can_run(&["ip", "iptables-legacy-restore", "conntrack"]) {
-        corpus_case(
+        let f = corpus_case(
             "kpc-il",
             "iptables-TestOverallIPTablesRules.txt",
             Load::Iptables("legacy"),
             OVERALL,
             OVERALL_OUTSIDE,
         );
+        overall_iptables_counts_exactly(&f);
     }
 }
 
@@ -661,7 +709,7 @@ fn legacy_save_cut_or_garbled_is_an_error_and_nftables_still_counts() {
         assert_eq!(f["source"], "nftables", "{tag}: {f}");
         assert_eq!(f["service_ports"], OVERALL.len() as u64, "{tag}: {f}");
         assert_eq!(
-            f["stale_entries"]["tcp"], 1,
+            f["draining_entries"]["tcp"], 1,
             "{tag}: the nftables source still counts: {f}"
         );
         assert_eq!(f["legacy_errors"].as_array().unwrap().len(), 1, "{tag}: {f}");

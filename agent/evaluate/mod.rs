@@ -140,6 +140,8 @@ pub struct Thresholds {
     pub neighbour_table_fill_warning: f64,
     /// SNAT ports in use / ports allowed, per group, at which a warning fires.
     pub snat_fill_warning: f64,
+    /// Seconds TCP/SCTP entries to a removed endpoint may drain before a warning.
+    pub conntrack_drain_window_seconds: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -176,6 +178,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "conntrack_max_below_recommended", run: conntrack::max_below_recommended },
     Check { id: "conntrack_time_to_full", run: conntrack::time_to_full },
     Check { id: "conntrack_stale_endpoint_entries", run: conntrack_stale::stale_endpoint_entries },
+    Check { id: "conntrack_draining_to_removed_endpoints", run: conntrack_stale::draining_to_removed_endpoints },
     Check { id: "conntrack_stale_partial", run: conntrack_stale::stale_detection_partial },
     Check { id: "sysctl_ip_forward", run: kernel::ip_forward },
     Check { id: "sysctl_bridge_nf_call_iptables", run: kernel::bridge_nf_call_iptables },

@@ -9,6 +9,8 @@
 //! `metrics/rules.rs` (iptables, nftables, IPVS, netlink counts) and `metrics/kube_proxy.rs`
 //! (kube-proxy itself).
 
+use std::collections::BTreeMap;
+
 use prometheus::core::{AtomicF64, AtomicU64};
 use prometheus::core::{Collector, GenericCounterVec, GenericGaugeVec};
 use prometheus::{Encoder, Opts, Registry, TextEncoder};
@@ -170,7 +172,7 @@ fn probes(out: &Out, s: &Snapshot) {
 fn conntrack_stale(out: &Out, s: &Snapshot) {
     let stale = out.gauge(
         "proxywatch_conntrack_stale_entries",
-        "Conntrack entries whose original destination is a service port and whose reply source (the endpoint they were NATed to) is no longer among that service's endpoints, by L4 protocol, at the latest conntrack_stale check that completed (while checks fail, its reading is kept for 5 minutes: see proxywatch_probe_reading_timestamp_seconds{probe=\"conntrack_stale\"}); 0 when none or when the check does not run here; absent when checks failed for longer.",
+        "UDP conntrack entries whose original destination is a service port and whose reply source (the endpoint they were NATed to) is no longer in that service's endpoints in any path of kube-proxy's rules (what kube-proxy's reconciler clears; TCP and SCTP ones are draining: proxywatch_conntrack_draining_entries), by L4 protocol, at the latest conntrack_stale check that completed (while checks fail, its reading is kept for 5 minutes: see proxywatch_probe_reading_timestamp_seconds{probe=\"conntrack_stale\"}); 0 when none or when the check does not run here; absent when checks failed for longer.",
         &["protocol"],
     );
     let failed = s
@@ -180,10 +182,26 @@ fn conntrack_stale(out: &Out, s: &Snapshot) {
     if s.facts.conntrack_stale.is_none() && failed {
         return;
     }
-    let zero = crate::probe::service_endpoints::per_protocol([]);
-    let by_proto = s.facts.conntrack_stale.as_ref().map_or(&zero, |f| &f.stale_entries);
-    for (p, n) in by_proto {
-        stale.with_label_values(&[p.as_str()]).set(*n as f64);
+    let draining = out.gauge(
+        "proxywatch_conntrack_draining_entries",
+        "TCP and SCTP conntrack entries whose original destination is a service port and whose reply source is no longer in that service's endpoints in any path of kube-proxy's rules: draining (a terminating pod finishing its connections, or one gone), never deleted by kube-proxy; by L4 protocol, at the latest conntrack_stale check that completed (kept 5 minutes while checks fail); 0 when none or when the check does not run here; absent when checks failed for longer.",
+        &["protocol"],
+    );
+    let (zero_stale, zero_draining) = (
+        BTreeMap::from([("udp".to_string(), 0)]),
+        BTreeMap::from([("tcp".to_string(), 0), ("sctp".to_string(), 0)]),
+    );
+    let f = s.facts.conntrack_stale.as_ref();
+    // Every protocol of each always there (a reading from before draining was counted has none).
+    for (gauge, zero, by_proto) in [
+        (&stale, zero_stale, f.map(|f| &f.stale_entries)),
+        (&draining, zero_draining, f.map(|f| &f.draining_entries)),
+    ] {
+        let mut all = zero;
+        all.extend(by_proto.into_iter().flatten().map(|(p, n)| (p.clone(), *n)));
+        for (p, n) in all {
+            gauge.with_label_values(&[p.as_str()]).set(n as f64);
+        }
     }
     // Only with a reading: a failed run is no "0 undecoded".
     if let Some(f) = &s.facts.conntrack_stale {

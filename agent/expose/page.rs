@@ -281,7 +281,8 @@ fn conntrack(o: &mut String, doc: &Document) {
     o.push_str("</section>\n");
 }
 
-/// Stale conntrack entries per service and dead endpoint (the conntrack_stale probe).
+/// Stale (UDP) and draining (TCP, SCTP) conntrack entries per service and
+/// removed endpoint (the conntrack_stale probe).
 fn stale(o: &mut String, doc: &Document) {
     let (Some(f), Some(d)) = (&doc.facts.conntrack_stale, &doc.derived.conntrack_stale) else {
         return;
@@ -297,16 +298,23 @@ fn stale(o: &mut String, doc: &Document) {
         esc(&f.source),
         f.generation
     );
-    if d.groups.is_empty() {
-        o.push_str("<p class=\"muted\">No entry NATed to an endpoint that no longer exists.</p>\n</section>\n");
+    if d.groups.is_empty() && d.draining.is_empty() {
+        o.push_str(
+            "<p class=\"muted\">No entry NATed to an endpoint no longer in the service's endpoints.</p>\n</section>\n",
+        );
         return;
     }
-    o.push_str("<table>\n<thead><tr><th scope=\"col\">service</th><th scope=\"col\">dead endpoint</th><th scope=\"col\" class=\"num\">entries</th><th scope=\"col\">first seen</th><th scope=\"col\" class=\"num\">checks</th></tr></thead>\n<tbody>\n");
-    for g in &d.groups {
-        let class = if g.checks >= 2 { " class=\"bad\"" } else { "" };
+    o.push_str("<table>\n<thead><tr><th scope=\"col\">service</th><th scope=\"col\">removed endpoint</th><th scope=\"col\">state</th><th scope=\"col\" class=\"num\">entries</th><th scope=\"col\">first seen</th><th scope=\"col\" class=\"num\">checks</th></tr></thead>\n<tbody>\n");
+    let rows = d
+        .groups
+        .iter()
+        .map(|g| (g, "stale", g.checks >= 2))
+        .chain(d.draining.iter().map(|g| (g, "draining", false)));
+    for (g, state, bad) in rows {
+        let class = if bad { " class=\"bad\"" } else { "" };
         let _ = writeln!(
             o,
-            "<tr{class}><th scope=\"row\">{}</th><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            "<tr{class}><th scope=\"row\">{}</th><td>{}</td><td>{state}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
             esc(&g.group.service) + if g.group.node_port { " (NodePort)" } else { "" },
             esc(&g.group.endpoint),
             g.group.entries,

@@ -358,15 +358,21 @@ pub fn render(doc: &Document) -> String {
     }
     if let (Some(f), Some(d)) = (&doc.facts.conntrack_stale, &doc.derived.conntrack_stale) {
         let total: u64 = f.stale_entries.values().sum();
+        let draining: u64 = f.draining_entries.values().sum();
         let _ = writeln!(
             out,
-            "stale conntrack entries: {total} ({} entries checked, {} service ports from {})",
+            "stale conntrack entries: {total}, draining: {draining} ({} entries checked, {} service ports from {})",
             f.examined_entries, f.service_ports, f.source
         );
-        for g in &d.groups {
+        for (g, state) in d
+            .groups
+            .iter()
+            .map(|g| (g, "stale"))
+            .chain(d.draining.iter().map(|g| (g, "draining")))
+        {
             let _ = writeln!(
                 out,
-                "  {}{} -> {} (gone): {} entries, {} checks",
+                "  {}{} -> {} ({state}, no longer in the service's endpoints): {} entries, {} checks",
                 g.group.service,
                 if g.group.node_port { " (NodePort)" } else { "" },
                 g.group.endpoint,

@@ -189,7 +189,7 @@ impl History {
                 self.stale_entries
                     .push(now, mono, f.stale_entries.values().sum::<u64>() as f64);
                 derived.series.stale_entries = self.stale_entries.points();
-                derived.conntrack_stale = Some(self.stale.observe(f, now));
+                derived.conntrack_stale = Some(self.stale.observe(f, now, mono));
                 derived.snat_rules = f.snat.as_ref().map(|s| self.snat.observe(s, mono));
             }
             Reading::NeighbourTables(f) => derived.neighbour_tables = Some(self.neighbour.observe(f, mono)),

@@ -19,8 +19,9 @@
 //!    streamed — only DST_NAT entries, filtered in the kernel, unless IPVS
 //!    lists services (IPVS does not set DST_NAT) or SNAT is grouped too: an entry whose
 //!    original destination is a service port (or a NodePort on a node
-//!    address) and whose reply source is not one of its endpoints adds one to
-//!    its (service, dead endpoint) count;
+//!    address) and whose reply source is the address of none of its
+//!    endpoints, in any path the rules give it, adds one to its (service,
+//!    removed endpoint) count;
 //! 5. the generation (and the IPVS table) again: if the rules changed during
 //!    the dump, the table is read at the new generation; the same table means
 //!    the counts hold (other commits, e.g. a CNI's, do not fail the run), a
@@ -50,7 +51,7 @@ use serde::{Deserialize, Serialize};
 
 use super::service_endpoints::iptables::IptEndpoints;
 use super::service_endpoints::nftables::{self, NftEndpoints};
-use super::service_endpoints::{per_protocol, protocol_name, service_label, socket, ServicePort, ServiceTable};
+use super::service_endpoints::{protocol_name, service_label, socket, ServicePort, ServiceTable};
 use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
 use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
@@ -79,6 +80,7 @@ pub struct UndecodedPort {
 }
 
 /// Entries NATed for one service port to one endpoint it no longer has.
+/// TCP and SCTP pairs are draining ([`draining`]), the others stale.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StaleGroup {
     /// `10.96.0.10:53/udp`; for a NodePort, the node address the client sent to.
@@ -113,12 +115,26 @@ pub struct ConntrackStaleFacts {
     /// Entries looked at: the DST_NAT ones, or all of them when IPVS lists services.
     #[serde(default)]
     pub examined_entries: u64,
-    /// Stale entries per protocol (every protocol present, 0 when none).
+    /// Stale entries per protocol: UDP (and any protocol but TCP and SCTP) to
+    /// an endpoint the service port no longer has, what kube-proxy's
+    /// reconciler clears (`udp` always present, 0 when none).
     pub stale_entries: BTreeMap<String, u64>,
     /// Pairs with stale entries (all of them, even beyond the list).
     pub stale_groups: u64,
-    /// The largest [`MAX_LISTED`] pairs.
+    /// The largest [`MAX_LISTED`] stale pairs.
     pub stale: Vec<StaleGroup>,
+    /// Draining entries per protocol: TCP and SCTP to an endpoint no longer
+    /// in the service's endpoints, which kube-proxy never deletes (a
+    /// terminating pod still serving them, or one gone whose clients will get
+    /// a reset or time out); `tcp` and `sctp` always present, 0 when none.
+    #[serde(default)]
+    pub draining_entries: BTreeMap<String, u64>,
+    /// Pairs with draining entries (all of them, even beyond the list).
+    #[serde(default)]
+    pub draining_groups: u64,
+    /// The largest [`MAX_LISTED`] draining pairs.
+    #[serde(default)]
+    pub draining: Vec<StaleGroup>,
     /// Wall time of the dumps, in seconds.
     pub dump_seconds: f64,
     /// Service ports whose path the decoder did not understand, per source
@@ -276,7 +292,35 @@ fn ipvs_table(host: &Host) -> Result<ServiceTable, ProbeError> {
     Ok(super::service_endpoints::ipvs::table(&servers))
 }
 
+/// Whether entries of this L4 protocol to a removed endpoint are draining
+/// rather than stale: TCP and SCTP, which kube-proxy's reconciler leaves to
+/// finish or be reset (it "only deal[s] with UDP protocol entries").
+pub fn draining(protocol: u8) -> bool {
+    matches!(protocol, 6 | 132)
+}
+
 /// Counts what the dumps say against a service table (pure apart from the dump).
+///
+/// The judgement is kube-proxy's own reconciler's
+/// (kubernetes/kubernetes `pkg/proxy/conntrack/cleanup.go`, `CleanStaleEntries`):
+/// it maps each service IP:port (ClusterIP, LoadBalancer and external IPs)
+/// and each NodePort to "the set of serving endpoint IPs", and clears an entry
+/// "if the original destination (--orig-dst) of the entry is service IP ... and
+/// (--orig-port-dst) of the flow is service Port and the reply source
+/// (--reply-src) is not IP of any serving endpoint"; a NodePort by its port
+/// alone. "Changes to the service should not affect existing flows, so we do
+/// not take traffic policies, topology, or terminating status of the service
+/// into account." So here: every path of a port counts (an
+/// `externalTrafficPolicy: Local` NodePort's flow to a remote endpoint is
+/// current), the reply source is compared by address, and no source address
+/// matters. Two differences, both said where they are reported: kube-proxy
+/// reconciles UDP only, so the TCP and SCTP entries counted here are
+/// draining, not stale ([`draining`]); and it skips a service
+/// with no serving endpoints, which is counted here (the scale-to-zero case:
+/// those flows stay blackholed until they time out). kube-proxy's serving
+/// endpoints include terminating ones it may leave out of its rules: from the
+/// rules alone, an endpoint missing is "no longer in the service's
+/// endpoints", not gone.
 #[derive(Debug, Default)]
 pub struct Counter {
     /// The node's own addresses: traffic to one of them may be to a NodePort.
@@ -321,15 +365,14 @@ impl Counter {
             self.undecoded += 1;
             return;
         }
-        let current = match table.is_current_from(&svc, e.orig_src, &self.local, e.reply_src, e.reply_sport) {
+        // Not a service port (kube-proxy did not make it), or a NodePort on
+        // a node address: judged like kube-proxy does, by its port alone.
+        let current = match table.is_current(&svc, e.reply_src) {
             Some(c) => c,
-            None if self.local.contains(&e.orig_dst) => {
-                match table.is_current_from(&node_port, e.orig_src, &self.local, e.reply_src, e.reply_sport) {
-                    Some(c) => c,
-                    None => return,
-                }
-            }
-            // Not a service port: kube-proxy did not make it.
+            None if self.local.contains(&e.orig_dst) => match table.is_current(&node_port, e.reply_src) {
+                Some(c) => c,
+                None => return,
+            },
             None => return,
         };
         if current {
@@ -345,10 +388,10 @@ impl Counter {
     }
 
     pub fn facts(self, table: &ServiceTable) -> ConntrackStaleFacts {
-        let mut groups: Vec<StaleGroup> = self
-            .groups
-            .into_iter()
-            .map(|((svc, ep, port), entries)| StaleGroup {
+        let (mut drain, mut stale): (Vec<StaleGroup>, Vec<StaleGroup>) = (Vec::new(), Vec::new());
+        for ((svc, ep, port), entries) in self.groups {
+            let to = if draining(svc.protocol) { &mut drain } else { &mut stale };
+            to.push(StaleGroup {
                 service: service_label(&svc),
                 address: svc.address,
                 port: svc.port,
@@ -356,15 +399,28 @@ impl Counter {
                 node_port: !table.services.contains_key(&svc),
                 endpoint: socket(ep, Some(port)),
                 entries,
-            })
-            .collect();
-        groups.sort_by(|a, b| {
-            b.entries
-                .cmp(&a.entries)
-                .then_with(|| (&a.service, &a.endpoint).cmp(&(&b.service, &b.endpoint)))
-        });
-        let stale_groups = groups.len() as u64;
-        groups.truncate(MAX_LISTED);
+            });
+        }
+        for groups in [&mut stale, &mut drain] {
+            groups.sort_by(|a, b| {
+                b.entries
+                    .cmp(&a.entries)
+                    .then_with(|| (&a.service, &a.endpoint).cmp(&(&b.service, &b.endpoint)))
+            });
+        }
+        let (stale_groups, draining_groups) = (stale.len() as u64, drain.len() as u64);
+        stale.truncate(MAX_LISTED);
+        drain.truncate(MAX_LISTED);
+        let mut stale_entries: BTreeMap<String, u64> = BTreeMap::from([("udp".to_string(), 0)]);
+        let mut draining_entries: BTreeMap<String, u64> = ["tcp", "sctp"].iter().map(|p| (p.to_string(), 0)).collect();
+        for (p, n) in self.per_protocol {
+            let to = if draining(p) {
+                &mut draining_entries
+            } else {
+                &mut stale_entries
+            };
+            *to.entry(protocol_name(p)).or_default() += n;
+        }
         let mut undecoded: BTreeMap<String, u64> = SOURCES.iter().map(|s| (s.to_string(), 0)).collect();
         for (source, n) in table.undecoded_by_source() {
             *undecoded.entry(source.to_string()).or_default() += n;
@@ -388,9 +444,12 @@ impl Counter {
             undecoded,
             undecoded_ports,
             undecoded_entries: self.undecoded,
-            stale_entries: per_protocol(self.per_protocol),
+            stale_entries,
             stale_groups,
-            stale: groups,
+            stale,
+            draining_entries,
+            draining_groups,
+            draining: drain,
             dst_nat_entries: self.dst_nat,
             examined_entries: self.seen,
             service_ports: table.services.len() as u64,
@@ -695,13 +754,16 @@ mod tests {
         c.add(&table, &entry("fd00::a", 80, "fd00:244::3", 8080, 6)); // IPv6, gone
         c.add(&table, &entry("fd00::a", 80, "fd00:244::2", 8080, 6)); // IPv6, current
         let f = c.facts(&table);
-        assert_eq!(f.stale_entries["udp"], 3);
-        assert_eq!(f.stale_entries["tcp"], 1);
-        assert_eq!(f.stale_entries["sctp"], 0);
-        assert_eq!(f.stale_groups, 2);
+        assert_eq!(f.stale_entries, BTreeMap::from([("udp".into(), 3)]));
+        assert_eq!(
+            f.draining_entries,
+            BTreeMap::from([("tcp".into(), 1), ("sctp".into(), 0)]),
+            "TCP to a removed endpoint drains: kube-proxy never deletes it"
+        );
+        assert_eq!((f.stale_groups, f.draining_groups), (1, 1));
         assert_eq!(f.stale[0].service, "10.96.0.10:53/udp");
         assert_eq!(f.stale[0].endpoint, "10.244.0.9:53");
-        assert_eq!(f.stale[1].endpoint, "[fd00:244::3]:8080");
+        assert_eq!(f.draining[0].endpoint, "[fd00:244::3]:8080");
         assert_eq!(f.dst_nat_entries, 8);
         assert_eq!((f.service_ports, f.node_ports, f.endpoints), (2, 0, 2));
     }
@@ -723,9 +785,9 @@ mod tests {
         plain.status = 0;
         c.add(&table, &plain);
         let f = c.facts(&table);
-        assert_eq!(f.stale_entries["tcp"], 1);
-        assert_eq!(f.stale[0].service, "192.168.0.2:30080/tcp");
-        assert!(f.stale[0].node_port);
+        assert_eq!(f.draining_entries["tcp"], 1);
+        assert_eq!(f.draining[0].service, "192.168.0.2:30080/tcp");
+        assert!(f.draining[0].node_port);
         assert_eq!((f.examined_entries, f.dst_nat_entries, f.node_ports), (5, 4, 1));
     }
 }

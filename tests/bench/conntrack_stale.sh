@@ -22,7 +22,7 @@
 #            not in the probe's dumps if the kernel's status filter works
 #
 # "entries" below is N. Every run checks the probe's facts against what was
-# inserted (stale_entries.udp and .tcp exactly, dst_nat_entries = DST_NAT UDP +
+# inserted (stale_entries.udp and draining_entries.tcp exactly, dst_nat_entries = DST_NAT UDP +
 # TCP) and fails on a difference. Once per level (not timed) the script sends
 # a DST_NAT + UDP dump request (status DST_NAT + mask, CTA_FILTER on the L4
 # protocol: what the probe sends, with --conntrack.snat false, for a family
@@ -307,12 +307,13 @@ if p["status"] != "ok":
     sys.exit("conntrack_stale probe: %s: %s" % (p["status"], p.get("error")))
 f = d["facts"]["conntrack_stale"]
 want = {"udp": int(sys.argv[2]), "tcp": int(sys.argv[3])}
-got = {k: f["stale_entries"].get(k, 0) for k in want}
+# UDP is stale, TCP draining (kube-proxy reconciles UDP only).
+got = {"udp": f["stale_entries"].get("udp", 0), "tcp": f.get("draining_entries", {}).get("tcp", 0)}
 if got != want:
     sys.exit("stale_entries %s, inserted stale %s" % (got, want))
 if f["dst_nat_entries"] != int(sys.argv[4]):
     sys.exit("dst_nat_entries %d, inserted %s DST_NAT UDP+TCP" % (f["dst_nat_entries"], sys.argv[4]))
-print(p["duration_seconds"], f["dump_seconds"], f["stale_groups"])
+print(p["duration_seconds"], f["dump_seconds"], f["stale_groups"] + f.get("draining_groups", 0))
 ' "$WORK/out.json" "$udp_stale" "$tcp_stale" "$((n + extra))")
 		read -r s d groups <<<"$vals"
 		stale+=("$s") dump+=("$d")

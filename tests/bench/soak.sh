@@ -350,7 +350,7 @@ while time.monotonic() - start < duration:
     stale = pf = ""
     if "/metrics" in bodies:
         text = bodies["/metrics"].decode()
-        stale = sum(series(text, f'proxywatch_conntrack_stale_entries{{protocol="{p}"}}') or 0 for p in ("tcp", "udp", "sctp"))
+        stale = sum(series(text, f'proxywatch_conntrack_{k}_entries{{protocol="{p}"}}') or 0 for k, p in (("draining", "tcp"), ("stale", "udp"), ("draining", "sctp")))
     if "/snapshot" in bodies:
         doc = json.loads(bodies["/snapshot"])
         pf = 0

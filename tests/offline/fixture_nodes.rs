@@ -1289,9 +1289,11 @@ fn recorded_netlink() {
     let stale = &facts["conntrack_stale"];
     assert_eq!(stale["source"], "iptables-nft+nftables");
     assert_eq!(stale["dst_nat_entries"], 2);
-    assert_eq!(stale["stale_entries"]["tcp"], 1);
-    assert_eq!(stale["stale"][0]["service"], "10.96.0.11:80/tcp");
-    assert_eq!(stale["stale"][0]["endpoint"], "10.244.3.99:8080");
+    // TCP: draining, not stale (kube-proxy reconciles UDP only).
+    assert_eq!(stale["draining_entries"]["tcp"], 1);
+    assert_eq!(stale["stale_entries"]["udp"], 0);
+    assert_eq!(stale["draining"][0]["service"], "10.96.0.11:80/tcp");
+    assert_eq!(stale["draining"][0]["endpoint"], "10.244.3.99:8080");
     // Both rule sets' NodePorts: gen_kube_rules.py's 4 and gen_kube_nft.py's 2.
     let node_ports =
         ipt["service_table"]["node_ports"].as_u64().unwrap() + nft["service_table"]["node_ports"].as_u64().unwrap();

@@ -275,11 +275,14 @@ fn conntrack_count(ns: &Netns, proto: &str, orig_dst: &str, reply_src: &str) -> 
 }
 
 fn finding(doc: &Value) -> Option<&Value> {
-    doc["findings"]
-        .as_array()?
-        .iter()
-        .find(|f| f["id"] == "conntrack_stale_endpoint_entries")
+    finding_of(doc, "conntrack_stale_endpoint_entries")
 }
+
+fn finding_of<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
+    doc["findings"].as_array()?.iter().find(|f| f["id"] == id)
+}
+
+const DRAINING: &str = "conntrack_draining_to_removed_endpoints";
 
 #[test]
 fn stale_entries_are_reported_persist_and_resolve() {
@@ -392,8 +395,9 @@ fn scenario(mode: Mode, tag: &str) {
         d["facts"]["conntrack_stale"]["dst_nat_entries"].as_u64() > Some(0)
     });
     assert_eq!(doc["facts"]["conntrack_stale"]["stale_entries"]["udp"], 0);
-    assert_eq!(doc["facts"]["conntrack_stale"]["stale_entries"]["tcp"], 0);
+    assert_eq!(doc["facts"]["conntrack_stale"]["draining_entries"]["tcp"], 0);
     assert!(finding(&doc).is_none(), "no finding while nothing is stale");
+    assert!(finding_of(&doc, DRAINING).is_none(), "nor draining");
 
     assert_eq!(doc["facts"]["conntrack_stale"]["source"], mode.source());
     assert_eq!(doc["facts"]["conntrack_stale"]["node_ports"], 1);
@@ -404,7 +408,7 @@ fn scenario(mode: Mode, tag: &str) {
     // DNS, its NodePort and web: one endpoint each.
     let gen_after = |d: &Value| d["facts"]["conntrack_stale"]["endpoints"] == 3;
     let doc = wait("the finding after two checks", &|d| {
-        gen_after(d) && finding(d).is_some_and(|f| f["severity"] == "critical")
+        gen_after(d) && finding(d).is_some_and(|f| f["severity"] == "critical") && finding_of(d, DRAINING).is_some()
     });
     let facts = &doc["facts"]["conntrack_stale"];
     // Exactly what conntrack -L shows NATed to the removed pods, per service.
@@ -418,10 +422,18 @@ fn scenario(mode: Mode, tag: &str) {
         mode.source()
     );
     assert_eq!(facts["stale_entries"]["udp"], want_udp + want_np, "{facts}");
-    assert_eq!(facts["stale_entries"]["tcp"], want_tcp, "{facts}");
-    let groups = facts["stale"].as_array().unwrap();
+    // The open TCP connections to the pod that left the rules: draining, not stale.
+    assert_eq!(facts["draining_entries"]["tcp"], want_tcp, "{facts}");
+    assert!(facts["stale_entries"].get("tcp").is_none(), "{facts}");
+    let groups: Vec<&Value> = facts["stale"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(facts["draining"].as_array().unwrap())
+        .collect();
     assert_eq!(groups.len(), if want_np > 0 { 3 } else { 2 }, "{facts}");
-    let group = |svc: &str| groups.iter().find(|g| g["service"] == svc).unwrap();
+    assert_eq!(facts["draining_groups"], 1, "{facts}");
+    let group = |svc: &str| *groups.iter().find(|g| g["service"] == svc).unwrap();
     assert_eq!(group("10.96.0.10:53/udp")["endpoint"], "10.250.1.2:53");
     assert_eq!(group("10.96.0.10:53/udp")["entries"], want_udp);
     assert_eq!(group("10.96.0.20:80/tcp")["endpoint"], "10.250.3.2:8080");
@@ -438,7 +450,23 @@ fn scenario(mode: Mode, tag: &str) {
     // The non-service DNAT to pod 1 is never counted.
     assert_eq!(conntrack_count(&node, "udp", "10.123.0.1", &pod_ip(1)), 1);
     let f = finding(&doc).unwrap();
-    assert_eq!(f["evidence"]["stale_entries"], want_udp + want_np + want_tcp);
+    assert_eq!(f["evidence"]["stale_entries"], want_udp + want_np);
+    // Within the drain window (5 min by default): info, and never a delete.
+    let d = finding_of(&doc, DRAINING).unwrap();
+    assert_eq!(d["severity"], "info", "{d}");
+    assert_eq!(d["evidence"]["draining_entries"], want_tcp, "{d}");
+    assert_eq!(
+        d["evidence"]["services"][0]["removed_endpoint"], "10.250.3.2:8080",
+        "{d}"
+    );
+    assert!(
+        d["remediation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| !r.as_str().unwrap().contains("conntrack -D")),
+        "no delete within the drain window: {d}"
+    );
     // The page's history of stale entries: 0 while every endpoint was there, then the count.
     let stale_series = |d: &Value| -> Vec<(f64, f64)> {
         d["derived"]["series"]["stale_entries"]
@@ -453,7 +481,7 @@ fn scenario(mode: Mode, tag: &str) {
     let series = stale_series(&doc);
     assert_eq!(
         series.last().map(|p| p.1),
-        Some((want_udp + want_np + want_tcp) as f64),
+        Some((want_udp + want_np) as f64),
         "{series:?}"
     );
     assert_eq!(series.first().map(|p| p.1), Some(0.0), "{series:?}");
@@ -461,9 +489,10 @@ fn scenario(mode: Mode, tag: &str) {
     // The command deletes the largest pair (which one depends on the random split).
     let largest = &f["evidence"]["services"][0];
     let cmd = match largest["service"].as_str().unwrap() {
-        "10.96.0.10:53/udp" => "conntrack -D -p udp --orig-dst 10.96.0.10 --reply-src 10.250.1.2",
-        "10.250.1.1:30053/udp" => "conntrack -D -p udp --orig-dst 10.250.1.1 --reply-src 10.250.1.2",
-        "10.96.0.20:80/tcp" => "conntrack -D -p tcp --orig-dst 10.96.0.20 --reply-src 10.250.3.2",
+        "10.96.0.10:53/udp" => "conntrack -D -p udp --orig-dst 10.96.0.10 --orig-port-dst 53 --reply-src 10.250.1.2",
+        "10.250.1.1:30053/udp" => {
+            "conntrack -D -p udp --orig-dst 10.250.1.1 --orig-port-dst 30053 --reply-src 10.250.1.2"
+        }
         other => panic!("largest pair {other}: {f}"),
     };
     assert!(f["remediation"][0].as_str().unwrap().contains(cmd), "{f}");
@@ -475,6 +504,46 @@ fn scenario(mode: Mode, tag: &str) {
         )),
         "{metrics}"
     );
+
+    // A second agent with a short drain window (1 s): the same pair past it is
+    // a warning, and only then comes the delete.
+    let short = port + 1;
+    let agent = node
+        .command(
+            common::binary().to_str().unwrap(),
+            &["serve", "--listen", &format!("127.0.0.1:{short}")],
+        )
+        .args(common::NO_KUBE_PROXY)
+        .args(["--conntrack-stale.interval", "1s", "--iptables.save-interval", "0"])
+        .args(["--conntrack-stale.drain-window", "1s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    procs.push(Proc(agent));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let warned = loop {
+        let doc: Option<Value> = ns_get(&node, short, "/snapshot").and_then(|b| serde_json::from_str(&b).ok());
+        if let Some(d) = doc.as_ref().and_then(|d| finding_of(d, DRAINING)) {
+            if d["severity"] == "warning" {
+                break d.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no draining warning past a 1 s window in 30 s: {doc:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        warned["remediation"][1]
+            .as_str()
+            .unwrap()
+            .contains("conntrack -D -p tcp --orig-dst 10.96.0.20 --orig-port-dst 80 --reply-src 10.250.3.2"),
+        "{warned}"
+    );
+    assert_eq!(warned["evidence"]["pairs_past_drain_window"], 1, "{warned}");
 
     // The SRE deletes the stale entries: the clients' next packets are NATed to
     // the remaining pods, and the finding resolves.
@@ -490,7 +559,9 @@ fn scenario(mode: Mode, tag: &str) {
             .status();
     }
     let doc = wait("the finding to resolve", &|d| {
-        finding(d).is_none() && d["facts"]["conntrack_stale"]["stale_groups"] == 0
+        finding(d).is_none()
+            && d["facts"]["conntrack_stale"]["stale_groups"] == 0
+            && d["facts"]["conntrack_stale"]["draining_groups"] == 0
     });
     assert_eq!(doc["facts"]["conntrack_stale"]["stale_entries"]["udp"], 0);
     assert!(
@@ -584,18 +655,21 @@ fn ipv6_services_and_entries() {
     let tcp = conntrack_count(&node, "tcp", "fd00:10:96::14", "fd00:10:244::8");
     assert_eq!((udp, tcp), (3, 2), "the ground truth");
     assert_eq!(facts["stale_entries"]["udp"], udp, "{facts}");
-    assert_eq!(facts["stale_entries"]["tcp"], tcp, "{facts}");
+    assert_eq!(facts["draining_entries"]["tcp"], tcp, "TCP drains: {facts}");
     assert_eq!(
         (&facts["service_ports"], &facts["endpoints"]),
         (&Value::from(2), &Value::from(3))
     );
     assert_eq!(facts["dst_nat_entries"], 11, "every IPv6 DST_NAT entry dumped: {facts}");
-    let groups = facts["stale"].as_array().unwrap();
-    assert_eq!(groups.len(), 2, "{facts}");
-    assert_eq!(groups[0]["service"], "[fd00:10:96::a]:53/udp");
-    assert_eq!(groups[0]["endpoint"], "[fd00:10:244::9]:53");
-    assert_eq!(groups[1]["service"], "[fd00:10:96::14]:80/tcp");
-    assert_eq!(groups[1]["endpoint"], "[fd00:10:244::8]:8080");
+    let (stale, draining) = (
+        facts["stale"].as_array().unwrap(),
+        facts["draining"].as_array().unwrap(),
+    );
+    assert_eq!((stale.len(), draining.len()), (1, 1), "{facts}");
+    assert_eq!(stale[0]["service"], "[fd00:10:96::a]:53/udp");
+    assert_eq!(stale[0]["endpoint"], "[fd00:10:244::9]:53");
+    assert_eq!(draining[0]["service"], "[fd00:10:96::14]:80/tcp");
+    assert_eq!(draining[0]["endpoint"], "[fd00:10:244::8]:8080");
 }
 
 /// `conntrack -I` one DST_NAT entry per call, each from its own source port.
@@ -730,7 +804,7 @@ fn unknown_layout_is_undecoded_never_stale() {
         );
         assert_eq!(facts["source"], source, "{facts}");
         assert_eq!(facts["stale_entries"]["udp"], truth.0, "0 false stale: {facts}");
-        assert_eq!(facts["stale_entries"]["tcp"], truth.2, "{facts}");
+        assert_eq!(facts["draining_entries"]["tcp"], truth.2, "{facts}");
         assert_eq!(
             (&facts["service_ports"], &facts["endpoints"]),
             (&Value::from(2), &Value::from(2)),
@@ -804,7 +878,10 @@ fn verdict_map_of_an_unexpected_type_is_undecoded() {
         (&Value::from(1), &Value::from(1)),
         "{facts}"
     );
-    assert_eq!(facts["stale_entries"]["tcp"], 2, "only the NodePort's entries: {facts}");
+    assert_eq!(
+        facts["draining_entries"]["tcp"], 2,
+        "only the NodePort's entries: {facts}"
+    );
     let f = finding_by(&doc, "conntrack_stale_partial").unwrap_or_else(|| panic!("{}", doc["findings"]));
     assert_eq!(f["severity"], "info");
 }

@@ -87,7 +87,8 @@ fn the_stale_gauge_and_finding_hold_through_commits_during_every_dump() {
         .args(["--conntrack-stale.interval", "1s", "--iptables.save-interval", "0"])
         .start();
     let udp = "proxywatch_conntrack_stale_entries{protocol=\"udp\"}";
-    let tcp = "proxywatch_conntrack_stale_entries{protocol=\"tcp\"}";
+    // TCP to the removed endpoint: draining, its own series.
+    let tcp = "proxywatch_conntrack_draining_entries{protocol=\"tcp\"}";
     let severity = "proxywatch_finding_severity{id=\"conntrack_stale_endpoint_entries\"}";
     // Before the churn: the pairs persisted over two checks, the finding is critical.
     common::poll("the critical stale finding", Duration::from_secs(30), || {

@@ -85,9 +85,12 @@ fn rules(variant: char) -> String {
 
 /// What every successful reading must say; Err with the difference.
 fn expected(facts: &Value) -> Result<(), String> {
+    // UDP stale, TCP draining (kube-proxy reconciles UDP only).
     let want = serde_json::json!({
-        "stale_entries": {"udp": STALE_UDP, "tcp": STALE_TCP, "sctp": 0},
-        "stale_groups": 2,
+        "stale_entries": {"udp": STALE_UDP},
+        "draining_entries": {"tcp": STALE_TCP, "sctp": 0},
+        "stale_groups": 1,
+        "draining_groups": 1,
         "service_ports": 2,
         "endpoints": 3,
         "dst_nat_entries": DST_NAT_ENTRIES,
@@ -98,15 +101,16 @@ fn expected(facts: &Value) -> Result<(), String> {
     });
     let stale: Vec<Value> = facts["stale"]
         .as_array()
-        .map(|l| {
-            l.iter()
-                .map(|g| serde_json::json!({"service": g["service"], "endpoint": g["endpoint"], "entries": g["entries"]}))
-                .collect()
-        })
-        .unwrap_or_default();
+        .into_iter()
+        .flatten()
+        .chain(facts["draining"].as_array().into_iter().flatten())
+        .map(|g| serde_json::json!({"service": g["service"], "endpoint": g["endpoint"], "entries": g["entries"]}))
+        .collect();
     let got = serde_json::json!({
         "stale_entries": facts["stale_entries"],
+        "draining_entries": facts["draining_entries"],
         "stale_groups": facts["stale_groups"],
+        "draining_groups": facts["draining_groups"],
         "service_ports": facts["service_ports"],
         "endpoints": facts["endpoints"],
         "dst_nat_entries": facts["dst_nat_entries"],

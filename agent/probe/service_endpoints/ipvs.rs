@@ -97,11 +97,11 @@ FWM  00000001 rr\n  -> 0AF40104:0050      Masq    1      0          0\n";
         };
         assert_eq!(t.services.len(), 2, "{t:?}");
         assert_eq!(
-            t.is_current(&dns, "10.244.1.3".parse().unwrap(), 53),
+            t.is_current(&dns, "10.244.1.3".parse().unwrap()),
             Some(true),
             "weight 0 is current"
         );
-        assert_eq!(t.is_current(&dns, "10.244.1.9".parse().unwrap(), 53), Some(false));
+        assert_eq!(t.is_current(&dns, "10.244.1.9".parse().unwrap()), Some(false));
         let web = ServicePort {
             address: "10.96.0.20".parse().unwrap(),
             port: 80,
