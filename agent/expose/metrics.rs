@@ -19,7 +19,9 @@ use crate::snapshot::{ProbeStatus, Snapshot};
 mod kube_proxy;
 mod rules;
 mod service_rejects;
+mod service_traffic;
 use kube_proxy::kube_proxy;
+use service_traffic::service_traffic;
 use rules::{iptables, ipvs, netlink_counts, nftables};
 
 type Gauges = GenericGaugeVec<AtomicF64>;
