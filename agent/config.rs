@@ -129,7 +129,7 @@ pub struct BaselineSaveArgs {
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
-    /// Also try Service traffic once (the service_traffic probe: it sends packets), so that `compare` shows connect times.
+    /// Also try Service traffic once: the service_traffic probe (a TCP connect to default/kubernetes, a DNS query to kube-dns, each --service-traffic.target), the one that sends packets; `compare` then shows connect times.
     #[arg(long = "try-services")]
     pub try_services: bool,
 
@@ -309,7 +309,7 @@ pub struct CheckArgs {
     #[arg(long, env = "PROXYWATCH_FORMAT", value_enum, default_value = "text")]
     pub format: Format,
 
-    /// Also try Service traffic once (the service_traffic probe: a TCP connect to default/kubernetes, a DNS query to kube-dns, each --service-traffic.target; it sends packets).
+    /// Also try Service traffic once: the service_traffic probe (a TCP connect to default/kubernetes, a DNS query to kube-dns, each --service-traffic.target), the one that sends packets; `compare` then shows connect times.
     #[arg(long = "try-services")]
     pub try_services: bool,
 

@@ -720,6 +720,13 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Serv
                 })
                 .unwrap_or_default();
             let (path, endpoint, path_detail) = match (p.svc, e) {
+                // The kernel removes the entry of a TCP connection refused before it was
+                // established (a RST on an unassured entry): no entry says nothing then.
+                (Some(svc), Ok(None)) if svc.protocol == 6 && o.result == "refused" => (
+                    Path::Unknown,
+                    None,
+                    Some("refused before established: the kernel removed its conntrack entry".into()),
+                ),
                 (Some(svc), Ok(e)) => {
                     let (path, ep) = path_of(&found.table, &svc, e.as_ref());
                     (path, ep, None)
