@@ -377,11 +377,20 @@ pub struct Common {
     pub neighbour_tables_window: Duration,
 
     /// A Service the service_traffic probe also tries, as namespace/name:port (a TCP connect to its ClusterIP, found in kube-proxy's rules); repeatable, at most 20.
-    #[arg(long = "service-traffic.target", env = "PROXYWATCH_SERVICE_TRAFFIC_TARGET", value_delimiter = ',', value_name = "NS/NAME:PORT")]
+    #[arg(
+        long = "service-traffic.target",
+        env = "PROXYWATCH_SERVICE_TRAFFIC_TARGET",
+        value_delimiter = ',',
+        value_name = "NS/NAME:PORT"
+    )]
     pub service_traffic_target: Vec<crate::probe::service_traffic::Named>,
 
     /// The cluster's DNS domain: the service_traffic probe asks kube-dns for kubernetes.default.svc.<this>.
-    #[arg(long = "service-traffic.cluster-domain", env = "PROXYWATCH_SERVICE_TRAFFIC_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    #[arg(
+        long = "service-traffic.cluster-domain",
+        env = "PROXYWATCH_SERVICE_TRAFFIC_CLUSTER_DOMAIN",
+        default_value = "cluster.local"
+    )]
     pub service_traffic_cluster_domain: String,
 
     /// Deadline of each service_traffic try (a connect, a DNS answer).

@@ -83,7 +83,9 @@ impl Server {
             .spawn()
             .expect("python3");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         assert_eq!(line.trim(), "ready", "the {mode} server did not start");
         Server(child)
     }
@@ -151,8 +153,7 @@ fn check(node: &Netns, extra: &[&str]) -> Value {
         .command(common::binary().to_str().unwrap(), &args)
         .output()
         .expect("proxywatch check");
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
 fn tries(doc: &Value) -> Vec<Value> {
@@ -180,7 +181,10 @@ fn conntrack_lines(ns: &Netns, proto: &str, dst: &str) -> Vec<String> {
         .stderr(Stdio::null())
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -195,9 +199,17 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     // Off: no try, no conntrack entry toward the Services.
     let _ = node.command("conntrack", &["-F"]).stderr(Stdio::null()).status();
     let off = check(&node, &[]);
-    assert!(off["facts"].get("service_traffic").is_none_or(Value::is_null), "{:#}", off["facts"]);
+    assert!(
+        off["facts"].get("service_traffic").is_none_or(Value::is_null),
+        "{:#}",
+        off["facts"]
+    );
     for (p, d) in [("tcp", API), ("udp", DNS), ("tcp", DNS)] {
-        assert_eq!(conntrack_lines(&node, p, d), Vec::<String>::new(), "the probe off sent to {d}/{p}");
+        assert_eq!(
+            conntrack_lines(&node, p, d),
+            Vec::<String>::new(),
+            "the probe off sent to {d}/{p}"
+        );
     }
 
     // On: both Services tried, each naming the endpoint its own conntrack entry reached.
@@ -218,7 +230,10 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     assert_eq!(api["rule_endpoints"], serde_json::json!([format!("{EP}:6443")]));
     let dns_udp = try_of(&t, "kube-system/kube-dns:53/udp");
     assert_eq!(dns_udp["endpoint"], format!("{EP}:53"));
-    assert!(dns_udp["detail"].as_str().unwrap().starts_with("NOERROR, 1 answer"), "{dns_udp:#}");
+    assert!(
+        dns_udp["detail"].as_str().unwrap().starts_with("NOERROR, 1 answer"),
+        "{dns_udp:#}"
+    );
     // The same tuple in `conntrack -L`: the try's source port, answered by the endpoint.
     for (tr, proto, dst, ep_port) in [(api, "tcp", API, 6443), (dns_udp, "udp", DNS, 53)] {
         let sport = tr["source"].as_str().unwrap().rsplit(':').next().unwrap().to_string();
@@ -240,7 +255,10 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     let slow = check(&node, &["--try-services"]);
     let f = finding(&slow, "service_connect_slow").unwrap_or_else(|| panic!("{:#}", slow["findings"]));
     assert_eq!(f["severity"], "warning");
-    assert!(f["summary"].as_str().unwrap().contains(&format!("reached {EP}:6443")), "{f:#}");
+    assert!(
+        f["summary"].as_str().unwrap().contains(&format!("reached {EP}:6443")),
+        "{f:#}"
+    );
     let api = try_of(&tries(&slow), "default/kubernetes:443/tcp").clone();
     assert!(api["seconds"].as_f64().unwrap() > 0.1, "{api:#}");
     ep.exec_ok("nft", &["delete", "table", "inet", "pwslow"]);
@@ -255,7 +273,11 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     let t = tries(&down);
     let udp = try_of(&t, "kube-system/kube-dns:53/udp");
     assert_eq!(udp["result"], "refused", "{udp:#}");
-    assert_eq!(udp["endpoint"], format!("{EP}:53"), "the entry names the endpoint that refused: {udp:#}");
+    assert_eq!(
+        udp["endpoint"],
+        format!("{EP}:53"),
+        "the entry names the endpoint that refused: {udp:#}"
+    );
     let tcp = try_of(&t, "kube-system/kube-dns:53/tcp");
     assert_eq!(tcp["result"], "refused", "{tcp:#}");
     // A RST before the connection was established: the kernel removed its entry; unknown, not "no DNAT".

@@ -72,15 +72,20 @@ pub fn failing(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding
     let summary = match (failed.first(), stale.first()) {
         (Some(t), _) => format!(
             "Service traffic fails from this node: {}{} ({})",
-            failed.iter().take(3).map(|t| describe(t)).collect::<Vec<_>>().join("; "),
-            if failed.len() > 3 { format!(" and {} more", failed.len() - 3) } else { String::new() },
+            failed
+                .iter()
+                .take(3)
+                .map(|t| describe(t))
+                .collect::<Vec<_>>()
+                .join("; "),
+            if failed.len() > 3 {
+                format!(" and {} more", failed.len() - 3)
+            } else {
+                String::new()
+            },
             should(t)
         ),
-        (None, Some(t)) => format!(
-            "Service traffic takes a stale path: {} ({})",
-            describe(t),
-            should(t)
-        ),
+        (None, Some(t)) => format!("Service traffic takes a stale path: {} ({})", describe(t), should(t)),
         (None, None) => format!("{tried} Service tries from this node succeeded"),
     };
     let mut finding = Finding::new(severity, summary)
@@ -116,7 +121,11 @@ pub fn connect_slow(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Fi
         .iter()
         .filter(|t| t.ok() && t.seconds.is_some_and(|s| s > limit))
         .collect();
-    let severity = if slow.is_empty() { Severity::Ok } else { Severity::Warning };
+    let severity = if slow.is_empty() {
+        Severity::Ok
+    } else {
+        Severity::Warning
+    };
     let summary = match slow.first() {
         Some(first) => format!(
             "Service connect time above {:.0} ms: {} ({})",
@@ -178,16 +187,34 @@ mod tests {
         assert_eq!(judge(failing, &healthy(), &t), None, "not tried: no judgement");
         let ok = with(vec![try_(Role::Dns, "ok", Some(0.002), Path::Current)]);
         assert_eq!(judge(failing, &ok, &t).unwrap().severity, Severity::Ok);
-        let dns = judge(failing, &with(vec![try_(Role::Dns, "refused", None, Path::Current)]), &t).unwrap();
+        let dns = judge(
+            failing,
+            &with(vec![try_(Role::Dns, "refused", None, Path::Current)]),
+            &t,
+        )
+        .unwrap();
         assert_eq!(dns.severity, Severity::Critical);
-        assert!(dns.summary.contains("refused, reached 10.244.1.2:53"), "{}", dns.summary);
-        assert!(dns.summary.contains("the rules send it to 10.244.1.2:53"), "{}", dns.summary);
+        assert!(
+            dns.summary.contains("refused, reached 10.244.1.2:53"),
+            "{}",
+            dns.summary
+        );
+        assert!(
+            dns.summary.contains("the rules send it to 10.244.1.2:53"),
+            "{}",
+            dns.summary
+        );
         assert!(dns.remediation[0].contains("--orig-dst 10.96.0.10 --orig-port-dst 53"));
         let named = with(vec![try_(Role::Target, "timeout", None, Path::None)]);
         assert_eq!(judge(failing, &named, &t).unwrap().severity, Severity::Warning);
         let absent = with(vec![try_(Role::Dns, "not_in_rules", None, Path::Unknown)]);
         assert_eq!(judge(failing, &absent, &t).unwrap().severity, Severity::Ok);
-        let stale = judge(failing, &with(vec![try_(Role::Dns, "ok", Some(0.002), Path::Stale)]), &t).unwrap();
+        let stale = judge(
+            failing,
+            &with(vec![try_(Role::Dns, "ok", Some(0.002), Path::Stale)]),
+            &t,
+        )
+        .unwrap();
         assert_eq!(stale.severity, Severity::Warning);
         assert!(stale.summary.contains("no longer list"), "{}", stale.summary);
     }
@@ -198,10 +225,23 @@ mod tests {
         assert_eq!(t.service_connect_slow_seconds, 0.1, "the runbook's 100 ms");
         let fast = with(vec![try_(Role::ApiServer, "ok", Some(0.1), Path::Current)]);
         assert_eq!(judge(connect_slow, &fast, &t).unwrap().severity, Severity::Ok);
-        let slow = judge(connect_slow, &with(vec![try_(Role::ApiServer, "ok", Some(0.152), Path::Current)]), &t).unwrap();
+        let slow = judge(
+            connect_slow,
+            &with(vec![try_(Role::ApiServer, "ok", Some(0.152), Path::Current)]),
+            &t,
+        )
+        .unwrap();
         assert_eq!(slow.severity, Severity::Warning);
-        assert!(slow.summary.contains("152 ms, reached 10.244.1.2:53"), "{}", slow.summary);
+        assert!(
+            slow.summary.contains("152 ms, reached 10.244.1.2:53"),
+            "{}",
+            slow.summary
+        );
         let failed = with(vec![try_(Role::ApiServer, "timeout", Some(2.0), Path::None)]);
-        assert_eq!(judge(connect_slow, &failed, &t).unwrap().severity, Severity::Ok, "failing's, not slow's");
+        assert_eq!(
+            judge(connect_slow, &failed, &t).unwrap().severity,
+            Severity::Ok,
+            "failing's, not slow's"
+        );
     }
 }

@@ -21,8 +21,8 @@ mod rules;
 mod service_rejects;
 mod service_traffic;
 use kube_proxy::kube_proxy;
-use service_traffic::service_traffic;
 use rules::{iptables, ipvs, netlink_counts, nftables};
+use service_traffic::service_traffic;
 
 type Gauges = GenericGaugeVec<AtomicF64>;
 type Counters = GenericCounterVec<AtomicU64>;

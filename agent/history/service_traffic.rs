@@ -142,7 +142,11 @@ mod tests {
         assert!((a.sum_seconds - 5.05).abs() < 1e-9);
         let b = &d.targets[1];
         assert_eq!(b.tries, BTreeMap::from([("ok".into(), 50), ("refused".into(), 50)]));
-        assert_eq!((b.count, b.buckets[6], b.buckets[7]), (50, 0, 50), "only successes are timed");
+        assert_eq!(
+            (b.count, b.buckets[6], b.buckets[7]),
+            (50, 0, 50),
+            "only successes are timed"
+        );
         // Bounded.
         let many = ServiceTrafficFacts {
             tries: (0..100).map(|i| try_(&format!("t{i}"), "ok", Some(0.001))).collect(),

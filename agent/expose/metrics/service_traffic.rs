@@ -76,7 +76,9 @@ pub(super) fn service_traffic(out: &Out, s: &Snapshot) {
         );
         for t in &d.targets {
             for (result, n) in &t.tries {
-                tries.with_label_values(&[t.target.as_str(), result.as_str()]).inc_by(*n);
+                tries
+                    .with_label_values(&[t.target.as_str(), result.as_str()])
+                    .inc_by(*n);
             }
         }
     }

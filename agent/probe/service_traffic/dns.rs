@@ -136,7 +136,10 @@ mod tests {
         let tc = [0xbe, 0xef, 0x83, 0x80, 0, 1, 0, 0, 0, 0, 0, 0];
         assert!(answer(0xbeef, &tc).unwrap().truncated);
         assert_eq!(answer(1, &a), Err(DnsError::OtherId { got: 0xbeef, want: 1 }));
-        assert_eq!(answer(0xbeef, &query(0xbeef, "x", false).unwrap()), Err(DnsError::NotAnAnswer));
+        assert_eq!(
+            answer(0xbeef, &query(0xbeef, "x", false).unwrap()),
+            Err(DnsError::NotAnAnswer)
+        );
         for cut in 0..12 {
             assert_eq!(answer(0xbeef, &a[..cut]), Err(DnsError::Short(cut)));
         }

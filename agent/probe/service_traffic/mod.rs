@@ -70,7 +70,8 @@ impl std::str::FromStr for Named {
 
     /// `ns/name:port`.
     fn from_str(s: &str) -> Result<Named, String> {
-        let bad = || format!("{s:?}: expected namespace/name:port (a Service and its port number), e.g. default/web:80");
+        let bad =
+            || format!("{s:?}: expected namespace/name:port (a Service and its port number), e.g. default/web:80");
         let (service, port) = s.rsplit_once(':').ok_or_else(bad)?;
         let (ns, name) = service.split_once('/').ok_or_else(bad)?;
         let ok = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
@@ -249,9 +250,12 @@ impl Tally for Walk<'_> {
         let comment = x
             .comment
             .or_else(|| r.userdata.and_then(super::rule_counters::userdata_comment));
-        if let (Some(name), Some(address), Some(port), Some(protocol)) =
-            (self.want(comment.and_then(name_of_comment)), f.daddr, f.dport, f.l4proto)
-        {
+        if let (Some(name), Some(address), Some(port), Some(protocol)) = (
+            self.want(comment.and_then(name_of_comment)),
+            f.daddr,
+            f.dport,
+            f.l4proto,
+        ) {
             self.named.push((
                 name,
                 ServicePort {
@@ -302,7 +306,12 @@ pub struct TrafficMemory {
     found: Mutex<Option<(u32, Vec<String>, Arc<Found>)>>,
 }
 
-fn find(host: &Host, memory: &TrafficMemory, wanted: &[String], deadline: Instant) -> Result<(u32, Arc<Found>), NlError> {
+fn find(
+    host: &Host,
+    memory: &TrafficMemory,
+    wanted: &[String],
+    deadline: Instant,
+) -> Result<(u32, Arc<Found>), NlError> {
     let mut why = Vec::new();
     for _ in 0..nft_count::ATTEMPTS {
         let gen = nft_count::generation(host.netlink(NETLINK_NETFILTER)?, deadline)?;
@@ -508,7 +517,14 @@ async fn connect_tcp(to: SocketAddr, timeout: Duration) -> (Outcome, Option<toki
         }
         Ok(Err(e)) => {
             let (kind, d) = failure(&e);
-            (Outcome { result: kind, detail: Some(d), ..o }, None)
+            (
+                Outcome {
+                    result: kind,
+                    detail: Some(d),
+                    ..o
+                },
+                None,
+            )
         }
         Err(_) => (
             Outcome {
@@ -526,7 +542,11 @@ fn judge_answer(o: &mut Outcome, id: u16, msg: &[u8]) {
     match dns::answer(id, msg) {
         Ok(a) if a.rcode == 0 && (a.answers > 0 || a.truncated) => {
             o.result = "ok";
-            o.detail = Some(format!("NOERROR, {} answer{}", a.answers, if a.answers == 1 { "" } else { "s" }));
+            o.detail = Some(format!(
+                "NOERROR, {} answer{}",
+                a.answers,
+                if a.answers == 1 { "" } else { "s" }
+            ));
         }
         Ok(a) if a.rcode == 0 => {
             o.result = "dns_rcode";
@@ -645,7 +665,9 @@ pub fn path_of(table: &ServiceTable, svc: &ServicePort, e: Option<&ct_dump::CtEn
 }
 
 fn nl(e: NlError) -> ProbeError {
-    ProbeError::NfNetlink(format!("kube-proxy's rules over nf_tables netlink (the service_traffic targets): {e}"))
+    ProbeError::NfNetlink(format!(
+        "kube-proxy's rules over nf_tables netlink (the service_traffic targets): {e}"
+    ))
 }
 
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ServiceTrafficFacts>, ProbeError> {
@@ -768,9 +790,15 @@ mod tests {
     #[test]
     fn names_in_kube_proxys_rules() {
         // pkg/proxy/iptables: servicePortName + " cluster IP"; a port without a name: "ns/name".
-        assert_eq!(name_of_comment("default/kubernetes:https cluster IP"), Some("default/kubernetes"));
+        assert_eq!(
+            name_of_comment("default/kubernetes:https cluster IP"),
+            Some("default/kubernetes")
+        );
         assert_eq!(name_of_comment("ns/web cluster IP"), Some("ns/web"));
-        assert_eq!(name_of_comment("kubernetes service nodeports; NOTE: this must be the last rule in this chain"), None);
+        assert_eq!(
+            name_of_comment("kubernetes service nodeports; NOTE: this must be the last rule in this chain"),
+            None
+        );
         // pkg/proxy/nftables: servicePortChainNamePrefix + hash + "-" + ns/name/proto/port.
         assert_eq!(
             name_of_chain("service-2QRHZV4L-default/kubernetes/tcp/https"),
@@ -781,7 +809,10 @@ mod tests {
             Some("kube-system/kube-dns")
         );
         assert_eq!(name_of_chain("service-X-default"), None);
-        assert_eq!(name_of_chain("endpoint-X-default/kubernetes/tcp/https__10.0.0.1/6443"), None);
+        assert_eq!(
+            name_of_chain("endpoint-X-default/kubernetes/tcp/https__10.0.0.1/6443"),
+            None
+        );
     }
 
     #[test]
@@ -793,7 +824,14 @@ mod tests {
                 port: 80
             })
         );
-        for bad in ["web:80", "default/web", "default/web:0", "default/web:http", "a b/c:1", "/x:1"] {
+        for bad in [
+            "web:80",
+            "default/web",
+            "default/web:0",
+            "default/web:http",
+            "a b/c:1",
+            "/x:1",
+        ] {
             assert!(bad.parse::<Named>().is_err(), "{bad}");
         }
     }
@@ -872,6 +910,9 @@ mod tests {
         );
         assert_eq!(path_of(&t, &dns, Some(&entry("10.96.0.10"))).0, Path::NotTranslated);
         assert_eq!(path_of(&t, &dns, None), (Path::None, None));
-        assert_eq!(path_of(&t, &svc("10.96.0.11", 53, 17), Some(&entry("10.244.1.2"))).0, Path::Unknown);
+        assert_eq!(
+            path_of(&t, &svc("10.96.0.11", 53, 17), Some(&entry("10.244.1.2"))).0,
+            Path::Unknown
+        );
     }
 }
