@@ -58,7 +58,8 @@ pub fn failing(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding
     let failed: Vec<&Try> = f
         .tries
         .iter()
-        .filter(|t| !t.ok() && !(t.result == "not_in_rules" && t.role != Role::Target))
+        // A built-in target not in the rules is not judged; a named one is.
+        .filter(|t| !(t.ok() || (t.result == "not_in_rules" && t.role != Role::Target)))
         .collect();
     let stale: Vec<&Try> = f.tries.iter().filter(|t| t.ok() && t.path == Path::Stale).collect();
     let severity = if failed.iter().any(|t| t.role != Role::Target) {

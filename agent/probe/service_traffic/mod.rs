@@ -300,10 +300,13 @@ pub struct Found {
     pub table: ServiceTable,
 }
 
+/// (generation, the names looked for, what was found).
+type Kept = (u32, Vec<String>, Arc<Found>);
+
 /// The targets kept between runs, for one generation and one list of names.
 #[derive(Debug, Default)]
 pub struct TrafficMemory {
-    found: Mutex<Option<(u32, Vec<String>, Arc<Found>)>>,
+    found: Mutex<Option<Kept>>,
 }
 
 fn find(
