@@ -129,6 +129,10 @@ pub struct BaselineSaveArgs {
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
+    /// Also try Service traffic once: the service_traffic probe (a TCP connect to default/kubernetes, a DNS query to kube-dns, each --service-traffic.target), the one that sends packets; `compare` then shows connect times.
+    #[arg(long = "try-services")]
+    pub try_services: bool,
+
     #[command(flatten)]
     pub common: Common,
 }
@@ -305,6 +309,10 @@ pub struct CheckArgs {
     #[arg(long, env = "PROXYWATCH_FORMAT", value_enum, default_value = "text")]
     pub format: Format,
 
+    /// Also try Service traffic once: the service_traffic probe (a TCP connect to default/kubernetes, a DNS query to kube-dns, each --service-traffic.target), the one that sends packets; `compare` then shows connect times.
+    #[arg(long = "try-services")]
+    pub try_services: bool,
+
     #[command(flatten)]
     pub common: Common,
 }
@@ -371,6 +379,31 @@ pub struct Common {
     /// How far back a rise of a neighbour table's table_fulls (neighbours refused) counts as refusing now.
     #[arg(long = "neighbour-tables.window", env = "PROXYWATCH_NEIGHBOUR_TABLES_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub neighbour_tables_window: Duration,
+
+    /// A Service the service_traffic probe also tries, as namespace/name:port (a TCP connect to its ClusterIP, found in kube-proxy's rules); repeatable, at most 20.
+    #[arg(
+        long = "service-traffic.target",
+        env = "PROXYWATCH_SERVICE_TRAFFIC_TARGET",
+        value_delimiter = ',',
+        value_name = "NS/NAME:PORT"
+    )]
+    pub service_traffic_target: Vec<crate::probe::service_traffic::Named>,
+
+    /// The cluster's DNS domain: the service_traffic probe asks kube-dns for kubernetes.default.svc.<this>.
+    #[arg(
+        long = "service-traffic.cluster-domain",
+        env = "PROXYWATCH_SERVICE_TRAFFIC_CLUSTER_DOMAIN",
+        default_value = "cluster.local"
+    )]
+    pub service_traffic_cluster_domain: String,
+
+    /// Deadline of each service_traffic try (a connect, a DNS answer).
+    #[arg(long = "service-traffic.try-timeout", env = "PROXYWATCH_SERVICE_TRAFFIC_TRY_TIMEOUT", default_value = "1s", value_parser = parse_duration)]
+    pub service_traffic_try_timeout: Duration,
+
+    /// A service_traffic try's connect time (DNS over UDP: answer time) that raises service_connect_slow (the runbook: above 100 ms, look at kube-proxy's rule programming).
+    #[arg(long = "service-traffic.slow", env = "PROXYWATCH_SERVICE_TRAFFIC_SLOW", default_value = "100ms", value_parser = parse_duration)]
+    pub service_traffic_slow: Duration,
 
     /// Each probe's --<probe>.interval and --<probe>.timeout: from the probe table.
     #[command(flatten)]
@@ -501,6 +534,13 @@ impl Common {
                 self.conntrack_fill_warning, self.conntrack_fill_critical
             ));
         }
+        if self.service_traffic_target.len() > crate::probe::service_traffic::MAX_TARGETS {
+            return Err(format!(
+                "--service-traffic.target: {} Services named, at most {} are tried",
+                self.service_traffic_target.len(),
+                crate::probe::service_traffic::MAX_TARGETS
+            ));
+        }
         if self.conntrack_time_to_full_critical > self.conntrack_time_to_full_warning {
             return Err(format!(
                 "--conntrack.time-to-full-critical ({:?}) must not exceed --conntrack.time-to-full-warning ({:?})",
@@ -528,6 +568,7 @@ impl Common {
             neighbour_table_fill_warning: self.neighbour_tables_fill_warning,
             snat_fill_warning: self.conntrack_snat_fill_warning,
             conntrack_drain_window_seconds: self.conntrack_stale_drain_window.as_secs_f64(),
+            service_connect_slow_seconds: self.service_traffic_slow.as_secs_f64(),
         })
     }
 
@@ -543,6 +584,29 @@ impl Common {
                 .as_secs_f64(),
             neighbour_tables_window_seconds: self.neighbour_tables_window.as_secs_f64(),
         }
+    }
+
+    /// What the service_traffic probe tries.
+    pub fn service_traffic(&self) -> crate::probe::service_traffic::Settings {
+        crate::probe::service_traffic::Settings {
+            targets: self.service_traffic_target.clone(),
+            cluster_domain: self.service_traffic_cluster_domain.clone(),
+            try_timeout: self.service_traffic_try_timeout,
+        }
+    }
+
+    /// [`Common::schedules`], with the service_traffic probe when `try_services`
+    /// (`check --try-services`, `baseline save --try-services`), whatever its interval.
+    pub fn schedules_trying(&self, try_services: bool) -> Vec<Schedule> {
+        let mut s = self.schedules();
+        if try_services && !s.iter().any(|s| s.probe == ProbeName::ServiceTraffic) {
+            s.push(Schedule {
+                probe: ProbeName::ServiceTraffic,
+                interval: Duration::from_secs(3600),
+                timeout: self.schedule.timeout(ProbeName::ServiceTraffic, self.probe_timeout),
+            });
+        }
+        s
     }
 
     pub fn schedules(&self) -> Vec<Schedule> {

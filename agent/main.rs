@@ -78,10 +78,10 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => serve(&args).await.map(|_| ExitCode::SUCCESS),
-            Command::Check(args) => check(args.format, &args.common).await,
+            Command::Check(args) => check(args.format, &args.common, args.try_services).await,
             Command::Baseline(BaselineArgs {
                 action: BaselineAction::Save(args),
-            }) => baseline_save(&args.file, &args.common).await,
+            }) => baseline_save(&args.file, &args.common, args.try_services).await,
             Command::Compare(args) => compare_cmd(&args).await,
             Command::Npd(args) => Ok(npd(&args).await),
         }
@@ -104,7 +104,7 @@ struct Setup {
     node: String,
 }
 
-fn setup(common: &Common) -> anyhow::Result<Setup> {
+fn setup(common: &Common, schedules: &[scheduler::Schedule]) -> anyhow::Result<Setup> {
     let thresholds: Thresholds = common.thresholds().map_err(anyhow::Error::msg)?;
     let host = Host::new(&common.host_root);
     anyhow::ensure!(
@@ -130,15 +130,17 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
         memory: Default::default(),
         iptables_save_interval: common.iptables_save_interval.0,
         snat: common.conntrack_snat,
+        service_traffic: common.service_traffic(),
     });
-    let probes: Vec<_> = common.schedules().iter().map(|s| s.probe).collect();
+    let probes: Vec<_> = schedules.iter().map(|s| s.probe).collect();
     let aggregator = Aggregator::new(&node, thresholds, &probes, common.history());
     Ok(Setup { ctx, aggregator, node })
 }
 
-async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
-    let Setup { ctx, aggregator, .. } = setup(common)?;
-    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
+async fn check(format: Format, common: &Common, try_services: bool) -> anyhow::Result<ExitCode> {
+    let schedules = common.schedules_trying(try_services);
+    let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
+    let publication = scheduler::run_once(ctx, &schedules, aggregator).await;
     let doc = &publication.document;
     let mut stdout = std::io::stdout().lock();
     match format {
@@ -154,14 +156,15 @@ async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs every probe once and returns the /snapshot document.
-async fn snapshot_now(common: &Common) -> anyhow::Result<bytes::Bytes> {
-    let Setup { ctx, aggregator, .. } = setup(common)?;
-    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
+async fn snapshot_now(common: &Common, try_services: bool) -> anyhow::Result<bytes::Bytes> {
+    let schedules = common.schedules_trying(try_services);
+    let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
+    let publication = scheduler::run_once(ctx, &schedules, aggregator).await;
     Ok(publication.snapshot_json)
 }
 
-async fn baseline_save(file: &std::path::Path, common: &Common) -> anyhow::Result<ExitCode> {
-    let json = snapshot_now(common).await?;
+async fn baseline_save(file: &std::path::Path, common: &Common, try_services: bool) -> anyhow::Result<ExitCode> {
+    let json = snapshot_now(common, try_services).await?;
     let doc = compare::parse_document("snapshot", &String::from_utf8_lossy(&json))?;
     // Never half written, and never through a link planted beside it (we are root).
     proxywatch::persist::write_atomically(file, &json)?;
@@ -204,7 +207,7 @@ async fn compare_cmd(args: &CompareArgs) -> anyhow::Result<ExitCode> {
         let doc = compare::parse_document(&url, &got.body)?;
         (url, doc)
     } else {
-        let json = snapshot_now(&args.common).await?;
+        let json = snapshot_now(&args.common, false).await?;
         let doc = compare::parse_document("probes now", &String::from_utf8_lossy(&json))?;
         ("probes now".to_string(), doc)
     };
@@ -239,8 +242,9 @@ async fn npd(args: &NpdArgs) -> ExitCode {
 
 async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate::Finding>> {
     let Some(from) = &args.from else {
-        let Setup { ctx, aggregator, .. } = setup(&args.common)?;
-        let publication = scheduler::run_once(ctx, &args.common.schedules(), aggregator).await;
+        let schedules = args.common.schedules();
+        let Setup { ctx, aggregator, .. } = setup(&args.common, &schedules)?;
+        let publication = scheduler::run_once(ctx, &schedules, aggregator).await;
         return Ok(publication.document.findings);
     };
     let (url, agent) = match proxywatch::fetch::split_url(from) {
@@ -269,11 +273,11 @@ async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate
 
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let common = &args.common;
-    let Setup { ctx, aggregator, node } = setup(common)?;
+    let schedules = common.schedules();
+    let Setup { ctx, aggregator, node } = setup(common, &schedules)?;
     let limits = args.limits(&node)?;
     proxywatch::reaper::start_if_pid1();
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
-    let schedules = common.schedules();
     let liveness = Arc::new(Liveness::new(scheduler::liveness_bound(&schedules)));
     let latest = scheduler::spawn(ctx, schedules, aggregator.log_changes(), liveness.clone());
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");

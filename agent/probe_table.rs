@@ -133,6 +133,17 @@ macro_rules! probe_table {
                     "Deadline of one IPVS probe run (both ipvsadm commands, /proc, kube-ipvs0)")),
                 metrics: [ipvs],
             }
+            /// Service traffic tried for real: the API server's and DNS's ClusterIPs, and named Services.
+            ServiceTraffic => service_traffic {
+                run: service_traffic::probe,
+                facts: service_traffic::ServiceTrafficFacts,
+                json: #[serde(default, skip_serializing_if = "Option::is_none")],
+                interval: Flag::or_never("service-traffic.interval", "PROXYWATCH_SERVICE_TRAFFIC_INTERVAL", "0",
+                    "How often the service_traffic probe tries Service traffic (a TCP connect to default/kubernetes, a DNS query to kube-dns over UDP and TCP, each --service-traffic.target): the one probe that sends packets; 0: never (check --try-services runs it once)"),
+                timeout: Some(Flag::duration("service-traffic.timeout", "PROXYWATCH_SERVICE_TRAFFIC_TIMEOUT", "10s",
+                    "Deadline of one service_traffic run (the rules, every try, the conntrack lookups)")),
+                metrics: [service_traffic],
+            }
             /// kube-proxy itself: its mode, health, sync metrics, process and cgroup.
             KubeProxy => kube_proxy {
                 run: kube_proxy::probe,

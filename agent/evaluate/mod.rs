@@ -18,6 +18,7 @@ mod neighbour;
 mod node_ports;
 mod probes;
 mod service_rejects;
+mod service_traffic;
 mod snat;
 
 use serde::{Deserialize, Serialize};
@@ -142,6 +143,8 @@ pub struct Thresholds {
     pub snat_fill_warning: f64,
     /// Seconds TCP/SCTP entries to a removed endpoint may drain before a warning.
     pub conntrack_drain_window_seconds: f64,
+    /// A service_traffic try slower than this (seconds) raises service_connect_slow.
+    pub service_connect_slow_seconds: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -209,6 +212,8 @@ pub const CHECKS: &[Check] = &[
     Check { id: "kube_proxy_sync_failing", run: kube_proxy_syncs::sync_failing },
     Check { id: "kube_proxy_rules_lost", run: kube_proxy_syncs::rules_lost },
     Check { id: "service_traffic_rejected", run: service_rejects::traffic_rejected },
+    Check { id: "service_traffic_failing", run: service_traffic::failing },
+    Check { id: "service_connect_slow", run: service_traffic::connect_slow },
     Check { id: "kube_proxy_restarted", run: kube_proxy::restarted },
     Check { id: "kube_proxy_resources_near_limit", run: kube_proxy::resources_near_limit },
     Check { id: "kube_proxy_cpu_throttled", run: kube_proxy::cpu_throttled },

@@ -21,8 +21,10 @@ use crate::snapshot::{ProbeStatus, Snapshot};
 mod kube_proxy;
 mod rules;
 mod service_rejects;
+mod service_traffic;
 use kube_proxy::kube_proxy;
 use rules::{iptables, ipvs, netlink_counts, nftables};
+use service_traffic::service_traffic;
 
 type Gauges = GenericGaugeVec<AtomicF64>;
 type Counters = GenericCounterVec<AtomicU64>;

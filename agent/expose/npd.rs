@@ -72,6 +72,8 @@ pub fn area_of(id: &str) -> Option<Area> {
         "proxy_mode_leftovers" => Area::Rules,
         // Traffic kube-proxy's rules reject or drop.
         "service_traffic_rejected" => Area::Rules,
+        // Service traffic tried for real: what the rules do to a packet.
+        "service_traffic_failing" | "service_connect_slow" => Area::Rules,
         // Node limits: the kernel's tables and port ranges, set by sysctls.
         "node_ports_in_ephemeral_range" => Area::Kernel,
         // SNAT ports share the conntrack table's fate (insert_failed); the rules are the data plane's.
@@ -91,7 +93,7 @@ fn area_of_probe(probe: &str) -> Area {
     match probe {
         "conntrack" | "conntrack_stale" | "node" => Area::Conntrack,
         "kube_proxy" => Area::KubeProxy,
-        "iptables" | "nftables" | "ipvs" => Area::Rules,
+        "iptables" | "nftables" | "ipvs" | "service_traffic" => Area::Rules,
         "sysctls" | "modules" | "node_ports" | "neighbour_tables" => Area::Kernel,
         _ => Area::All,
     }

@@ -18,6 +18,7 @@ pub mod kube_proxy_syncs;
 pub mod neighbour;
 pub mod series;
 pub mod service_rejects;
+pub mod service_traffic;
 pub mod snat;
 pub mod stale;
 pub mod trend;
@@ -62,6 +63,9 @@ pub struct Derived {
     /// Packets kube-proxy's reject and drop rules count, per second (the iptables probe's counters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_rejects: Option<service_rejects::ServiceRejects>,
+    /// The service_traffic probe's tries per target: time histogram, p50/p99, results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_traffic: Option<service_traffic::ServiceTrafficDerived>,
 }
 
 impl Derived {
@@ -128,6 +132,7 @@ pub struct History {
     neighbour: neighbour::NeighbourHistory,
     snat: snat::SnatHistory,
     service_rejects: service_rejects::ServiceRejectHistory,
+    service_traffic: service_traffic::ServiceTrafficHistory,
 }
 
 impl History {
@@ -147,6 +152,7 @@ impl History {
             neighbour: neighbour::NeighbourHistory::new(c.neighbour_tables_window_seconds),
             snat: snat::SnatHistory::default(),
             service_rejects: Default::default(),
+            service_traffic: Default::default(),
         }
     }
 
@@ -199,6 +205,7 @@ impl History {
                     .as_ref()
                     .and_then(|c| self.service_rejects.observe(c, mono))
             }
+            Reading::ServiceTraffic(f) => derived.service_traffic = Some(self.service_traffic.observe(f)),
             _ => {}
         }
     }

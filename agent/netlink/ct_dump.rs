@@ -210,6 +210,40 @@ pub fn dump_request(family: u8, l4proto: Option<u8>, status: u32) -> Request {
     r
 }
 
+/// The entry of one original tuple (what `conntrack -G` sends): a GET
+/// without NLM_F_DUMP, answered by that entry alone, or ENOENT (`Ok(None)`).
+pub fn get<C: Conn>(
+    conn: C,
+    deadline: Instant,
+    l4proto: u8,
+    src: (IpAddr, u16),
+    dst: (IpAddr, u16),
+) -> Result<Option<CtEntry>, NlError> {
+    let mut s = Session::new(conn, deadline);
+    match s.request(&mut get_request(l4proto, src, dst)) {
+        Ok((ty, payload)) => decode_entry(ty, &payload),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The request of [`get`]; the family is the addresses'.
+pub fn get_request(l4proto: u8, src: (IpAddr, u16), dst: (IpAddr, u16)) -> Request {
+    let addr = |kind_v4: u16, kind_v6: u16, a: IpAddr| match a {
+        IpAddr::V4(a) => nla(kind_v4, &a.octets()),
+        IpAddr::V6(a) => nla(kind_v6, &a.octets()),
+    };
+    let mut ip = addr(CTA_IP_V4_SRC, CTA_IP_V6_SRC, src.0);
+    ip.extend(addr(CTA_IP_V4_DST, CTA_IP_V6_DST, dst.0));
+    let mut proto = nla(CTA_PROTO_NUM, &[l4proto]);
+    proto.extend(nla(CTA_PROTO_SRC_PORT, &src.1.to_be_bytes()));
+    proto.extend(nla(CTA_PROTO_DST_PORT, &dst.1.to_be_bytes()));
+    let mut tuple = nla(CTA_TUPLE_IP | NLA_F_NESTED, &ip);
+    tuple.extend(nla(CTA_TUPLE_PROTO | NLA_F_NESTED, &proto));
+    let family = if src.0.is_ipv6() { 10 } else { 2 };
+    Request::new(msg_type(IPCTNL_MSG_CT_GET), NLM_F_REQUEST, family).attr(CTA_TUPLE_ORIG | NLA_F_NESTED, &tuple)
+}
+
 /// What one dump went through.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DumpStats {

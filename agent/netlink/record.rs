@@ -121,6 +121,7 @@ mod tests {
             memory: Default::default(),
             iptables_save_interval: None,
             snat: true,
+            service_traffic: Default::default(),
         };
         for p in PROBES {
             if *p == probe::ProbeName::KubeProxy {

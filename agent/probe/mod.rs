@@ -34,6 +34,7 @@ pub mod node;
 pub mod node_ports;
 pub mod rule_counters;
 pub mod service_endpoints;
+pub mod service_traffic;
 pub mod snat;
 pub mod sysctl;
 
@@ -105,6 +106,8 @@ pub struct ProbeContext {
     pub iptables_save_interval: Option<Duration>,
     /// The conntrack_stale probe also groups SNAT entries and reads the source NAT rules.
     pub snat: bool,
+    /// What the service_traffic probe tries (`--service-traffic.*`).
+    pub service_traffic: service_traffic::Settings,
 }
 
 /// What the agent remembers for its rule-set probes.
@@ -120,6 +123,8 @@ pub struct Memory {
     pub node_ports: counted::CountCache<node_ports::Found>,
     /// The conntrack_stale probe's service table, by generation.
     pub stale: conntrack_stale::StaleMemory,
+    /// The service_traffic probe's targets, by generation.
+    pub service_traffic: service_traffic::TrafficMemory,
     /// kube-proxy's service table decoded from the iptables probe's legacy saves.
     pub legacy_services: service_endpoints::iptables::LegacyMemory,
     /// The source NAT rules of the iptables probe's legacy saves (for the SNAT facts).
@@ -226,6 +231,7 @@ mod tests {
                 ProbeName::ConntrackStale,
                 ProbeName::NodePorts,
                 ProbeName::NeighbourTables,
+                ProbeName::ServiceTraffic,
             ];
             assert_eq!(
                 slot,

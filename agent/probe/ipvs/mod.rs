@@ -581,6 +581,7 @@ mod tests {
             memory: Default::default(),
             iptables_save_interval: None,
             snat: true,
+            service_traffic: Default::default(),
         };
         let run = || probe(&ctx, Deadline::after(Duration::from_secs(5)));
         let err = run().await.unwrap_err();

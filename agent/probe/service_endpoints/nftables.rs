@@ -82,7 +82,7 @@ impl NftEndpoints {
     }
 
     /// `ADDR . inet_proto . inet_service`.
-    fn address_key(&self, set: &str, key: &[u8]) -> Result<ServicePort, NlError> {
+    pub(crate) fn address_key(&self, set: &str, key: &[u8]) -> Result<ServicePort, NlError> {
         let n = self.family.addr_len();
         match (self.family.addr(key), key.get(n), key.get(n + 4..n + 6)) {
             (Some(address), Some(&protocol), Some(&[hi, lo])) => Ok(ServicePort {

@@ -1,0 +1,287 @@
+//! Service traffic tried for real, on the real kernel: a node namespace with
+//! kube-proxy-shaped iptables-nft rules DNATing a kubernetes-like ClusterIP:443
+//! and a kube-dns-like ClusterIP:53 (UDP and TCP) over a veth to an endpoint
+//! namespace with real servers (a TCP listener, a DNS responder written here
+//! in python3). `check --try-services` runs in the node namespace: both tries
+//! succeed and name the endpoint their conntrack entry reached, as `conntrack
+//! -L` shows for the same tuple; stopping the DNS server raises
+//! service_traffic_failing; a lossy endpoint link (its first SYN dropped: this
+//! kernel has no netem) raises service_connect_slow, removing the drop clears it; without
+//! `--try-services` the agent creates no conntrack entry toward the Services.
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+use common::Netns;
+use serde_json::Value;
+
+const API: &str = "10.96.0.1";
+const DNS: &str = "10.96.0.10";
+const NODE: &str = "10.77.0.1";
+const EP: &str = "10.77.0.2";
+
+/// A TCP listener (accept, close) or a DNS responder (UDP and TCP: one A
+/// record for any question), on `addr`.
+const SERVER: &str = r#"
+import socket, struct, sys, threading
+addr, mode = sys.argv[1], sys.argv[2]
+def answer(q):
+    hdr = q[:2] + b"\x81\x80" + b"\x00\x01\x00\x01\x00\x00\x00\x00"
+    end = 12
+    while q[end] != 0:
+        end += q[end] + 1
+    question = q[12:end + 5]
+    rr = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x1e\x00\x04" + socket.inet_aton("10.96.0.1")
+    return hdr + question + rr
+if mode == "tcp":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, 6443)); s.listen(64)
+    print("ready", flush=True)
+    while True:
+        c, _ = s.accept(); c.close()
+else:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((addr, 53))
+    t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    t.bind((addr, 53)); t.listen(64)
+    def tcp():
+        while True:
+            c, _ = t.accept()
+            n = struct.unpack("!H", c.recv(2))[0]
+            q = b""
+            while len(q) < n:
+                q += c.recv(n - len(q))
+            a = answer(q)
+            c.sendall(struct.pack("!H", len(a)) + a); c.close()
+    threading.Thread(target=tcp, daemon=True).start()
+    print("ready", flush=True)
+    while True:
+        q, peer = u.recvfrom(512)
+        u.sendto(answer(q), peer)
+"#;
+
+/// Drops each source's first SYN to the API endpoint (a lossy link: the client retransmits).
+const SLOW: &str = "table inet pwslow {
+  set seen { type ipv4_addr; flags timeout; timeout 60s; }
+  chain input {
+    type filter hook input priority 0; policy accept;
+    tcp dport 6443 tcp flags & (syn | ack) == syn ip saddr @seen accept
+    tcp dport 6443 tcp flags & (syn | ack) == syn add @seen { ip saddr } drop
+  }
+}
+";
+
+/// A server in the endpoint namespace, killed (by its pid) on drop.
+struct Server(Child);
+
+impl Server {
+    fn start(ns: &Netns, mode: &str) -> Server {
+        let mut child = ns
+            .command("python3", &["-c", SERVER, EP, mode])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the {mode} server did not start");
+        Server(child)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// kube-proxy's iptables layout (pkg/proxy/iptables) for the two Services, one endpoint each.
+fn rules() -> String {
+    format!(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
+         :KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n\
+         :KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\n:KUBE-SEP-API0000000000000 - [0:0]\n\
+         :KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]\n:KUBE-SEP-DNSUDP000000000 - [0:0]\n\
+         :KUBE-SVC-ERIFXISQEP7F7OF4 - [0:0]\n:KUBE-SEP-DNSTCP000000000 - [0:0]\n\
+         -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n\
+         -A KUBE-SERVICES -d {API}/32 -p tcp -m comment --comment \"default/kubernetes:https cluster IP\" -m tcp --dport 443 -j KUBE-SVC-NPX46M4PTMTKRN6Y\n\
+         -A KUBE-SERVICES -d {DNS}/32 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU\n\
+         -A KUBE-SERVICES -d {DNS}/32 -p tcp -m comment --comment \"kube-system/kube-dns:dns-tcp cluster IP\" -m tcp --dport 53 -j KUBE-SVC-ERIFXISQEP7F7OF4\n\
+         -A KUBE-SVC-NPX46M4PTMTKRN6Y -m comment --comment \"default/kubernetes:https -> {EP}:6443\" -j KUBE-SEP-API0000000000000\n\
+         -A KUBE-SEP-API0000000000000 -s {EP}/32 -m comment --comment \"default/kubernetes:https\" -j KUBE-MARK-MASQ\n\
+         -A KUBE-SEP-API0000000000000 -p tcp -m comment --comment \"default/kubernetes:https\" -m tcp -j DNAT --to-destination {EP}:6443\n\
+         -A KUBE-SVC-TCOU7JCQXEZGVUNU -m comment --comment \"kube-system/kube-dns:dns -> {EP}:53\" -j KUBE-SEP-DNSUDP000000000\n\
+         -A KUBE-SEP-DNSUDP000000000 -p udp -m comment --comment \"kube-system/kube-dns:dns\" -m udp -j DNAT --to-destination {EP}:53\n\
+         -A KUBE-SVC-ERIFXISQEP7F7OF4 -m comment --comment \"kube-system/kube-dns:dns-tcp -> {EP}:53\" -j KUBE-SEP-DNSTCP000000000\n\
+         -A KUBE-SEP-DNSTCP000000000 -p tcp -m comment --comment \"kube-system/kube-dns:dns-tcp\" -m tcp -j DNAT --to-destination {EP}:53\n\
+         COMMIT\n"
+    )
+}
+
+/// The node namespace (rules, route to the ClusterIPs) and the endpoint namespace, joined by a veth.
+fn lab() -> (Netns, Netns) {
+    let node = Netns::new("st-node");
+    let ep = Netns::new("st-ep");
+    node.exec_ok("ip", &["link", "add", "st-n", "type", "veth", "peer", "name", "st-e"]);
+    node.exec_ok("ip", &["link", "set", "st-e", "netns", &ep.name]);
+    node.exec_ok("ip", &["addr", "add", &format!("{NODE}/24"), "dev", "st-n"]);
+    node.exec_ok("ip", &["link", "set", "st-n", "up"]);
+    node.exec_ok("ip", &["route", "add", "10.96.0.0/12", "dev", "st-n"]);
+    ep.exec_ok("ip", &["addr", "add", &format!("{EP}/24"), "dev", "st-e"]);
+    ep.exec_ok("ip", &["link", "set", "st-e", "up"]);
+    node.exec_input("iptables-nft-restore", &[], &rules());
+    (node, ep)
+}
+
+/// `check --format json` in the node namespace (its exit code says the status: not asserted here).
+fn check(node: &Netns, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "check",
+        "--format",
+        "json",
+        "--kube-proxy.down-grace",
+        "0s",
+        "--service-traffic.try-timeout",
+        "2s",
+    ];
+    args.extend_from_slice(extra);
+    let out = node
+        .command(common::binary().to_str().unwrap(), &args)
+        .output()
+        .expect("proxywatch check");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn tries(doc: &Value) -> Vec<Value> {
+    doc["facts"]["service_traffic"]["tries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no service_traffic facts: {doc:#}"))
+        .clone()
+}
+
+fn try_of<'a>(tries: &'a [Value], target: &str) -> &'a Value {
+    tries
+        .iter()
+        .find(|t| t["target"] == target)
+        .unwrap_or_else(|| panic!("no try of {target}: {tries:#?}"))
+}
+
+fn finding<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
+    doc["findings"].as_array()?.iter().find(|f| f["id"] == id)
+}
+
+/// `conntrack -L` lines in `ns` of entries whose original destination is `dst`.
+fn conntrack_lines(ns: &Netns, proto: &str, dst: &str) -> Vec<String> {
+    let out = ns
+        .command("conntrack", &["-L", "-p", proto, "--orig-dst", dst])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_the_data_plane() {
+    if !common::can_run(&["ip", "iptables-nft-restore", "nft", "conntrack", "python3"]) {
+        return;
+    }
+    let (node, ep) = lab();
+    let _api = Server::start(&ep, "tcp");
+    let dns = Server::start(&ep, "dns");
+
+    // Off: no try, no conntrack entry toward the Services.
+    let _ = node.command("conntrack", &["-F"]).stderr(Stdio::null()).status();
+    let off = check(&node, &[]);
+    assert!(
+        off["facts"].get("service_traffic").is_none_or(Value::is_null),
+        "{:#}",
+        off["facts"]
+    );
+    for (p, d) in [("tcp", API), ("udp", DNS), ("tcp", DNS)] {
+        assert_eq!(
+            conntrack_lines(&node, p, d),
+            Vec::<String>::new(),
+            "the probe off sent to {d}/{p}"
+        );
+    }
+
+    // On: both Services tried, each naming the endpoint its own conntrack entry reached.
+    let on = check(&node, &["--try-services"]);
+    let t = tries(&on);
+    for target in [
+        "default/kubernetes:443/tcp",
+        "kube-system/kube-dns:53/udp",
+        "kube-system/kube-dns:53/tcp",
+    ] {
+        let tr = try_of(&t, target);
+        assert_eq!(tr["result"], "ok", "{tr:#}");
+        assert_eq!(tr["path"], "current", "{tr:#}");
+    }
+    let api = try_of(&t, "default/kubernetes:443/tcp");
+    assert_eq!(api["service"], format!("{API}:443/tcp"));
+    assert_eq!(api["endpoint"], format!("{EP}:6443"));
+    assert_eq!(api["rule_endpoints"], serde_json::json!([format!("{EP}:6443")]));
+    let dns_udp = try_of(&t, "kube-system/kube-dns:53/udp");
+    assert_eq!(dns_udp["endpoint"], format!("{EP}:53"));
+    assert!(
+        dns_udp["detail"].as_str().unwrap().starts_with("NOERROR, 1 answer"),
+        "{dns_udp:#}"
+    );
+    // The same tuple in `conntrack -L`: the try's source port, answered by the endpoint.
+    for (tr, proto, dst, ep_port) in [(api, "tcp", API, 6443), (dns_udp, "udp", DNS, 53)] {
+        let sport = tr["source"].as_str().unwrap().rsplit(':').next().unwrap().to_string();
+        let lines = conntrack_lines(&node, proto, dst);
+        assert!(
+            lines.iter().any(|l| l.contains(&format!("sport={sport} "))
+                && l.contains(&format!("src={EP} dst={NODE} sport={ep_port} dport={sport}"))),
+            "no conntrack entry of the try from port {sport} reaching {EP}:{ep_port}: {lines:#?}"
+        );
+    }
+    assert_eq!(finding(&on, "service_traffic_failing"), None, "{:#}", on["findings"]);
+    assert_eq!(finding(&on, "service_connect_slow"), None, "{:#}", on["findings"]);
+
+    // A slow data plane: this kernel has no netem (CONFIG_NET_SCH_NETEM is not set, and no
+    // module is loaded), so the endpoint's namespace drops each client's first SYN to the
+    // API endpoint: the connect waits for the retransmission (TCP's initial RTO, 1 s).
+    // Slow, naming the endpoint; the drop removed: clear.
+    ep.exec_input("nft", &["-f", "-"], SLOW);
+    let slow = check(&node, &["--try-services"]);
+    let f = finding(&slow, "service_connect_slow").unwrap_or_else(|| panic!("{:#}", slow["findings"]));
+    assert_eq!(f["severity"], "warning");
+    assert!(
+        f["summary"].as_str().unwrap().contains(&format!("reached {EP}:6443")),
+        "{f:#}"
+    );
+    let api = try_of(&tries(&slow), "default/kubernetes:443/tcp").clone();
+    assert!(api["seconds"].as_f64().unwrap() > 0.1, "{api:#}");
+    ep.exec_ok("nft", &["delete", "table", "inet", "pwslow"]);
+    let fast = check(&node, &["--try-services"]);
+    assert_eq!(finding(&fast, "service_connect_slow"), None, "{:#}", fast["findings"]);
+
+    // The DNS server stopped: refused (the endpoint's ICMP port unreachable, its RST), critical.
+    drop(dns);
+    let down = check(&node, &["--try-services"]);
+    let f = finding(&down, "service_traffic_failing").unwrap_or_else(|| panic!("{:#}", down["findings"]));
+    assert_eq!(f["severity"], "critical");
+    let t = tries(&down);
+    let udp = try_of(&t, "kube-system/kube-dns:53/udp");
+    assert_eq!(udp["result"], "refused", "{udp:#}");
+    assert_eq!(
+        udp["endpoint"],
+        format!("{EP}:53"),
+        "the entry names the endpoint that refused: {udp:#}"
+    );
+    let tcp = try_of(&t, "kube-system/kube-dns:53/tcp");
+    assert_eq!(tcp["result"], "refused", "{tcp:#}");
+    // A RST before the connection was established: the kernel removed its entry; unknown, not "no DNAT".
+    assert_eq!(tcp["path"], "unknown", "{tcp:#}");
+    assert!(f["summary"].as_str().unwrap().contains("refused"), "{f:#}");
+    assert_eq!(try_of(&t, "default/kubernetes:443/tcp")["result"], "ok");
+}
