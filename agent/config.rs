@@ -474,6 +474,14 @@ pub struct Common {
     )]
     pub max_children: usize,
 
+    /// Watch nf_tables notifications (every family): each commit journaled with its writer (PID, name, parent, unit or pod), the iptables and nftables probes re-read 200 ms after a burst of commits, rules_changed_by_other_process raised when another process removes kube-proxy's rules. false: poll only.
+    #[arg(long = "nftables-watch.enabled", env = "PROXYWATCH_NFTABLES_WATCH_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    pub nftables_watch_enabled: bool,
+
+    /// How long rules_changed_by_other_process stands after another process's change when kube-proxy does not write its rules back (a flush that leaves KUBE-PROXY-CANARY in place never makes it resync).
+    #[arg(long = "nftables-watch.window", env = "PROXYWATCH_NFTABLES_WATCH_WINDOW", default_value = "15m", value_parser = parse_duration)]
+    pub nftables_watch_window: Duration,
+
     /// Log level: error, warn, info, debug.
     #[arg(long = "log.level", env = "PROXYWATCH_LOG_LEVEL", default_value = "info")]
     pub log_level: tracing::Level,
@@ -523,6 +531,7 @@ impl Common {
             kube_proxy_down_grace_seconds: self.kube_proxy_down_grace.as_secs_f64(),
             neighbour_table_fill_warning: self.neighbour_tables_fill_warning,
             snat_fill_warning: self.conntrack_snat_fill_warning,
+            rules_changed_window_seconds: self.nftables_watch_window.as_secs_f64(),
         })
     }
 
@@ -537,6 +546,15 @@ impl Common {
                 .unwrap_or_default()
                 .as_secs_f64(),
             neighbour_tables_window_seconds: self.neighbour_tables_window.as_secs_f64(),
+        }
+    }
+
+    /// The event sources that run (`crate::watch::SOURCES`, less those turned off).
+    pub fn sources(&self) -> &'static [crate::watch::Source] {
+        if self.nftables_watch_enabled {
+            crate::watch::SOURCES
+        } else {
+            &[]
         }
     }
 

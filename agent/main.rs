@@ -138,7 +138,7 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
 
 async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
     let Setup { ctx, aggregator, .. } = setup(common)?;
-    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
+    let publication = scheduler::run_once(ctx, &common.schedules(), common.sources(), aggregator).await;
     let doc = &publication.document;
     let mut stdout = std::io::stdout().lock();
     match format {
@@ -156,7 +156,7 @@ async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
 /// Runs every probe once and returns the /snapshot document.
 async fn snapshot_now(common: &Common) -> anyhow::Result<bytes::Bytes> {
     let Setup { ctx, aggregator, .. } = setup(common)?;
-    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
+    let publication = scheduler::run_once(ctx, &common.schedules(), common.sources(), aggregator).await;
     Ok(publication.snapshot_json)
 }
 
@@ -240,7 +240,7 @@ async fn npd(args: &NpdArgs) -> ExitCode {
 async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate::Finding>> {
     let Some(from) = &args.from else {
         let Setup { ctx, aggregator, .. } = setup(&args.common)?;
-        let publication = scheduler::run_once(ctx, &args.common.schedules(), aggregator).await;
+        let publication = scheduler::run_once(ctx, &args.common.schedules(), args.common.sources(), aggregator).await;
         return Ok(publication.document.findings);
     };
     let (url, agent) = match proxywatch::fetch::split_url(from) {
@@ -275,7 +275,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let schedules = common.schedules();
     let liveness = Arc::new(Liveness::new(scheduler::liveness_bound(&schedules)));
-    let latest = scheduler::spawn(ctx, schedules, aggregator.log_changes(), liveness.clone());
+    let latest = scheduler::spawn(ctx, schedules, common.sources(), aggregator.log_changes(), liveness.clone());
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
     let (routes, health) = (http::router(latest, liveness.clone()), http::health_only(liveness));
     server::serve(listener, routes, health, limits, shutdown_signal())

@@ -15,6 +15,7 @@ mod kube_proxy;
 mod kube_proxy_syncs;
 mod mode;
 mod neighbour;
+mod nftables_watch;
 mod node_ports;
 mod probes;
 mod service_rejects;
@@ -140,6 +141,8 @@ pub struct Thresholds {
     pub neighbour_table_fill_warning: f64,
     /// SNAT ports in use / ports allowed, per group, at which a warning fires.
     pub snat_fill_warning: f64,
+    /// Seconds rules_changed_by_other_process stands when kube-proxy does not restore its rules.
+    pub rules_changed_window_seconds: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -205,6 +208,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "kube_proxy_sync_stale", run: kube_proxy::sync_stale },
     Check { id: "kube_proxy_sync_failing", run: kube_proxy_syncs::sync_failing },
     Check { id: "kube_proxy_rules_lost", run: kube_proxy_syncs::rules_lost },
+    Check { id: "rules_changed_by_other_process", run: nftables_watch::changed_by_other_process },
     Check { id: "service_traffic_rejected", run: service_rejects::traffic_rejected },
     Check { id: "kube_proxy_restarted", run: kube_proxy::restarted },
     Check { id: "kube_proxy_resources_near_limit", run: kube_proxy::resources_near_limit },

@@ -16,6 +16,7 @@ pub mod findings;
 pub mod kube_proxy;
 pub mod kube_proxy_syncs;
 pub mod neighbour;
+pub mod nftables_watch;
 pub mod series;
 pub mod service_rejects;
 pub mod snat;
@@ -62,6 +63,11 @@ pub struct Derived {
     /// Packets kube-proxy's reject and drop rules count, per second (the iptables probe's counters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_rejects: Option<service_rejects::ServiceRejects>,
+    /// The nf_tables commits the watcher saw (the `nftables_watch` event source): its state,
+    /// the journal of the last commits with their writers, the counters by writer class, and
+    /// the change another process made to kube-proxy's rules while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nftables_watch: Option<nftables_watch::NftablesWatch>,
 }
 
 impl Derived {
@@ -128,6 +134,7 @@ pub struct History {
     neighbour: neighbour::NeighbourHistory,
     snat: snat::SnatHistory,
     service_rejects: service_rejects::ServiceRejectHistory,
+    nftables_watch: nftables_watch::WatchHistory,
 }
 
 impl History {
@@ -147,6 +154,7 @@ impl History {
             neighbour: neighbour::NeighbourHistory::new(c.neighbour_tables_window_seconds),
             snat: snat::SnatHistory::default(),
             service_rejects: Default::default(),
+            nftables_watch: Default::default(),
         }
     }
 
@@ -201,6 +209,12 @@ impl History {
             }
             _ => {}
         }
+    }
+
+    /// An event source reported `event` (see `crate::watch`): the journal takes it.
+    /// `kube_proxy_pid` is the kube-proxy process the kube_proxy probe found last, if any.
+    pub fn event(&mut self, event: &crate::watch::Event, kube_proxy_pid: Option<i32>, mono: f64, derived: &mut Derived) {
+        derived.nftables_watch = Some(self.nftables_watch.observe(event, kube_proxy_pid, mono).clone());
     }
 
     /// A probe found its source absent at `now` (Unix seconds), `mono` (monotonic seconds);
