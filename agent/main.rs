@@ -275,7 +275,13 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let schedules = common.schedules();
     let liveness = Arc::new(Liveness::new(scheduler::liveness_bound(&schedules)));
-    let latest = scheduler::spawn(ctx, schedules, common.sources(), aggregator.log_changes(), liveness.clone());
+    let latest = scheduler::spawn(
+        ctx,
+        schedules,
+        common.sources(),
+        aggregator.log_changes(),
+        liveness.clone(),
+    );
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
     let (routes, health) = (http::router(latest, liveness.clone()), http::health_only(liveness));
     server::serve(listener, routes, health, limits, shutdown_signal())

@@ -159,7 +159,8 @@ impl Aggregator {
             .as_ref()
             .and_then(|k| k.process.as_ref())
             .map(|p| p.pid);
-        self.history.event(event, kube_proxy_pid, mono, &mut self.snapshot.derived);
+        self.history
+            .event(event, kube_proxy_pid, mono, &mut self.snapshot.derived);
         self.snapshot.collected_at = now;
         self.snapshot.collected_mono = mono;
         self.publish(now, mono)
@@ -310,7 +311,9 @@ pub fn step(
         }
         Err(payload) => {
             let message = panic_message(payload);
-            tracing::error!("pipeline panicked folding in a report of {what} (history, evaluation or rendering): {message}");
+            tracing::error!(
+                "pipeline panicked folding in a report of {what} (history, evaluation or rendering): {message}"
+            );
             liveness.panicked(&message);
             aggregator.note_panics(liveness.panics());
             None
@@ -397,7 +400,13 @@ pub fn spawn(
         let wakes: Vec<Arc<Notify>> = source.wakes.iter().filter_map(|p| wakers.get(p).cloned()).collect();
         let (tx, rx) = mpsc::channel::<Event>(256);
         (source.start)(ctx.clone(), tx);
-        tokio::spawn(source_loop(source.debounce, source.debounce_max, rx, event_tx.clone(), wakes));
+        tokio::spawn(source_loop(
+            source.debounce,
+            source.debounce_max,
+            rx,
+            event_tx.clone(),
+            wakes,
+        ));
     }
     drop(event_tx);
     let origin = Instant::now();
@@ -541,7 +550,9 @@ pub async fn run_once(
         }
         while let Ok(event) = rx.try_recv() {
             let now = unix_seconds(SystemTime::now());
-            last = aggregator.record_event(&event, now, origin.elapsed().as_secs_f64()).or(last);
+            last = aggregator
+                .record_event(&event, now, origin.elapsed().as_secs_f64())
+                .or(last);
         }
     }
     last.expect("every probe reported")

@@ -111,7 +111,7 @@ pub fn changed_by_other_process(s: &Snapshot, t: &Thresholds, _: &ModeDecision) 
         .evidence(
             "clears",
             format!(
-                "when kube-proxy writes its rules back, or {} after this change",
+                "when one commit of kube-proxy writes back as many of its rules as were removed, or {} after this change",
                 human_duration(t.rules_changed_window_seconds)
             ),
         );
@@ -194,13 +194,19 @@ mod tests {
             "{}",
             f.summary
         );
-        assert!(f.remediation.iter().any(|r| r.contains("systemctl status firewalld.service")));
+        assert!(f
+            .remediation
+            .iter()
+            .any(|r| r.contains("systemctl status firewalld.service")));
         s.collected_mono = 100.0 + t.rules_changed_window_seconds + 1.0;
         assert!(judge(changed_by_other_process, &s, &t).is_none(), "past the window");
         // Only built-in chains' rules: a warning.
         let mut h = WatchHistory::default();
         s.derived.nftables_watch = Some(h.observe(&flush(4243, 0), Some(10), 200.0).clone());
         s.collected_mono = 200.0;
-        assert_eq!(judge(changed_by_other_process, &s, &t).unwrap().severity, Severity::Warning);
+        assert_eq!(
+            judge(changed_by_other_process, &s, &t).unwrap().severity,
+            Severity::Warning
+        );
     }
 }

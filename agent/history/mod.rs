@@ -213,7 +213,13 @@ impl History {
 
     /// An event source reported `event` (see `crate::watch`): the journal takes it.
     /// `kube_proxy_pid` is the kube-proxy process the kube_proxy probe found last, if any.
-    pub fn event(&mut self, event: &crate::watch::Event, kube_proxy_pid: Option<i32>, mono: f64, derived: &mut Derived) {
+    pub fn event(
+        &mut self,
+        event: &crate::watch::Event,
+        kube_proxy_pid: Option<i32>,
+        mono: f64,
+        derived: &mut Derived,
+    ) {
         derived.nftables_watch = Some(self.nftables_watch.observe(event, kube_proxy_pid, mono).clone());
     }
 

@@ -105,6 +105,55 @@ pub struct NftablesWatch {
     pub changed_by_other: Option<OtherChange>,
 }
 
+impl Entry {
+    /// One line for `check` and the status page: `2026-12-01T21:00:00.000Z gen 41 iptables
+    /// (PID 4242), parent bash (PID 880) [other]: ip nat -9 +0`; a loss says so.
+    pub fn describe(&self) -> String {
+        let Some(c) = &self.commit else {
+            let at = self
+                .lost_timestamp_seconds
+                .map(crate::timefmt::rfc3339)
+                .unwrap_or_default();
+            return format!("{at} {}", self.lost.as_deref().unwrap_or("notifications lost"));
+        };
+        let mut tables: Vec<String> = c
+            .tables
+            .iter()
+            .map(|t| {
+                let mut s = format!("{} {}", t.family, t.table);
+                if t.table_added {
+                    s.push_str(" added");
+                }
+                if t.table_deleted {
+                    s.push_str(" deleted");
+                }
+                if t.rules_added + t.rules_removed > 0 {
+                    s.push_str(&format!(" +{} -{} rules", t.rules_added, t.rules_removed));
+                }
+                if t.chains_deleted > 0 {
+                    s.push_str(&format!(" -{} chains", t.chains_deleted));
+                }
+                s
+            })
+            .collect();
+        if c.more_tables > 0 {
+            tables.push(format!("{} more tables", c.more_tables));
+        }
+        format!(
+            "{} gen {} {} [{}]: {}",
+            crate::timefmt::rfc3339(c.at_seconds),
+            c.generation,
+            c.writer.describe(),
+            self.writer_class.map_or("?", WriterClass::as_str),
+            if tables.is_empty() {
+                "no table changed".into()
+            } else {
+                tables.join(", ")
+            }
+        )
+    }
+}
+
 /// The journal's memory.
 #[derive(Debug, Default)]
 pub struct WatchHistory {
@@ -169,14 +218,16 @@ impl WatchHistory {
                 match class {
                     WriterClass::KubeProxy => {
                         d.commits_kube_proxy_total += 1;
-                        // kube-proxy wrote its rules back where they were removed: restored.
+                        // kube-proxy wrote its rules back where they were removed, in one commit
+                        // at least as many as went (its partial syncs rewrite a few chains
+                        // without the jump rules a flush took: not restored): restored.
                         let restored = d.changed_by_other.as_ref().is_some_and(|o| {
                             c.tables.iter().any(|t| {
-                                t.kube_rules_added > 0
-                                    && o.commit
-                                        .tables
-                                        .iter()
-                                        .any(|r| r.family == t.family && r.table == t.table)
+                                o.commit.tables.iter().any(|r| {
+                                    r.family == t.family
+                                        && r.table == t.table
+                                        && t.kube_rules_added >= r.kube_rules_removed.max(1)
+                                })
                             })
                         });
                         if restored {
@@ -188,7 +239,11 @@ impl WatchHistory {
                         let concern = c.tables.iter().filter_map(concerns_kube).max();
                         if let Some(removed_kube_rules) = concern {
                             let (first, commits, worse) = match &d.changed_by_other {
-                                Some(o) => (o.first_seconds, o.commits + 1, removed_kube_rules >= o.removed_kube_rules),
+                                Some(o) => (
+                                    o.first_seconds,
+                                    o.commits + 1,
+                                    removed_kube_rules >= o.removed_kube_rules,
+                                ),
                                 None => (c.at_seconds, 1, true),
                             };
                             if worse {
@@ -260,13 +315,22 @@ mod tests {
     fn kube_proxy_and_its_children_are_kube_proxy_even_gone_others_are_not() {
         let c = commit(11, Some(10), "iptables-restor", vec![]);
         assert_eq!(classify(&c, Some(10)), (WriterClass::KubeProxy, "parent pid"));
-        assert_eq!(classify(&commit(10, Some(1), "kube-proxy", vec![]), Some(10)).0, WriterClass::KubeProxy);
-        assert_eq!(classify(&commit(12, Some(5), "iptables", vec![]), Some(10)), (WriterClass::Other, "pid"));
+        assert_eq!(
+            classify(&commit(10, Some(1), "kube-proxy", vec![]), Some(10)).0,
+            WriterClass::KubeProxy
+        );
+        assert_eq!(
+            classify(&commit(12, Some(5), "iptables", vec![]), Some(10)),
+            (WriterClass::Other, "pid")
+        );
         assert_eq!(
             classify(&commit(13, None, "iptables-restor", vec![]), Some(10)),
             (WriterClass::KubeProxy, "exited tool name")
         );
-        assert_eq!(classify(&commit(13, None, "iptables", vec![]), Some(10)).0, WriterClass::Other);
+        assert_eq!(
+            classify(&commit(13, None, "iptables", vec![]), Some(10)).0,
+            WriterClass::Other
+        );
         let mut named = commit(14, Some(3), "nft", vec![]);
         assert_eq!(classify(&named, None), (WriterClass::Other, "none"));
         named.named_kube_proxy = true;
@@ -277,38 +341,83 @@ mod tests {
     fn a_flush_by_another_process_stands_until_kube_proxy_restores_and_the_journal_is_bounded() {
         let mut h = WatchHistory::default();
         let kp = Some(10);
-        let restore = |pid| commit(pid, Some(10), "iptables-restor", vec![table("nat", |t| (t.rules_added, t.kube_rules_added) = (5, 5))]);
+        let restore = |pid, n| {
+            commit(
+                pid,
+                Some(10),
+                "iptables-restor",
+                vec![table("nat", |t| (t.rules_added, t.kube_rules_added) = (n, n))],
+            )
+        };
         // kube-proxy's own rewrites, removals included, raise nothing.
-        let own = commit(11, Some(10), "iptables-restor", vec![table("nat", |t| (t.rules_removed, t.kube_rules_removed) = (5, 5))]);
+        let own = commit(
+            11,
+            Some(10),
+            "iptables-restor",
+            vec![table("nat", |t| (t.rules_removed, t.kube_rules_removed) = (5, 5))],
+        );
         assert!(h.observe(&Event::Commit(own), kp, 1.0).changed_by_other.is_none());
         // Another process adds rules to its own table: journal only.
         let calico = commit(20, Some(1), "calico-node", vec![table("filter", |t| t.rules_added = 3)]);
         assert!(h.observe(&Event::Commit(calico), kp, 2.0).changed_by_other.is_none());
         // A base-chain rule removed in nat: a warning's fact; then the flush: critical.
-        let base = commit(30, Some(1), "iptables", vec![table("nat", |t| (t.rules_removed, t.base_rules_removed) = (1, 1))]);
+        let base = commit(
+            30,
+            Some(1),
+            "iptables",
+            vec![table("nat", |t| (t.rules_removed, t.base_rules_removed) = (1, 1))],
+        );
         let d = h.observe(&Event::Commit(base), kp, 3.0);
         let o = d.changed_by_other.as_ref().unwrap();
         assert!(!o.removed_kube_rules);
-        let flush = commit(31, Some(30), "iptables", vec![table("nat", |t| (t.rules_removed, t.kube_rules_removed) = (9, 9))]);
+        let flush = commit(
+            31,
+            Some(30),
+            "iptables",
+            vec![table("nat", |t| (t.rules_removed, t.kube_rules_removed) = (9, 9))],
+        );
         let d = h.observe(&Event::Commit(flush), kp, 4.0);
         let o = d.changed_by_other.as_ref().unwrap();
         assert!(o.removed_kube_rules);
-        assert_eq!((o.commit.writer.pid, o.commits, o.first_seconds, o.mono), (Some(31), 2, 1030.0, 4.0));
+        assert_eq!(
+            (o.commit.writer.pid, o.commits, o.first_seconds, o.mono),
+            (Some(31), 2, 1030.0, 4.0)
+        );
         // A lesser change after it does not hide it.
-        let base = commit(32, Some(1), "iptables", vec![table("nat", |t| (t.rules_removed, t.base_rules_removed) = (1, 1))]);
-        let o = h.observe(&Event::Commit(base), kp, 5.0).changed_by_other.clone().unwrap();
+        let base = commit(
+            32,
+            Some(1),
+            "iptables",
+            vec![table("nat", |t| (t.rules_removed, t.base_rules_removed) = (1, 1))],
+        );
+        let o = h
+            .observe(&Event::Commit(base), kp, 5.0)
+            .changed_by_other
+            .clone()
+            .unwrap();
         assert_eq!((o.commit.writer.pid, o.commits), (Some(31), 3));
+        // kube-proxy rewrites fewer of its rules than went (a partial sync without the jumps): stands.
+        assert!(h
+            .observe(&Event::Commit(restore(12, 8)), kp, 5.5)
+            .changed_by_other
+            .is_some());
         // kube-proxy writes its rules back: cleared.
-        let d = h.observe(&Event::Commit(restore(12)), kp, 6.0);
+        let d = h.observe(&Event::Commit(restore(12, 9)), kp, 6.0);
         assert!(d.changed_by_other.is_none());
-        assert_eq!((d.commits_kube_proxy_total, d.commits_other_total), (2, 4));
+        assert_eq!((d.commits_kube_proxy_total, d.commits_other_total), (3, 4));
         let d = h.observe(&Event::Lost { at_seconds: 5.0 }, kp, 7.0);
         assert_eq!(d.notifications_lost_total, 1);
-        assert_eq!(d.journal.last().unwrap().lost.as_deref(), Some("notifications lost, rules re-read"));
+        assert_eq!(
+            d.journal.last().unwrap().lost.as_deref(),
+            Some("notifications lost, rules re-read")
+        );
         for i in 0..100 {
-            h.observe(&Event::Commit(restore(100 + i)), kp, 8.0);
+            h.observe(&Event::Commit(restore(100 + i, 1)), kp, 8.0);
         }
         assert_eq!(h.derived().journal.len(), JOURNAL);
-        assert_eq!(h.derived().journal[JOURNAL - 1].commit.as_ref().unwrap().generation, 199);
+        assert_eq!(
+            h.derived().journal[JOURNAL - 1].commit.as_ref().unwrap().generation,
+            199
+        );
     }
 }

@@ -86,7 +86,10 @@ pub fn parse_cgroup_path(path: &str) -> (Option<String>, Option<String>, Option<
         if let Some(at) = stem.rfind("pod") {
             let uid = &stem[at + 3..];
             let before = &stem[..at];
-            if uid.len() >= 32 && (before.is_empty() || before.ends_with('-')) && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'_' || b == b'-') {
+            if uid.len() >= 32
+                && (before.is_empty() || before.ends_with('-'))
+                && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'_' || b == b'-')
+            {
                 pod = Some(uid.replace('_', "-"));
                 if let Some(next) = parts.get(i + 1) {
                     let id = next.strip_suffix(".scope").unwrap_or(next);
@@ -218,13 +221,20 @@ mod tests {
         let host = Host::new(dir.path());
         let w = attribute(&host, Some(4242), Some("iptables".into()));
         assert!(w.gone);
-        assert_eq!(w.describe(), "iptables (PID 4242), parent unknown (the writer had exited)");
+        assert_eq!(
+            w.describe(),
+            "iptables (PID 4242), parent unknown (the writer had exited)"
+        );
         // And one that is there, with its parent and cgroup.
         std::fs::create_dir_all(dir.path().join("proc/4242")).unwrap();
         std::fs::create_dir_all(dir.path().join("proc/880")).unwrap();
         std::fs::write(dir.path().join("proc/4242/stat"), "4242 (iptables) S 880 1 1 0").unwrap();
         std::fs::write(dir.path().join("proc/880/stat"), "880 (firewalld) S 1 1 1 0").unwrap();
-        std::fs::write(dir.path().join("proc/4242/cgroup"), "0::/system.slice/firewalld.service\n").unwrap();
+        std::fs::write(
+            dir.path().join("proc/4242/cgroup"),
+            "0::/system.slice/firewalld.service\n",
+        )
+        .unwrap();
         let w = attribute(&host, Some(4242), Some("iptables".into()));
         assert_eq!(
             w.describe(),

@@ -394,14 +394,14 @@ mod tests {
         assert_eq!(c[0].messages, 6);
         // iptables-nft -t nat -F: both rules removed, one of a built-in chain; kube-proxy's.
         let t = &c[1].tables[0];
-        assert_eq!(
-            (t.rules_removed, t.kube_rules_removed, t.base_rules_removed),
-            (2, 2, 1)
-        );
+        assert_eq!((t.rules_removed, t.kube_rules_removed, t.base_rules_removed), (2, 2, 1));
         assert!(t.removed_kube() && !t.table_deleted);
         // nft adds kube-proxy's table; then deletes it with its chain and rule.
         let t = &c[2].tables[0];
-        assert_eq!((t.table.as_str(), t.table_added, t.rules_added, t.kube_rules_added), ("kube-proxy", true, 1, 1));
+        assert_eq!(
+            (t.table.as_str(), t.table_added, t.rules_added, t.kube_rules_added),
+            ("kube-proxy", true, 1, 1)
+        );
         assert!(!t.removed_kube());
         let t = &c[3].tables[0];
         assert!(t.table_deleted && t.removed_kube());
@@ -444,7 +444,11 @@ mod tests {
             };
             assert_eq!(p.feed(&m).unwrap(), None);
         }
-        let gen = [&[0u8, 0, 0, 0][..], &crate::netlink::testing::attr(NFTA_GEN_ID, &7u32.to_be_bytes())].concat();
+        let gen = [
+            &[0u8, 0, 0, 0][..],
+            &crate::netlink::testing::attr(NFTA_GEN_ID, &7u32.to_be_bytes()),
+        ]
+        .concat();
         let c = p
             .feed(&Msg {
                 ty: msg_type(NEWGEN),
@@ -454,6 +458,9 @@ mod tests {
             })
             .unwrap()
             .unwrap();
-        assert_eq!((c.generation, c.tables.len(), c.more_tables, c.pid), (7, MAX_TABLES, 3, None));
+        assert_eq!(
+            (c.generation, c.tables.len(), c.more_tables, c.pid),
+            (7, MAX_TABLES, 3, None)
+        );
     }
 }

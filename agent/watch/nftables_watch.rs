@@ -33,12 +33,10 @@ const MSG_TRUNC: i32 = 0x20;
 
 /// Starts the watcher's thread.
 pub fn start(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
-    let spawned = std::thread::Builder::new()
-        .name("nftables-watch".into())
-        .spawn({
-            let tx = tx.clone();
-            move || run(&ctx, &tx)
-        });
+    let spawned = std::thread::Builder::new().name("nftables-watch".into()).spawn({
+        let tx = tx.clone();
+        move || run(&ctx, &tx)
+    });
     if let Err(e) = spawned {
         let _ = tx.try_send(Event::Unavailable(format!("starting its thread: {e}")));
     }
@@ -86,7 +84,9 @@ fn run(ctx: &ProbeContext, tx: &Sender<Event>) {
     let sock = match open() {
         Ok(s) => s,
         Err(why) => {
-            send(Event::Unavailable(format!("{why}; the iptables and nftables probes keep polling")));
+            send(Event::Unavailable(format!(
+                "{why}; the iptables and nftables probes keep polling"
+            )));
             return;
         }
     };
