@@ -6,8 +6,8 @@
 //! A commit is kube-proxy's when its writer is the process the kube_proxy probe found, or a
 //! child of it (kube-proxy writes through `iptables-restore` and `nft -f -`); when the probe
 //! found none, when the writer or its parent is named as kube-proxy; when the writer had
-//! exited before it was looked at (its parent unknown) while kube-proxy runs, when it is named
-//! as one of the tools kube-proxy writes with.
+//! exited before it was looked at (its parent unknown) while kube-proxy runs or while its
+//! process is not known yet, when it is named as one of the tools kube-proxy writes with.
 
 use std::collections::VecDeque;
 
@@ -171,6 +171,9 @@ pub fn classify(c: &Commit, kube_proxy_pid: Option<i32>) -> (WriterClass, &'stat
         Some(_) if w.gone && tool() => (WriterClass::KubeProxy, "exited tool name"),
         Some(_) => (WriterClass::Other, "pid"),
         None if c.named_kube_proxy => (WriterClass::KubeProxy, "name"),
+        // Before the kube_proxy probe's first report (the agent starting, its socket's queue
+        // read late), a kube-proxy child gone is told by its name only.
+        None if w.gone && tool() => (WriterClass::KubeProxy, "exited tool name"),
         None => (WriterClass::Other, "none"),
     }
 }
@@ -331,6 +334,11 @@ mod tests {
             classify(&commit(13, None, "iptables", vec![]), Some(10)).0,
             WriterClass::Other
         );
+        assert_eq!(
+            classify(&commit(13, None, "nft", vec![]), None),
+            (WriterClass::KubeProxy, "exited tool name")
+        );
+        assert_eq!(classify(&commit(13, None, "bash", vec![]), None).0, WriterClass::Other);
         let mut named = commit(14, Some(3), "nft", vec![]);
         assert_eq!(classify(&named, None), (WriterClass::Other, "none"));
         named.named_kube_proxy = true;
