@@ -14,7 +14,7 @@
 //!   the same generation; the stand-in's next rewrites (its chains, not the flushed jumps)
 //!   do not clear it.
 //!
-//! Needs root, `ip`, `iptables-nft`, `iptables-nft-restore`, `nft`, `bash`. About 10 s.
+//! Needs root, `ip`, `iptables-nft-restore`, `nft`, `bash`. About 10 s.
 //! Logs in `target/e2e-logs/nftables_watch_e2e/`.
 mod common;
 
@@ -47,7 +47,10 @@ fn kube_chains() -> String {
         "tcp",
         80,
         8080,
-        &[("KUBE-SEP-WATCHEP1".into(), "10.244.0.5".into()), ("KUBE-SEP-WATCHEP2".into(), "10.244.0.6".into())],
+        &[
+            ("KUBE-SEP-WATCHEP1".into(), "10.244.0.5".into()),
+            ("KUBE-SEP-WATCHEP2".into(), "10.244.0.6".into()),
+        ],
     );
     nat.render()
         .lines()
@@ -95,30 +98,40 @@ fn monitor_generations(text: &str) -> Vec<(u64, u64, String)> {
             let rest = l.strip_prefix("# new generation ")?;
             let (gen, rest) = rest.split_once(" by process ")?;
             let (pid, name) = rest.split_once(" (")?;
-            Some((gen.parse().ok()?, pid.parse().ok()?, name.trim_end_matches(')').to_string()))
+            Some((
+                gen.parse().ok()?,
+                pid.parse().ok()?,
+                name.trim_end_matches(')').to_string(),
+            ))
         })
         .collect()
 }
 
 #[test]
 fn a_flush_by_another_process_is_named_kube_proxys_own_rewrites_are_not() {
-    if !common::can_run(&["ip", "iptables-nft", "iptables-nft-restore", "nft", "bash"]) {
+    if !common::can_run(&["ip", "iptables-nft-restore", "nft", "bash", "stdbuf"]) {
         return;
     }
     let dir = log_dir();
     let ns = Netns::new("nftw");
     std::fs::write(dir.join("kube.rules"), kube_chains()).unwrap();
     std::fs::write(dir.join("kube.nft"), KUBE_TABLE).unwrap();
+    std::fs::write(
+        dir.join("portals.rules"),
+        "*nat\n-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n",
+    )
+    .unwrap();
     // The stand-in kube-proxy: bash under kube-proxy's name (comm and argv[0]), writing through
-    // children as kube-proxy does. Its portals are added once, its chains rewritten every second.
+    // children as kube-proxy does (iptables-restore and nft -f: an exited child is told by its
+    // name). Its portals are added once, its chains rewritten every second.
     let standin = dir.join(KUBE_PROXY_NAME);
     let _ = std::fs::remove_file(&standin);
     std::os::unix::fs::symlink(common::which("bash").unwrap(), &standin).unwrap();
     let script = format!(
         "cd {dir}
 iptables-nft-restore --noflush < kube.rules
-iptables-nft -t nat -A PREROUTING -m comment --comment 'kubernetes service portals' -j KUBE-SERVICES
-iptables-nft -t nat -A OUTPUT -m comment --comment 'kubernetes service portals' -j KUBE-SERVICES
+iptables-nft-restore --noflush < portals.rules
 while :; do
   nft -f kube.nft
   iptables-nft-restore --noflush < kube.rules
@@ -144,15 +157,19 @@ done",
         .start();
 
     // kube-proxy found, the watcher listening, kube-proxy's rewrites seen as its own.
-    let w = common::poll("three commits of kube-proxy's journaled", Duration::from_secs(20), || {
-        let w = watch(&agent)?;
-        let n = w["commits_kube_proxy_total"].as_u64().unwrap_or(0);
-        let s = agent.snapshot()?;
-        let kp = s["facts"]["kube_proxy"]["process"]["pid"].as_u64();
-        (w["state"] == "watching" && n >= 3 && kp == Some(u64::from(kube_proxy.pid())))
-            .then_some(w.clone())
-            .ok_or(format!("kube-proxy pid {kp:?}, watch {w}"))
-    });
+    let w = common::poll(
+        "three commits of kube-proxy's journaled",
+        Duration::from_secs(20),
+        || {
+            let w = watch(&agent)?;
+            let n = w["commits_kube_proxy_total"].as_u64().unwrap_or(0);
+            let s = agent.snapshot()?;
+            let kp = s["facts"]["kube_proxy"]["process"]["pid"].as_u64();
+            (w["state"] == "watching" && n >= 3 && kp == Some(u64::from(kube_proxy.pid())))
+                .then_some(w.clone())
+                .ok_or(format!("kube-proxy pid {kp:?}, watch {w}"))
+        },
+    );
     assert_eq!(w["commits_other_total"], 0, "only kube-proxy wrote: {w}");
     let journal = w["journal"].as_array().unwrap();
     assert!(
@@ -197,14 +214,20 @@ done",
     let stat = std::fs::read_to_string(format!("/proc/{writer_pid}/stat")).unwrap_or_default();
     drop(stdin);
     let _ = other.wait();
-    eprintln!("flush written -> finding in /findings: {:.0} ms", latency.as_secs_f64() * 1000.0);
+    eprintln!(
+        "flush written -> finding in /findings: {:.0} ms",
+        latency.as_secs_f64() * 1000.0
+    );
     assert_eq!(finding["severity"], "critical", "{finding:#}");
     assert!(stat.contains("(iptables-nft-re)"), "{writer_pid}: {stat}");
     assert_eq!(finding["evidence"]["writer_name"], "iptables-nft-re", "{finding:#}");
     assert_eq!(finding["evidence"]["parent_pid"], bash_pid, "{finding:#}");
     assert_eq!(finding["evidence"]["parent_name"], "bash", "{finding:#}");
     assert!(
-        finding["summary"].as_str().unwrap().contains(&format!("(PID {writer_pid}), parent bash (PID {bash_pid})")),
+        finding["summary"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("(PID {writer_pid}), parent bash (PID {bash_pid})")),
         "{finding:#}"
     );
     // What nft monitor printed for the same commit.
