@@ -538,10 +538,11 @@ pub async fn run_once(
         last = aggregator.record(report, now, origin.elapsed().as_secs_f64()).or(last);
     }
     // What the sources said meanwhile (a commit during the check, or why they cannot watch);
-    // a source that said nothing yet gets a moment to say whether it listens.
+    // a source that said nothing yet gets up to 2 s to say whether it listens (its first
+    // event comes at once: the report must not depend on the machine's load).
     for rx in &mut events {
         if rx.is_empty() {
-            let _ = tokio::time::timeout(Duration::from_millis(100), async {
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
                 while rx.is_empty() && !rx.is_closed() {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
