@@ -165,7 +165,7 @@ fn family_name(code: u8) -> String {
     }
 }
 
-fn string_attr<'a>(payload: &'a [u8], kind: u16) -> Result<Option<&'a str>, NlError> {
+fn string_attr(payload: &[u8], kind: u16) -> Result<Option<&str>, NlError> {
     let (_, _, attrs) = nfgen(payload)?;
     for a in attrs {
         let a = a?;
