@@ -11,7 +11,8 @@
 //!   `rules_changed_by_other_process`;
 //! - another process (an `iptables-nft-restore` that flushes nat, child of a `bash`) raises it,
 //!   critical, naming that process, its PID and its parent, as `nft monitor` printed them for
-//!   the same generation; the stand-in's next rewrites (its chains, not the flushed jumps)
+//!   the same generation; the commits wake the iptables and nftables probes (re-read long
+//!   before their intervals); the stand-in's next rewrites (its chains, not the flushed jumps)
 //!   do not clear it.
 //!
 //! Needs root, `ip`, `iptables-nft-restore`, `nft`, `bash`. About 10 s.
@@ -242,6 +243,21 @@ done",
     assert!(
         finding["evidence"]["removed"].to_string().contains("ip nat"),
         "{finding:#}"
+    );
+
+    // The commits woke the rule probes: re-read after the flush, long before their 60 s and
+    // 120 s intervals.
+    let flushed_unix = finding["evidence"]["timestamp_seconds"].as_f64().unwrap();
+    common::poll(
+        "the iptables and nftables probes re-read early",
+        Duration::from_secs(10),
+        || {
+            let s = agent.snapshot()?;
+            let ran = |p: &str| s["probes"][p]["last_success_timestamp_seconds"].as_f64().unwrap_or(0.0);
+            (ran("iptables") > flushed_unix && ran("nftables") > flushed_unix)
+                .then_some(())
+                .ok_or(format!("{}", s["probes"]))
+        },
     );
 
     // kube-proxy's next rewrites put its chains back, not the flushed portals: it stands.
