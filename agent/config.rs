@@ -511,6 +511,14 @@ pub struct Common {
     )]
     pub max_children: usize,
 
+    /// Watch nf_tables notifications (every family): each commit journaled with its writer (PID, name, parent, unit or pod), the iptables and nftables probes re-read 200 ms after a burst of commits, rules_changed_by_other_process raised when another process removes kube-proxy's rules. false: poll only.
+    #[arg(long = "nftables-watch.enabled", env = "PROXYWATCH_NFTABLES_WATCH_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    pub nftables_watch_enabled: bool,
+
+    /// How long rules_changed_by_other_process stands after another process's change when kube-proxy does not write its rules back (a flush that leaves KUBE-PROXY-CANARY in place never makes it resync).
+    #[arg(long = "nftables-watch.window", env = "PROXYWATCH_NFTABLES_WATCH_WINDOW", default_value = "15m", value_parser = parse_duration)]
+    pub nftables_watch_window: Duration,
+
     /// Log level: error, warn, info, debug.
     #[arg(long = "log.level", env = "PROXYWATCH_LOG_LEVEL", default_value = "info")]
     pub log_level: tracing::Level,
@@ -569,6 +577,7 @@ impl Common {
             snat_fill_warning: self.conntrack_snat_fill_warning,
             conntrack_drain_window_seconds: self.conntrack_stale_drain_window.as_secs_f64(),
             service_connect_slow_seconds: self.service_traffic_slow.as_secs_f64(),
+            rules_changed_window_seconds: self.nftables_watch_window.as_secs_f64(),
         })
     }
 
@@ -607,6 +616,15 @@ impl Common {
             });
         }
         s
+    }
+
+    /// The event sources that run (`crate::watch::SOURCES`, less those turned off).
+    pub fn sources(&self) -> &'static [crate::watch::Source] {
+        if self.nftables_watch_enabled {
+            crate::watch::SOURCES
+        } else {
+            &[]
+        }
     }
 
     pub fn schedules(&self) -> Vec<Schedule> {

@@ -69,6 +69,7 @@ pub mod reaper;
 pub mod scheduler;
 pub mod snapshot;
 pub mod timefmt;
+pub mod watch;
 
 #[cfg(test)]
 pub(crate) mod test_rng;

@@ -140,7 +140,7 @@ fn setup(common: &Common, schedules: &[scheduler::Schedule]) -> anyhow::Result<S
 async fn check(format: Format, common: &Common, try_services: bool) -> anyhow::Result<ExitCode> {
     let schedules = common.schedules_trying(try_services);
     let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
-    let publication = scheduler::run_once(ctx, &schedules, aggregator).await;
+    let publication = scheduler::run_once(ctx, &schedules, common.sources(), aggregator).await;
     let doc = &publication.document;
     let mut stdout = std::io::stdout().lock();
     match format {
@@ -159,7 +159,7 @@ async fn check(format: Format, common: &Common, try_services: bool) -> anyhow::R
 async fn snapshot_now(common: &Common, try_services: bool) -> anyhow::Result<bytes::Bytes> {
     let schedules = common.schedules_trying(try_services);
     let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
-    let publication = scheduler::run_once(ctx, &schedules, aggregator).await;
+    let publication = scheduler::run_once(ctx, &schedules, common.sources(), aggregator).await;
     Ok(publication.snapshot_json)
 }
 
@@ -244,7 +244,7 @@ async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate
     let Some(from) = &args.from else {
         let schedules = args.common.schedules();
         let Setup { ctx, aggregator, .. } = setup(&args.common, &schedules)?;
-        let publication = scheduler::run_once(ctx, &schedules, aggregator).await;
+        let publication = scheduler::run_once(ctx, &schedules, args.common.sources(), aggregator).await;
         return Ok(publication.document.findings);
     };
     let (url, agent) = match proxywatch::fetch::split_url(from) {
@@ -279,7 +279,13 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     proxywatch::reaper::start_if_pid1();
     let listener = server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let liveness = Arc::new(Liveness::new(scheduler::liveness_bound(&schedules)));
-    let latest = scheduler::spawn(ctx, schedules, aggregator.log_changes(), liveness.clone());
+    let latest = scheduler::spawn(
+        ctx,
+        schedules,
+        common.sources(),
+        aggregator.log_changes(),
+        liveness.clone(),
+    );
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
     let (routes, health) = (http::router(latest, liveness.clone()), http::health_only(liveness));
     server::serve(listener, routes, health, limits, shutdown_signal())

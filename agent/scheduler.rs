@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::evaluate::{self, Severity, Thresholds};
@@ -20,6 +20,7 @@ use crate::liveness::Liveness;
 use crate::probe::{self, panic_message, Deadline, ProbeContext, ProbeError, ProbeName, Probed, Reading};
 use crate::snapshot::{ProbeOutcome, ProbeStatus, Snapshot};
 use crate::timefmt::{human_duration, unix_seconds};
+use crate::watch::{Event, Source};
 
 /// Which probes run, and how often.
 #[derive(Debug, Clone)]
@@ -145,6 +146,28 @@ impl Aggregator {
         self.snapshot.collected_at = now;
         self.snapshot.collected_mono = mono;
         self.waiting_for.remove(&p);
+        self.publish(now, mono)
+    }
+
+    /// Records one event of an event source (`crate::watch`): the history stage's journal takes
+    /// it, and the verdict is made again (once every probe has reported).
+    pub fn record_event(&mut self, event: &crate::watch::Event, now: f64, mono: f64) -> Option<Publication> {
+        let kube_proxy_pid = self
+            .snapshot
+            .facts
+            .kube_proxy
+            .as_ref()
+            .and_then(|k| k.process.as_ref())
+            .map(|p| p.pid);
+        self.history
+            .event(event, kube_proxy_pid, mono, &mut self.snapshot.derived);
+        self.snapshot.collected_at = now;
+        self.snapshot.collected_mono = mono;
+        self.publish(now, mono)
+    }
+
+    /// Evaluates and renders the snapshot, once every probe has reported at least once.
+    fn publish(&mut self, now: f64, mono: f64) -> Option<Publication> {
         if !self.waiting_for.is_empty() {
             return None;
         }
@@ -267,24 +290,47 @@ pub fn liveness_bound(schedules: &[Schedule]) -> Duration {
 /// through for longer than its bound); the next report is folded in as usual.
 pub fn step(
     aggregator: &mut Aggregator,
-    report: RunReport,
+    input: impl Into<Input>,
     now: f64,
     mono: f64,
     liveness: &Liveness,
 ) -> Option<Publication> {
-    let probe = report.probe;
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| aggregator.record(report, now, mono))) {
+    let input = input.into();
+    let what = match &input {
+        Input::Run(r) => format!("probe {}", r.probe),
+        Input::Event(_) => "an event source".to_string(),
+    };
+    let fold = || match input {
+        Input::Run(report) => aggregator.record(report, now, mono),
+        Input::Event(event) => aggregator.record_event(&event, now, mono),
+    };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(fold)) {
         Ok(publication) => {
             liveness.progressed();
             publication
         }
         Err(payload) => {
             let message = panic_message(payload);
-            tracing::error!(probe = %probe, "pipeline panicked folding in a report (history, evaluation or rendering): {message}");
+            tracing::error!(
+                "pipeline panicked folding in a report of {what} (history, evaluation or rendering): {message}"
+            );
             liveness.panicked(&message);
             aggregator.note_panics(liveness.panics());
             None
         }
+    }
+}
+
+/// What the aggregator folds in: a probe run's report, or an event source's event.
+#[derive(Debug)]
+pub enum Input {
+    Run(RunReport),
+    Event(crate::watch::Event),
+}
+
+impl From<RunReport> for Input {
+    fn from(r: RunReport) -> Self {
+        Input::Run(r)
     }
 }
 
@@ -309,11 +355,16 @@ async fn run_isolated(
     }
 }
 
-async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender<RunReport>) {
+/// Runs one probe on its interval, and early when `wake` is notified (an event source's row
+/// names it: the rules changed); a run woken early starts the interval again.
+async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender<RunReport>, wake: Arc<Notify>) {
     let mut ticker = tokio::time::interval(schedule.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = wake.notified() => ticker.reset(),
+        }
         let started = Instant::now();
         let result = run_isolated(schedule.probe, &ctx, schedule.timeout).await;
         let report = RunReport {
@@ -331,21 +382,53 @@ async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender
 pub fn spawn(
     ctx: Arc<ProbeContext>,
     schedules: Vec<Schedule>,
+    sources: &[Source],
     mut aggregator: Aggregator,
     liveness: Arc<Liveness>,
 ) -> Latest {
     let (tx, mut rx) = mpsc::channel::<RunReport>(64);
+    let (event_tx, mut event_rx) = mpsc::channel::<Event>(256);
     let (pub_tx, pub_rx) = watch::channel(None);
+    let mut wakers = BTreeMap::new();
     for s in schedules {
-        tokio::spawn(probe_loop(s, ctx.clone(), tx.clone()));
+        let wake = Arc::new(Notify::new());
+        wakers.insert(s.probe, wake.clone());
+        tokio::spawn(probe_loop(s, ctx.clone(), tx.clone(), wake));
     }
     drop(tx);
+    for source in sources {
+        let wakes: Vec<Arc<Notify>> = source.wakes.iter().filter_map(|p| wakers.get(p).cloned()).collect();
+        let (tx, rx) = mpsc::channel::<Event>(256);
+        (source.start)(ctx.clone(), tx);
+        tokio::spawn(source_loop(
+            source.debounce,
+            source.debounce_max,
+            rx,
+            event_tx.clone(),
+            wakes,
+        ));
+    }
+    drop(event_tx);
     let origin = Instant::now();
     tokio::spawn(async move {
-        while let Some(report) = rx.recv().await {
+        let mut events_open = true;
+        loop {
+            let input = tokio::select! {
+                report = rx.recv() => match report {
+                    Some(r) => Input::Run(r),
+                    None => return,
+                },
+                event = event_rx.recv(), if events_open => match event {
+                    Some(e) => Input::Event(e),
+                    None => {
+                        events_open = false;
+                        continue;
+                    }
+                },
+            };
             let now = unix_seconds(SystemTime::now());
             let mono = origin.elapsed().as_secs_f64();
-            if let Some(p) = step(&mut aggregator, report, now, mono, &liveness) {
+            if let Some(p) = step(&mut aggregator, input, now, mono, &liveness) {
                 pub_tx.send_replace(Some(Arc::new(p)));
             }
         }
@@ -353,10 +436,63 @@ pub fn spawn(
     pub_rx
 }
 
+/// Forwards one source's events to the aggregator, and wakes the probes its row names once
+/// the source has been quiet for `debounce` after an event that wakes them (at most
+/// `debounce_max` after the first of a burst).
+async fn source_loop(
+    debounce: Duration,
+    debounce_max: Duration,
+    mut rx: mpsc::Receiver<Event>,
+    tx: mpsc::Sender<Event>,
+    wakes: Vec<Arc<Notify>>,
+) {
+    // (first, latest) event of the burst waiting for its wake.
+    let mut due: Option<(Instant, Instant)> = None;
+    loop {
+        let until = due.map(|(first, latest)| (latest + debounce).min(first + debounce_max));
+        let timer = async move {
+            match until {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            event = rx.recv() => {
+                let Some(event) = event else { return };
+                if event.wakes() {
+                    let now = Instant::now();
+                    due = Some((due.map_or(now, |(first, _)| first), now));
+                }
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+            }
+            _ = timer => {
+                due = None;
+                for w in &wakes {
+                    w.notify_one();
+                }
+            }
+        }
+    }
+}
+
 /// Runs every probe once, concurrently, and returns the publication (for `proxywatch check`).
 /// conntrack_stale runs once the others are done: it judges iptables-legacy
 /// rules by the table the iptables probe decoded from its save.
-pub async fn run_once(ctx: Arc<ProbeContext>, schedules: &[Schedule], mut aggregator: Aggregator) -> Publication {
+/// The event sources run while the probes do: what they saw by the end is in the publication.
+pub async fn run_once(
+    ctx: Arc<ProbeContext>,
+    schedules: &[Schedule],
+    sources: &[Source],
+    mut aggregator: Aggregator,
+) -> Publication {
+    let mut events = Vec::new();
+    for source in sources {
+        let (tx, rx) = mpsc::channel::<Event>(256);
+        (source.start)(ctx.clone(), tx);
+        events.push(rx);
+    }
     let later = |s: &&Schedule| s.probe == crate::probe::ProbeName::ConntrackStale;
     let run = |s: &Schedule| {
         let (ctx, probe, timeout) = (ctx.clone(), s.probe, s.timeout);
@@ -400,6 +536,25 @@ pub async fn run_once(ctx: Arc<ProbeContext>, schedules: &[Schedule], mut aggreg
         };
         let now = unix_seconds(SystemTime::now());
         last = aggregator.record(report, now, origin.elapsed().as_secs_f64()).or(last);
+    }
+    // What the sources said meanwhile (a commit during the check, or why they cannot watch);
+    // a source that said nothing yet gets up to 2 s to say whether it listens (its first
+    // event comes at once: the report must not depend on the machine's load).
+    for rx in &mut events {
+        if rx.is_empty() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while rx.is_empty() && !rx.is_closed() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+        }
+        while let Ok(event) = rx.try_recv() {
+            let now = unix_seconds(SystemTime::now());
+            last = aggregator
+                .record_event(&event, now, origin.elapsed().as_secs_f64())
+                .or(last);
+        }
     }
     last.expect("every probe reported")
 }

@@ -15,6 +15,7 @@ mod kube_proxy;
 mod kube_proxy_syncs;
 mod mode;
 mod neighbour;
+mod nftables_watch;
 mod node_ports;
 mod probes;
 mod service_rejects;
@@ -145,6 +146,8 @@ pub struct Thresholds {
     pub conntrack_drain_window_seconds: f64,
     /// A service_traffic try slower than this (seconds) raises service_connect_slow.
     pub service_connect_slow_seconds: f64,
+    /// Seconds rules_changed_by_other_process stands when kube-proxy does not restore its rules.
+    pub rules_changed_window_seconds: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -211,6 +214,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "kube_proxy_sync_stale", run: kube_proxy::sync_stale },
     Check { id: "kube_proxy_sync_failing", run: kube_proxy_syncs::sync_failing },
     Check { id: "kube_proxy_rules_lost", run: kube_proxy_syncs::rules_lost },
+    Check { id: "rules_changed_by_other_process", run: nftables_watch::changed_by_other_process },
     Check { id: "service_traffic_rejected", run: service_rejects::traffic_rejected },
     Check { id: "service_traffic_failing", run: service_traffic::failing },
     Check { id: "service_connect_slow", run: service_traffic::connect_slow },

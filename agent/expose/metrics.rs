@@ -19,6 +19,7 @@ use crate::evaluate::{recommended_conntrack_max, Finding, Severity, CHECKS};
 use crate::snapshot::{ProbeStatus, Snapshot};
 
 mod kube_proxy;
+mod nftables_watch;
 mod rules;
 mod service_rejects;
 mod service_traffic;
@@ -100,7 +101,7 @@ probe_table!(metrics);
 /// Renders a snapshot and its findings: one function per section, each registering its
 /// series in the shared registry; the encoder writes the families sorted by name. Each probe's
 /// sections come from the probe table; the rest are the agent's own (probes, rule-set counts,
-/// the history's per-Service rejects, the process, the findings).
+/// the history's per-Service rejects, the nf_tables watcher, the process, the findings).
 pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     let out = Out {
         registry: Registry::new(),
@@ -110,6 +111,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     probe_sections(&out, s);
     netlink_counts(&out, s);
     service_rejects::render(&out, s);
+    nftables_watch::render(&out, s);
     own_process(&out);
     self::findings(&out, findings);
     out.encode()

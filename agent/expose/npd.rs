@@ -74,6 +74,8 @@ pub fn area_of(id: &str) -> Option<Area> {
         "service_traffic_rejected" => Area::Rules,
         // Service traffic tried for real: what the rules do to a packet.
         "service_traffic_failing" | "service_connect_slow" => Area::Rules,
+        // Another process removed kube-proxy's rules.
+        "rules_changed_by_other_process" => Area::Rules,
         // Node limits: the kernel's tables and port ranges, set by sysctls.
         "node_ports_in_ephemeral_range" => Area::Kernel,
         // SNAT ports share the conntrack table's fate (insert_failed); the rules are the data plane's.

@@ -195,6 +195,7 @@ pub fn render(doc: &Document, collected_at: f64) -> String {
     stale(&mut o, doc);
     o.push_str("<div class=\"grid\">\n");
     rules(&mut o, doc);
+    changes(&mut o, doc);
     kube_proxy(&mut o, doc);
     kernel(&mut o, doc);
     o.push_str("</div>\n");
@@ -378,6 +379,51 @@ fn rules(o: &mut String, doc: &Document) {
         o.push_str(
             "<p class=\"muted\">No rule sets read (no iptables, nft or IPVS tools, or the probes failed).</p>\n",
         );
+    }
+    o.push_str("</section>\n");
+}
+
+/// Journal rows the page shows at most (the newest; /snapshot has the whole journal).
+const JOURNAL_ROWS: usize = 16;
+
+/// The nf_tables watcher's journal: who committed what, newest first.
+fn changes(o: &mut String, doc: &Document) {
+    use crate::history::nftables_watch::WatchState;
+    let Some(w) = &doc.derived.nftables_watch else {
+        return;
+    };
+    section(o, "changes", "Rule changes");
+    match (w.state, &w.error) {
+        (WatchState::Watching, _) => {
+            let _ = writeln!(
+                o,
+                "<p>Watching nf_tables commits: {} by kube-proxy, {} by other processes{}.</p>",
+                w.commits_kube_proxy_total,
+                w.commits_other_total,
+                if w.notifications_lost_total > 0 {
+                    format!(
+                        "; notifications lost {} times (rules re-read)",
+                        w.notifications_lost_total
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
+        (_, why) => {
+            let _ = writeln!(
+                o,
+                "<p class=\"muted\">Not watching nf_tables commits{}: the rule probes poll.</p>",
+                why.as_ref().map(|w| format!(" ({})", esc(w))).unwrap_or_default()
+            );
+        }
+    }
+    if !w.journal.is_empty() {
+        o.push_str("<ol class=\"journal\" reversed>\n");
+        for e in w.journal.iter().rev().take(JOURNAL_ROWS) {
+            let _ = writeln!(o, "<li>{}</li>", esc(&e.describe()));
+        }
+        o.push_str("</ol>\n");
     }
     o.push_str("</section>\n");
 }

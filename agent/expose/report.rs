@@ -286,6 +286,31 @@ fn conntrack_parts(doc: &Document) -> Vec<String> {
     parts
 }
 
+/// The nf_tables watcher: whether it listens, its commits by writer class, its losses.
+fn changes_parts(doc: &Document) -> Option<Vec<String>> {
+    use crate::history::nftables_watch::WatchState;
+    let w = doc.derived.nftables_watch.as_ref()?;
+    let mut parts = vec![match (w.state, &w.error) {
+        (WatchState::Watching, _) => "watching nf_tables commits".to_string(),
+        (WatchState::Unavailable, Some(why)) => format!("not watched ({why})"),
+        (_, _) => "watcher starting".to_string(),
+    }];
+    parts.push(format!(
+        "{} by kube-proxy, {} by others seen",
+        w.commits_kube_proxy_total, w.commits_other_total
+    ));
+    if w.notifications_lost_total > 0 {
+        parts.push(format!(
+            "notifications lost {} times (rules re-read)",
+            w.notifications_lost_total
+        ));
+    }
+    Some(parts)
+}
+
+/// Journal lines `check` prints at most (the newest).
+const JOURNAL_LINES: usize = 10;
+
 /// Joins parts with "; " and wraps them after `label` (padded to LABEL columns).
 fn line(out: &mut String, label: &str, parts: &[String]) {
     let items: Vec<String> = parts
@@ -324,6 +349,9 @@ pub fn render(doc: &Document) -> String {
     line(&mut out, "rules:", &rules_parts(doc));
     line(&mut out, "kube-proxy:", &kube_proxy_parts(doc));
     line(&mut out, "conntrack:", &conntrack_parts(doc));
+    if let Some(parts) = changes_parts(doc) {
+        line(&mut out, "changes:", &parts);
+    }
     out.push('\n');
     if doc.findings.is_empty() {
         out.push_str("No findings: the data plane looks healthy.\n\n");
@@ -379,6 +407,13 @@ pub fn render(doc: &Document) -> String {
                 g.group.entries,
                 g.checks
             );
+        }
+        out.push('\n');
+    }
+    if let Some(w) = doc.derived.nftables_watch.as_ref().filter(|w| !w.journal.is_empty()) {
+        let _ = writeln!(out, "rule changes (newest last, who committed):");
+        for e in w.journal.iter().rev().take(JOURNAL_LINES).rev() {
+            wrap(&mut out, "  ", 4, &e.describe());
         }
         out.push('\n');
     }

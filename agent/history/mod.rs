@@ -16,6 +16,7 @@ pub mod findings;
 pub mod kube_proxy;
 pub mod kube_proxy_syncs;
 pub mod neighbour;
+pub mod nftables_watch;
 pub mod series;
 pub mod service_rejects;
 pub mod service_traffic;
@@ -66,6 +67,11 @@ pub struct Derived {
     /// The service_traffic probe's tries per target: time histogram, p50/p99, results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_traffic: Option<service_traffic::ServiceTrafficDerived>,
+    /// The nf_tables commits the watcher saw (the `nftables_watch` event source): its state,
+    /// the journal of the last commits with their writers, the counters by writer class, and
+    /// the change another process made to kube-proxy's rules while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nftables_watch: Option<nftables_watch::NftablesWatch>,
 }
 
 impl Derived {
@@ -133,6 +139,7 @@ pub struct History {
     snat: snat::SnatHistory,
     service_rejects: service_rejects::ServiceRejectHistory,
     service_traffic: service_traffic::ServiceTrafficHistory,
+    nftables_watch: nftables_watch::WatchHistory,
 }
 
 impl History {
@@ -153,6 +160,7 @@ impl History {
             snat: snat::SnatHistory::default(),
             service_rejects: Default::default(),
             service_traffic: Default::default(),
+            nftables_watch: Default::default(),
         }
     }
 
@@ -208,6 +216,18 @@ impl History {
             Reading::ServiceTraffic(f) => derived.service_traffic = Some(self.service_traffic.observe(f)),
             _ => {}
         }
+    }
+
+    /// An event source reported `event` (see `crate::watch`): the journal takes it.
+    /// `kube_proxy_pid` is the kube-proxy process the kube_proxy probe found last, if any.
+    pub fn event(
+        &mut self,
+        event: &crate::watch::Event,
+        kube_proxy_pid: Option<i32>,
+        mono: f64,
+        derived: &mut Derived,
+    ) {
+        derived.nftables_watch = Some(self.nftables_watch.observe(event, kube_proxy_pid, mono).clone());
     }
 
     /// A probe found its source absent at `now` (Unix seconds), `mono` (monotonic seconds);

@@ -395,6 +395,12 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             .unwrap()],
     });
     s.derived = Derived {
+        nftables_watch: Some(proxywatch::history::nftables_watch::NftablesWatch {
+            state: proxywatch::history::nftables_watch::WatchState::Watching,
+            commits_kube_proxy_total: 3,
+            commits_other_total: 1,
+            ..Default::default()
+        }),
         service_rejects: Some(proxywatch::history::service_rejects::ServiceRejects {
             seconds: 30.0,
             sources: vec!["nft ipv4".into()],

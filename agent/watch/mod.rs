@@ -1,0 +1,95 @@
+//! Event sources: what the kernel tells as it happens, beside the probes that read one moment.
+//!
+//! A source is a task that reports [`Event`]s to the scheduler, which folds them into the
+//! history stage (the journal) like a probe's reading, and, after the source's debounce, wakes
+//! the probes its row names so that they re-read early. [`SOURCES`] is the explicit list; the
+//! scheduler knows none by name.
+//!
+//! - [`nftables_watch`]: nf_tables notifications (every family, so iptables-nft's tables and
+//!   kube-proxy's nftables tables alike), one [`Commit`] per NEWGEN, attributed to its writer
+//!   ([`attribute`]); decoded by the pure [`nft_decode`].
+
+pub mod attribute;
+pub mod nft_decode;
+pub mod nftables_watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::probe::{ProbeContext, ProbeName};
+
+pub use attribute::Writer;
+pub use nft_decode::{CommitFacts, TableChange};
+
+/// One event source's row.
+pub struct Source {
+    /// Its name in logs and in `/snapshot` (`derived.<name>`).
+    pub name: &'static str,
+    /// The probes an event that [`Event::wakes`] re-runs, once the source has been quiet for
+    /// `debounce` (kube-proxy commits in bursts), at most `debounce_max` after the first.
+    pub wakes: &'static [ProbeName],
+    pub debounce: Duration,
+    pub debounce_max: Duration,
+    /// Starts it: it reports on the sender until the receiver is gone.
+    pub start: fn(Arc<ProbeContext>, tokio::sync::mpsc::Sender<Event>),
+}
+
+/// Every event source.
+pub const SOURCES: &[Source] = &[Source {
+    name: "nftables_watch",
+    wakes: &[ProbeName::Iptables, ProbeName::Nftables],
+    debounce: Duration::from_millis(200),
+    debounce_max: Duration::from_secs(1),
+    start: nftables_watch::start,
+}];
+
+/// What a source reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// It listens (the group joined).
+    Watching,
+    /// It cannot listen, and why; the probes keep polling.
+    Unavailable(String),
+    /// One nf_tables commit, attributed.
+    Commit(Commit),
+    /// The socket overflowed (ENOBUFS): notifications were lost; the rules are re-read.
+    Lost {
+        /// Unix time, in seconds.
+        at_seconds: f64,
+    },
+}
+
+impl Event {
+    /// Whether the probes the source names should re-read now.
+    pub fn wakes(&self) -> bool {
+        matches!(self, Event::Commit(_) | Event::Lost { .. })
+    }
+}
+
+/// One nf_tables commit as the watcher saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Commit {
+    /// Unix time the NEWGEN was received, in seconds.
+    #[serde(rename = "timestamp_seconds")]
+    pub at_seconds: f64,
+    pub generation: u32,
+    pub writer: Writer,
+    /// The writer or its parent is named as `--kube-proxy.process-name` says (used only when
+    /// the kube_proxy probe found no process to compare PIDs with).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub named_kube_proxy: bool,
+    pub tables: Vec<TableChange>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_tables: u32,
+    /// Notifications of this commit.
+    pub notifications: u64,
+    /// Notifications since the previous commit that could not be decoded (left out of the counts).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub undecoded: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}

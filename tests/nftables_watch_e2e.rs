@@ -1,0 +1,287 @@
+//! End to end (issue #36): who changed the rules, from the kernel's nf_tables notifications.
+//!
+//! In a network namespace the test creates: kube-proxy-shaped iptables-nft rules (its `nat`
+//! chains, the service portals jumping to them from PREROUTING and OUTPUT) and kube-proxy's
+//! `ip kube-proxy` nftables table, rewritten every second by a stand-in kube-proxy (a shell
+//! named `pwt-kpw`, `--kube-proxy.process-name`) through child `iptables-nft-restore --noflush`
+//! and `nft -f` processes, as kube-proxy does. The agent runs in the namespace (nf_tables
+//! notifications are per network namespace: it sees only the test's commits).
+//!
+//! - kube-proxy's own rewrites are journaled as kube-proxy's and never raise
+//!   `rules_changed_by_other_process`;
+//! - another process (an `iptables-nft-restore` that flushes nat, child of a `bash`) raises it,
+//!   critical, naming that process, its PID and its parent, as `nft monitor` printed them for
+//!   the same generation; the commits wake the iptables and nftables probes (re-read long
+//!   before their intervals); the stand-in's next rewrites (its chains, not the flushed jumps)
+//!   do not clear it.
+//!
+//! Needs root, `ip`, `iptables-nft-restore`, `nft`, `bash`. About 10 s.
+//! Logs in `target/e2e-logs/nftables_watch_e2e/`.
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{KubeNat, Netns, Process, Serve};
+use serde_json::Value;
+
+const KUBE_PROXY_NAME: &str = "pwt-kpw";
+
+fn log_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+    let dir = target.join("e2e-logs").join("nftables_watch_e2e");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// kube-proxy's nat chains as `iptables-restore --noflush` input: its own chains only (each
+/// declared, so flushed and rewritten), not the built-in chains.
+fn kube_chains() -> String {
+    let mut nat = KubeNat::new();
+    nat.service(
+        "WATCHSVC1",
+        "10.96.0.10",
+        "tcp",
+        80,
+        8080,
+        &[
+            ("KUBE-SEP-WATCHEP1".into(), "10.244.0.5".into()),
+            ("KUBE-SEP-WATCHEP2".into(), "10.244.0.6".into()),
+        ],
+    );
+    nat.render()
+        .lines()
+        .filter(|l| {
+            !["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"]
+                .iter()
+                .any(|c| l.starts_with(&format!(":{c} ")) || l.starts_with(&format!("-A {c} ")))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+const KUBE_TABLE: &str = "add table ip kube-proxy
+flush table ip kube-proxy
+table ip kube-proxy {
+    chain nat-prerouting {
+        type nat hook prerouting priority dstnat; policy accept;
+        jump services
+    }
+    chain services {
+        ip daddr 10.96.0.10 tcp dport 80 counter
+    }
+}
+";
+
+fn findings(agent: &common::Agent) -> Result<Vec<Value>, String> {
+    let (code, body) = agent.get("/findings")?;
+    let v: Value = serde_json::from_str(&body).map_err(|e| format!("{code} {e}: {body}"))?;
+    v.as_array().cloned().ok_or(format!("not a list: {body}"))
+}
+
+fn watch(agent: &common::Agent) -> Result<Value, String> {
+    let s = agent.snapshot()?;
+    let w = s["derived"]["nftables_watch"].clone();
+    if w.is_null() {
+        return Err(format!("no derived.nftables_watch: {s}"));
+    }
+    Ok(w)
+}
+
+/// `nft monitor`'s `# new generation N by process PID (NAME)` lines, by generation.
+fn monitor_generations(text: &str) -> Vec<(u64, u64, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("# new generation ")?;
+            let (gen, rest) = rest.split_once(" by process ")?;
+            let (pid, name) = rest.split_once(" (")?;
+            Some((
+                gen.parse().ok()?,
+                pid.parse().ok()?,
+                name.trim_end_matches(')').to_string(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn a_flush_by_another_process_is_named_kube_proxys_own_rewrites_are_not() {
+    if !common::can_run(&["ip", "iptables-nft-restore", "nft", "bash", "stdbuf"]) {
+        return;
+    }
+    let dir = log_dir();
+    let ns = Netns::new("nftw");
+    std::fs::write(dir.join("kube.rules"), kube_chains()).unwrap();
+    std::fs::write(dir.join("kube.nft"), KUBE_TABLE).unwrap();
+    std::fs::write(
+        dir.join("portals.rules"),
+        "*nat\n-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n",
+    )
+    .unwrap();
+    // The stand-in kube-proxy: bash under kube-proxy's name (comm and argv[0]), writing through
+    // children as kube-proxy does (iptables-restore and nft -f: an exited child is told by its
+    // name). Its portals are added once, its chains rewritten every second.
+    let standin = dir.join(KUBE_PROXY_NAME);
+    let _ = std::fs::remove_file(&standin);
+    std::os::unix::fs::symlink(common::which("bash").unwrap(), &standin).unwrap();
+    let script = format!(
+        "cd {dir}
+iptables-nft-restore --noflush < kube.rules
+iptables-nft-restore --noflush < portals.rules
+while :; do
+  nft -f kube.nft
+  iptables-nft-restore --noflush < kube.rules
+  sleep 1
+done",
+        dir = dir.display()
+    );
+    let kube_proxy = Process::spawn(
+        "stand-in kube-proxy",
+        &mut ns.command(standin.to_str().unwrap(), &["-c", &script]),
+        &dir.join("kube-proxy.log"),
+    );
+    let monitor = Process::spawn(
+        "nft monitor",
+        &mut ns.command("stdbuf", &["-oL", "nft", "monitor"]),
+        &dir.join("nft-monitor.log"),
+    );
+    let agent = Serve::new()
+        .in_netns(&ns)
+        .args(["--node-name", "pwt-nftw", "--kube-proxy.interval", "1s"])
+        .args(["--kube-proxy.process-name", KUBE_PROXY_NAME])
+        .log(dir.join("agent.log"))
+        .start();
+
+    // kube-proxy found, the watcher listening, kube-proxy's rewrites seen as its own.
+    let w = common::poll(
+        "three commits of kube-proxy's journaled",
+        Duration::from_secs(20),
+        || {
+            let w = watch(&agent)?;
+            let n = w["commits_kube_proxy_total"].as_u64().unwrap_or(0);
+            let s = agent.snapshot()?;
+            let kp = s["facts"]["kube_proxy"]["process"]["pid"].as_u64();
+            (w["state"] == "watching" && n >= 3 && kp == Some(u64::from(kube_proxy.pid())))
+                .then_some(w.clone())
+                .ok_or(format!("kube-proxy pid {kp:?}, watch {w}"))
+        },
+    );
+    assert_eq!(w["commits_other_total"], 0, "only kube-proxy wrote: {w}");
+    let journal = w["journal"].as_array().unwrap();
+    assert!(
+        journal.iter().all(|e| e["writer_class"] == "kube-proxy"),
+        "{journal:#?}"
+    );
+    let ids: Vec<String> = findings(&agent)
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(!ids.contains(&"rules_changed_by_other_process".to_string()), "{ids:?}");
+    common::poll("nft monitor prints generations", Duration::from_secs(10), || {
+        (!monitor_generations(&monitor.log()).is_empty())
+            .then_some(())
+            .ok_or(monitor.log())
+    });
+
+    // Another process flushes nat: an iptables-nft-restore that stays alive on its stdin after
+    // its commit, child of a bash.
+    let mut other = ns
+        .command("bash", &["-c", "iptables-nft-restore --noflush; echo done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let bash_pid = other.id();
+    let mut stdin = other.stdin.take().unwrap();
+    let flushed = Instant::now();
+    stdin.write_all(b"*nat\n-F\nCOMMIT\n").unwrap();
+    stdin.flush().unwrap();
+    let finding = common::poll("rules_changed_by_other_process", Duration::from_secs(10), || {
+        findings(&agent)?
+            .into_iter()
+            .find(|f| f["id"] == "rules_changed_by_other_process")
+            .ok_or("not yet".to_string())
+    });
+    let latency = flushed.elapsed();
+    // The writer as the agent named it, against the same process seen from here.
+    let writer_pid = finding["evidence"]["writer_pid"].as_u64().expect("writer_pid");
+    let stat = std::fs::read_to_string(format!("/proc/{writer_pid}/stat")).unwrap_or_default();
+    drop(stdin);
+    let _ = other.wait();
+    eprintln!(
+        "flush written -> finding in /findings: {:.0} ms",
+        latency.as_secs_f64() * 1000.0
+    );
+    assert_eq!(finding["severity"], "critical", "{finding:#}");
+    assert!(stat.contains("(iptables-nft-re)"), "{writer_pid}: {stat}");
+    assert_eq!(finding["evidence"]["writer_name"], "iptables-nft-re", "{finding:#}");
+    assert_eq!(finding["evidence"]["parent_pid"], bash_pid, "{finding:#}");
+    assert_eq!(finding["evidence"]["parent_name"], "bash", "{finding:#}");
+    assert!(
+        finding["summary"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("(PID {writer_pid}), parent bash (PID {bash_pid})")),
+        "{finding:#}"
+    );
+    // What nft monitor printed for the same commit.
+    let generation = finding["evidence"]["generation"].as_u64().unwrap();
+    let printed = common::poll("nft monitor's line for the flush", Duration::from_secs(5), || {
+        monitor_generations(&monitor.log())
+            .into_iter()
+            .find(|(g, _, _)| *g == generation)
+            .ok_or(monitor.log())
+    });
+    assert_eq!(printed, (generation, writer_pid, "iptables-nft-re".to_string()));
+    assert!(
+        finding["evidence"]["removed"].to_string().contains("ip nat"),
+        "{finding:#}"
+    );
+
+    // The commits woke the rule probes: re-read after the flush, long before their 60 s and
+    // 120 s intervals.
+    let flushed_unix = finding["evidence"]["timestamp_seconds"].as_f64().unwrap();
+    common::poll(
+        "the iptables and nftables probes re-read early",
+        Duration::from_secs(10),
+        || {
+            let s = agent.snapshot()?;
+            let ran = |p: &str| s["probes"][p]["last_success_timestamp_seconds"].as_f64().unwrap_or(0.0);
+            (ran("iptables") > flushed_unix && ran("nftables") > flushed_unix)
+                .then_some(())
+                .ok_or(format!("{}", s["probes"]))
+        },
+    );
+
+    // kube-proxy's next rewrites put its chains back, not the flushed portals: it stands.
+    let before = watch(&agent).unwrap()["commits_kube_proxy_total"].as_u64().unwrap();
+    common::poll("two more kube-proxy commits", Duration::from_secs(10), || {
+        let n = watch(&agent)?["commits_kube_proxy_total"].as_u64().unwrap_or(0);
+        (n >= before + 2).then_some(()).ok_or(format!("{n}"))
+    });
+    assert!(
+        findings(&agent)
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "rules_changed_by_other_process"),
+        "a partial rewrite does not restore the portals"
+    );
+    let w = watch(&agent).unwrap();
+    assert_eq!(w["commits_other_total"], 1, "{w}");
+    let metrics = agent.get_ok("/metrics");
+    assert_eq!(
+        common::series(&metrics, "proxywatch_nftables_commits_total{writer=\"other\"}"),
+        Some(1.0)
+    );
+    assert_eq!(common::series(&metrics, "proxywatch_nftables_watch_up"), Some(1.0));
+    agent.stop_cleanly();
+    monitor.stop();
+    kube_proxy.stop();
+}
