@@ -942,3 +942,60 @@ fn process_name_flag_finds_a_renamed_binary_by_comm_and_argv0() {
     assert_ne!(pid, renamed.pid());
     drop(renamed);
 }
+
+/// A draining node (issue 41): kube-proxy's `/healthz` 503 with `nodeEligible: false` while
+/// `/livez` 200 is kube_proxy_node_draining (info), neither kube_proxy_unhealthy nor any critical;
+/// the same 503 with `nodeEligible: true` (and `/livez` 503, as kube-proxy answers then) stays
+/// kube_proxy_unhealthy critical; without `/livez` (404), `nodeEligible: false` alone tells.
+#[test]
+fn a_draining_nodes_healthz_503_is_info_not_unhealthy() {
+    let fake = FakeKubeProxy::start();
+    let body = |eligible: bool| {
+        kube_proxy_fixture(HEALTHZ_FIXTURE).replace("\"nodeEligible\": true", &format!("\"nodeEligible\": {eligible}"))
+    };
+    assert!(body(false).contains("\"nodeEligible\": false"));
+    let livez = r#"{"lastUpdated": "2024-06-16 13:10:38.185046097 +0000 UTC m=+18599.92","currentTime": "2024-06-16 13:10:38.185046097 +0000 UTC m=+18599.92"}"#;
+
+    fake.set("/healthz", Reply::new(503, body(false)));
+    fake.set("/livez", Reply::ok(livez));
+    let run = check_fake(&fake, &[]);
+    let kp = &run.doc["facts"]["kube_proxy"];
+    assert_eq!(kp["metrics_up"], true, "{kp:#}");
+    assert_eq!(kp["healthz"]["node_eligible"], false);
+    assert_eq!(kp["healthz"]["livez_status"], 200);
+    let f = must_find(&run.doc, "kube_proxy_node_draining");
+    assert_eq!(f["severity"], "info", "{f:#}");
+    assert!(f["summary"].as_str().unwrap().contains("draining"), "{f:#}");
+    let loud: Vec<&Value> = run.doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            ["kube_proxy_unhealthy", "kube_proxy_down"].contains(&f["id"].as_str().unwrap())
+                || f["severity"] == "critical"
+        })
+        .collect();
+    assert!(loud.is_empty(), "{loud:#?}");
+    // The fixture's own scrape has a slow network-programming p99 (a warning): exit 1, not 2.
+    assert_eq!(run.code, 1, "{:#}", run.doc["findings"]);
+    assert!(fake.hits("/livez") >= 1);
+
+    // An older kube-proxy without /livez: nodeEligible false alone.
+    fake.set("/livez", Reply::new(404, "404 page not found\n"));
+    let run = check_fake(&fake, &[]);
+    assert_eq!(must_find(&run.doc, "kube_proxy_node_draining")["severity"], "info");
+    assert!(
+        finding(&run.doc, "kube_proxy_unhealthy").is_none(),
+        "{:#}",
+        run.doc["findings"]
+    );
+    assert_eq!(run.code, 1);
+
+    // Eligible: the 503 is kube-proxy's own, as before.
+    fake.set("/healthz", Reply::new(503, body(true)));
+    fake.set("/livez", Reply::new(503, livez));
+    let run = check_fake(&fake, &[]);
+    assert_eq!(must_find(&run.doc, "kube_proxy_unhealthy")["severity"], "critical");
+    assert!(finding(&run.doc, "kube_proxy_node_draining").is_none());
+    assert_eq!(run.code, 2);
+}

@@ -90,7 +90,17 @@ pub fn unhealthy(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Findi
     let k = kp(s)?;
     let h = k.healthz.as_ref()?;
     let answered = h.status_code != 0;
-    let (severity, summary) = if answered && h.status_code != 200 {
+    let (severity, summary) = if h.draining() && h.livez_status != Some(503) {
+        // The node is leaving (kube_proxy_node_draining says so): /healthz 503 is kube-proxy
+        // telling load balancers to stop sending here, not late rules. /livez 503 would be.
+        (
+            Severity::Ok,
+            match h.livez_status {
+                Some(200) => "kube-proxy's proxier is healthy (/livez 200); /healthz answers 503 because the node is draining".to_string(),
+                _ => "kube-proxy's /healthz answers 503 because the node is draining (nodeEligible false); no /livez to tell the proxier's own health, judged by its syncs (kube_proxy_sync_stale, kube_proxy_sync_failing)".to_string(),
+            },
+        )
+    } else if answered && h.status_code != 200 {
         (
             Severity::Critical,
             format!(
@@ -142,12 +152,53 @@ pub fn unhealthy(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Findi
             .evidence("healthz_status", h.status_code)
             .evidence("healthz_error", h.error.clone())
             .evidence("staleness_seconds", h.staleness_seconds)
+            .evidence("node_eligible", h.node_eligible)
+            .evidence("livez_status", h.livez_status)
             .evidence("metrics_error", k.metrics_error.clone())
             .evidence("pid", k.process.as_ref().map(|p| p.pid))
             .remediation(&[
                 "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100: look for failed syncs (iptables-restore errors) or lost API server connections.",
                 "If it is wedged, delete the pod so the DaemonSet recreates it; services keep working on the old rules meanwhile.",
                 "If nothing listens on its ports, check kube-proxy's metricsBindAddress and healthzBindAddress against --kube-proxy.metrics-url and --kube-proxy.healthz-url, and whether the process is kube-proxy at all (see kube_proxy_process_ambiguous).",
+            ]),
+    )
+}
+
+/// kube-proxy says the node is leaving the cluster: `/healthz` 503 with `nodeEligible: false`
+/// (the node has a deletion timestamp or the `ToBeDeletedByClusterAutoscaler` taint: its
+/// `SyncNode`), or 503 while `/livez`, which leaves the node out, answers 200
+/// (pkg/proxy/healthcheck/proxy_health.go). By design: load balancers that probe
+/// `/healthz` stop sending new connections here before the node goes.
+/// Info, never a page; `/livez` 503 besides is `kube_proxy_unhealthy` as well.
+pub fn node_draining(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
+    let h = kp(s)?.healthz.as_ref()?;
+    let (severity, summary) = if h.draining() {
+        let why = match (h.node_eligible, h.livez_status) {
+            (Some(false), Some(200)) => "nodeEligible false, /livez 200",
+            (Some(false), Some(503)) => "nodeEligible false; /livez 503: its rules are late too",
+            (Some(false), _) => "nodeEligible false; no /livez answer",
+            _ => "/livez 200",
+        };
+        (
+            Severity::Info,
+            format!(
+                "kube-proxy reports this node draining: /healthz {} ({why}); the node is being deleted or tainted ToBeDeletedByClusterAutoscaler",
+                h.status_code
+            ),
+        )
+    } else {
+        (Severity::Ok, "kube-proxy does not report the node draining".to_string())
+    };
+    Some(
+        Finding::new(severity, summary)
+            .evidence("healthz_status", h.status_code)
+            .evidence("node_eligible", h.node_eligible)
+            .evidence("livez_status", h.livez_status)
+            .evidence("livez_error", h.livez_error.clone())
+            .remediation(&[
+                "Expected while the node is drained for deletion: kube-proxy answers /healthz 503 so that cloud load balancers stop sending new connections to it; existing ones keep being served.",
+                "If the node is not meant to go: kubectl get node <node> -o jsonpath='{.metadata.deletionTimestamp} {.spec.taints}' shows the deletion timestamp or the ToBeDeletedByClusterAutoscaler taint; the cluster autoscaler's log (or kubectl describe node <node>, its events) says why it chose the node.",
+                "Alerts or probes of your own on kube-proxy's /healthz page on every scaled-down node: probe /livez instead (kube-proxy's liveness, the node left out).",
             ]),
     )
 }
@@ -608,6 +659,57 @@ mod tests {
         });
         assert_eq!(judge(unhealthy, &hung, &t).unwrap().severity, Severity::Critical);
         assert_eq!(judge(sync_stale, &s, &t).unwrap().severity, Severity::Warning);
+    }
+
+    #[test]
+    fn a_draining_node_is_info_never_unhealthy_unless_livez_says_so() {
+        let t = crate::config::default_thresholds();
+        let h503 = |eligible: Option<bool>, livez: Option<u16>| {
+            with(KubeProxyFacts {
+                metrics_up: true,
+                healthz: Some(HealthzFacts {
+                    status_code: 503,
+                    node_eligible: eligible,
+                    livez_status: livez,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        };
+        let sev = |s: &Snapshot| {
+            (
+                judge(unhealthy, s, &t).unwrap().severity,
+                judge(node_draining, s, &t).unwrap().severity,
+            )
+        };
+        // kube-proxy's own answers while the node is tainted ToBeDeletedByClusterAutoscaler.
+        assert_eq!(sev(&h503(Some(false), Some(200))), (Severity::Ok, Severity::Info));
+        // No /livez (404: not served), nodeEligible alone says why.
+        assert_eq!(sev(&h503(Some(false), Some(404))), (Severity::Ok, Severity::Info));
+        assert_eq!(sev(&h503(Some(false), None)), (Severity::Ok, Severity::Info));
+        // /livez 200 alone: /healthz's 503 is the node's, not the proxier's.
+        assert_eq!(sev(&h503(None, Some(200))), (Severity::Ok, Severity::Info));
+        // Draining and late rules: both.
+        assert_eq!(sev(&h503(Some(false), Some(503))), (Severity::Critical, Severity::Info));
+        // Eligible, or an older kube-proxy: as before.
+        assert_eq!(sev(&h503(Some(true), Some(503))), (Severity::Critical, Severity::Ok));
+        assert_eq!(sev(&h503(Some(true), Some(404))), (Severity::Critical, Severity::Ok));
+        assert_eq!(sev(&h503(None, None)), (Severity::Critical, Severity::Ok));
+        let f = judge(node_draining, &h503(Some(false), Some(200)), &t).unwrap();
+        assert_eq!(f.evidence["node_eligible"], false);
+        assert_eq!(f.evidence["livez_status"], 200);
+        assert!(f.summary.contains("draining"), "{}", f.summary);
+        // A healthy kube-proxy, even one whose body says nodeEligible false (200 cannot come
+        // with it from kube-proxy; an answer that does is not a drain).
+        let fine = with(KubeProxyFacts {
+            healthz: Some(HealthzFacts {
+                status_code: 200,
+                node_eligible: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(sev(&fine), (Severity::Ok, Severity::Ok));
     }
 
     fn candidate(pid: i32, start: f64) -> ProcessCandidate {

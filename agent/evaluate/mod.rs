@@ -208,6 +208,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "ipvs_scheduler", run: ipvs::scheduler },
     Check { id: "kube_proxy_down", run: kube_proxy::down },
     Check { id: "kube_proxy_unhealthy", run: kube_proxy::unhealthy },
+    Check { id: "kube_proxy_node_draining", run: kube_proxy::node_draining },
     Check { id: "kube_proxy_process_ambiguous", run: kube_proxy::process_ambiguous },
     Check { id: "kube_proxy_sync_slow", run: kube_proxy::sync_slow },
     Check { id: "kube_proxy_network_programming_slow", run: kube_proxy::network_programming_slow },

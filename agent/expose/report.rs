@@ -226,6 +226,9 @@ fn kube_proxy_parts(doc: &Document) -> Vec<String> {
     }
     parts.push(match &kp.healthz {
         Some(h) if h.status_code == 200 => "healthy (/healthz 200)".to_string(),
+        Some(h) if h.draining() && h.livez_status != Some(503) => {
+            format!("node draining (/healthz {}, not eligible)", h.status_code)
+        }
         Some(h) if h.status_code != 0 => match h.staleness_seconds {
             Some(s) => format!("UNHEALTHY (/healthz {}, {} stale)", h.status_code, secs(s)),
             None => format!("UNHEALTHY (/healthz {})", h.status_code),

@@ -29,7 +29,7 @@ use crate::promtext::{self, Histogram};
 pub struct Endpoints {
     /// Base URL of the metrics server (`/metrics`, `/proxyMode`).
     pub metrics_url: String,
-    /// Base URL of the health server (`/healthz`).
+    /// Base URL of the health server (`/healthz`, and `/livez` when `/healthz` is not 200).
     pub healthz_url: String,
     /// `/metrics` bodies larger than this fail the probe (`--kube-proxy.max-body-bytes`).
     pub max_body_bytes: usize,
@@ -61,6 +61,30 @@ pub struct HealthzFacts {
     /// Nothing listens on the health port (connection refused).
     #[serde(default)]
     pub refused: bool,
+    /// `nodeEligible` of the body (kube-proxy v1.28+): false while the node is being deleted or
+    /// tainted `ToBeDeletedByClusterAutoscaler`, which alone makes `/healthz` answer 503.
+    #[serde(default)]
+    pub node_eligible: Option<bool>,
+    /// `/livez` on the same port, asked only when `/healthz` answers another status than 200:
+    /// its HTTP status (200 while the proxier syncs, whatever the node; 404 where kube-proxy
+    /// does not serve it). None when not asked or when it did not answer.
+    #[serde(default)]
+    pub livez_status: Option<u16>,
+    /// Why `/livez` could not be read, when it was asked and could not.
+    #[serde(default)]
+    pub livez_error: Option<String>,
+}
+
+impl HealthzFacts {
+    /// `/healthz` answered non-200 because the node is leaving the cluster, not because
+    /// kube-proxy's rules are late: `nodeEligible` false, or `/livez` (the proxier's health
+    /// alone) 200. kube-proxy's `healthzHandler` answers `healthy && nodeEligible`, its
+    /// `livezHandler` the proxier's health only (pkg/proxy/healthcheck/proxy_health.go).
+    pub fn draining(&self) -> bool {
+        self.status_code != 0
+            && self.status_code != 200
+            && (self.node_eligible == Some(false) || self.livez_status == Some(200))
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -215,8 +239,17 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
                     h.staleness_seconds = parsed.staleness_seconds().ok().flatten();
                     h.last_updated = Some(parsed.last_updated);
                     h.current_time = Some(parsed.current_time);
+                    h.node_eligible = parsed.node_eligible;
                 }
                 Err(e) => h.error = Some(e.to_string()),
+            }
+            // A 503 is either late rules or a node leaving the cluster: /livez tells which.
+            // Asked only then, so a healthy kube-proxy sees no extra request.
+            if r.status != 200 {
+                match get("/livez", &ep.healthz_url, MAX_HEALTHZ_BYTES).await {
+                    Ok(l) => h.livez_status = Some(l.status),
+                    Err(e) => h.livez_error = Some(e.to_string()),
+                }
             }
             h
         }
