@@ -167,8 +167,10 @@ fn run_with(tag: &str, inhibit_rules: &str, alerts: &Value, want: &[(&str, &str,
             other => Err(format!("{other:?}")),
         }
     });
-    let want: Vec<(String, String, String, usize)> =
-        want.iter().map(|(a, i, s, n)| (a.to_string(), i.to_string(), s.to_string(), *n)).collect();
+    let want: Vec<(String, String, String, usize)> = want
+        .iter()
+        .map(|(a, i, s, n)| (a.to_string(), i.to_string(), s.to_string(), *n))
+        .collect();
     common::poll("inhibitions applied", Duration::from_secs(20), || {
         let got = states(&ns)?;
         if got == want {
@@ -183,7 +185,10 @@ fn run_with(tag: &str, inhibit_rules: &str, alerts: &Value, want: &[(&str, &str,
 /// The block of docs/alerts.md whose `equal:` line is `equal`.
 fn block_with(equal: &str) -> String {
     let blocks = inhibition_blocks();
-    let found: Vec<_> = blocks.iter().filter(|b| b.contains(&format!("equal: {equal}\n"))).collect();
+    let found: Vec<_> = blocks
+        .iter()
+        .filter(|b| b.contains(&format!("equal: {equal}\n")))
+        .collect();
     assert_eq!(found.len(), 1, "one block with equal: {equal} in {blocks:?}");
     found[0].clone()
 }
@@ -205,13 +210,21 @@ fn a_critical_on_one_node_silences_the_warning_of_that_node_only() {
         "aminhkp",
         &block_with("[namespace, alertname]"),
         &alerts,
-        &[(A, "n1", "active", 0), (A, "n1", "suppressed", 1), (A, "n2", "suppressed", 1)],
+        &[
+            (A, "n1", "active", 0),
+            (A, "n1", "suppressed", 1),
+            (A, "n2", "suppressed", 1),
+        ],
     );
     // The runbook's: the node in `equal`, n2's warning still notifies.
     run_with(
         "aminhnd",
         &block_with("[namespace, alertname, instance]"),
         &alerts,
-        &[(A, "n1", "active", 0), (A, "n1", "suppressed", 1), (A, "n2", "active", 0)],
+        &[
+            (A, "n1", "active", 0),
+            (A, "n1", "suppressed", 1),
+            (A, "n2", "active", 0),
+        ],
     );
 }
