@@ -285,15 +285,18 @@ fn npd_binary() -> Option<PathBuf> {
     None
 }
 
-/// The shipped monitor config with the plugin's path substituted (the test's binary) and
-/// the invoke interval shortened from 30 s to 1 s, so the test takes seconds; nothing else.
+/// The shipped monitor config with the plugin's path substituted (the test's binary), the
+/// invoke interval shortened from 30 s to 1 s, so the test takes seconds, and metricsReporting
+/// on, so that the test reads NPD's problem gauges (the DaemonSet runs no exporter); nothing else.
 fn monitor_config(dir: &Path) -> PathBuf {
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/overlays/npd/proxywatch-monitor.json");
     let text = std::fs::read_to_string(&shipped).unwrap();
     assert!(text.contains("\"/opt/proxywatch/proxywatch\"") && text.contains("\"invoke_interval\": \"30s\""));
+    assert!(text.contains("\"metricsReporting\": false"));
     let text = text
         .replace("/opt/proxywatch/proxywatch", common::binary().to_str().unwrap())
-        .replace("\"invoke_interval\": \"30s\"", "\"invoke_interval\": \"1s\"");
+        .replace("\"invoke_interval\": \"30s\"", "\"invoke_interval\": \"1s\"")
+        .replace("\"metricsReporting\": false", "\"metricsReporting\": true");
     let p = dir.join("proxywatch-monitor.json");
     std::fs::write(&p, text).unwrap();
     p

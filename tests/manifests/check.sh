@@ -356,6 +356,173 @@ PYEOF
 }
 step "render manifests/ + overlays/npd (kustomize; the init container runs the agent's image)" render_npd
 
+# ---------------------------------------------------------------- image guard
+# The guard wants a tag or a digest after the image's last '/': a registry port is no tag
+# (host:5000/name is :latest). Both renderers, the same verdicts and messages.
+image_guard() {
+    local rc=0 d spec out want r ren got
+    d=$(printf 'a%.0s' $(seq 64))
+    local renderers=(py)
+    [ ${#KUSTOMIZE[@]} -gt 0 ] && renderers+=(kustomize)
+    # newName|newTag|digest|expected: ok, or the text the refusal must contain
+    while IFS='|' read -r g_name tag dig want; do
+        r=$WORK/guard && rm -rf "$r" && cp -r manifests "$r" || return 1
+        {
+            printf '\nimages:\n  - name: proxywatch\n'
+            [ -n "$g_name" ] && echo "    newName: $g_name"
+            [ -n "$tag" ] && echo "    newTag: \"$tag\""
+            [ -n "$dig" ] && echo "    digest: sha256:$d"
+        } >>"$r/kustomization.yaml"
+        spec="newName=${g_name:--} newTag=${tag:--} digest=${dig:+sha256:...}"
+        for ren in "${renderers[@]}"; do
+            if [ "$ren" = py ]; then
+                out=$("$PY" "$HERE/render_overlay.py" "$WORK/guard.yaml" --base "$r" --no-component 2>&1)
+            else
+                out=$("${KUSTOMIZE[@]}" "$r" 2>&1 >"$WORK/guard.yaml")
+            fi
+            got=$?
+            if [ "$want" = ok ]; then
+                if [ $got -ne 0 ]; then
+                    echo "$ren refused $spec: $out"
+                    rc=1
+                elif ! image_of "$WORK/guard.yaml" >/dev/null; then
+                    rc=1
+                fi
+            elif [ $got -eq 0 ]; then
+                echo "$ren rendered $spec (no tag or digest after the last /)"
+                rc=1
+            elif ! grep -qF -- "$want" <<<"$out"; then
+                echo "$ren refused $spec without \"$want\": $out"
+                rc=1
+            fi
+        done
+        echo "$spec: ${renderers[*]}: ${want}"
+    done <<'GUARDS'
+registry.local:5000/proxywatch|||After the registry the image is now >> /proxywatch
+registry.local:5000/team/proxywatch|||After the registry the image is now >> /team/proxywatch
+registry.local:5000/proxywatch|1.2.3||ok
+registry.local:5000/proxywatch||d|ok
+registry.local:5000/team/proxywatch|1.2.3|d|ok
+localhost:5000/proxywatch|dev||ok
+registry.example.com/proxywatch|||it is now >> registry.example.com/proxywatch
+registry.example.com/team/proxywatch||d|ok
+|dev||ok
+GUARDS
+    return $rc
+}
+step "image guard: a tag or digest after the last / (host:5000/name refused, :tag and @sha256: rendered)" image_guard
+
+# ---------------------------------------------------------------- combinations
+# The base alone, each component, and the components together (both orders), rendered by
+# kustomize from a kustomization outside the repository, then checked by check_rendered.py:
+# DaemonSets on Linux only, NPD able to read the agent, Prometheus' discovery RBAC. The same
+# checker must refuse the broken variants built below from those renders.
+COMBOS=$WORK/combos
+PROM_SA=monitoring/prometheus-k8s
+# name:components (comma-separated, in order):checker args
+COMBO_LIST=(
+    "base::"
+    "rbac-proxy:rbac-proxy:"
+    "npd:npd:"
+    "kube-prometheus:kube-prometheus:--prometheus $PROM_SA"
+    "npd+rbac-proxy:npd,rbac-proxy:"
+    "rbac-proxy+npd:rbac-proxy,npd:"
+    "all:rbac-proxy,npd,kube-prometheus:--prometheus $PROM_SA"
+)
+render_combo() { # NAME COMPONENTS [EXTRA-KUSTOMIZATION-TEXT]: renders to $COMBOS/NAME.yaml
+    local name=$1 comps=$2 extra=${3:-} k=$COMBOS/kz-$1 rel c
+    mkdir -p "$k"
+    rel=$("$PY" -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$DEPLOY" "$k")
+    {
+        printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n' "$rel"
+        if [ -n "$comps" ]; then
+            echo "components:"
+            for c in ${comps//,/ }; do echo "  - $rel/overlays/$c"; done
+        fi
+        printf '%s' "$extra"
+    } >"$k/kustomization.yaml"
+    "${KUSTOMIZE[@]}" "$k" >"$COMBOS/$name.yaml"
+}
+combinations() {
+    [ ${#KUSTOMIZE[@]} -gt 0 ] || { echo "no kubectl/kustomize: the npd component needs kustomize"; return 1; }
+    [ -f "$DEPLOY/kustomization.yaml" ] || { echo "no $DEPLOY (the deploy step failed)"; return 1; }
+    mkdir -p "$COMBOS"
+    local rc=0 entry name comps cargs
+    for entry in "${COMBO_LIST[@]}"; do
+        IFS=: read -r name comps cargs <<<"$entry"
+        echo "+ render ${name} (components: ${comps:-none})"
+        render_combo "$name" "$comps" || { rc=1; continue; }
+        # shellcheck disable=SC2086
+        "$PY" "$HERE/check_rendered.py" $cargs "$COMBOS/$name.yaml" || rc=1
+    done
+    # Another Prometheus ServiceAccount, by the patch overlays/kube-prometheus documents.
+    local patch
+    patch=$("$PY" - "$ROOT/manifests/overlays/kube-prometheus/kustomization.yaml" <<'PYEOF'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+i = lines.index("#     patches:")
+out = []
+for l in lines[i:]:
+    if not l.startswith("#     "):
+        break
+    out.append(l[6:])
+print("\n".join(out))
+PYEOF
+) || return 1
+    render_combo kube-prometheus-other-sa kube-prometheus "$patch"$'\n' || return 1
+    "$PY" "$HERE/check_rendered.py" --prometheus observability/prometheus "$COMBOS/kube-prometheus-other-sa.yaml" || rc=1
+    if "$PY" "$HERE/check_rendered.py" --prometheus "$PROM_SA" "$COMBOS/kube-prometheus-other-sa.yaml" 2>/dev/null; then
+        echo "the documented patch left $PROM_SA bound"
+        rc=1
+    fi
+    # Every render is valid Kubernetes.
+    local v f out
+    for v in "${KUBE_VERSIONS[@]}"; do
+        for entry in "${COMBO_LIST[@]}"; do
+            f=$COMBOS/${entry%%:*}.yaml
+            out=$(kubernetes-validate --strict --quiet -k "$v" "$f" 2>&1) || true
+            echo "$out" | grep -v "Couldn't find schema for kind \(ServiceMonitor\|PodMonitor\|PrometheusRule\|Issuer\|Certificate\)" || true
+            if echo "$out" | grep -q "^ERROR"; then rc=1; fi
+        done
+        echo "${#COMBO_LIST[@]} renders validated against Kubernetes $v"
+    done
+    return $rc
+}
+step "render base, each component and components together; DaemonSets on Linux, NPD reaches the agent, Prometheus RBAC" combinations
+
+broken_combinations() {
+    # check_rendered.py refuses what the issue found broken, each with its message.
+    [ -s "$COMBOS/all.yaml" ] || { echo "no renders (the combinations step failed)"; return 1; }
+    local rc=0 name edit want out
+    while IFS='|' read -r name want edit; do
+        "$PY" - "$COMBOS/all.yaml" "$COMBOS/broken-$name.yaml" "$edit" <<'PYEOF' || return 1
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for d in docs:
+    exec(sys.argv[3], {"d": d})
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+PYEOF
+        if out=$("$PY" "$HERE/check_rendered.py" --prometheus "$PROM_SA" "$COMBOS/broken-$name.yaml" 2>&1); then
+            echo "check_rendered.py accepted $name"
+            rc=1
+        elif ! grep -qF -- "$want" <<<"$out"; then
+            echo "check_rendered.py refused $name without \"$want\": $out"
+            rc=1
+        else
+            echo "$name: refused: ...$want..."
+        fi
+    done <<'BROKEN'
+npd-via-node-address-behind-rbac-proxy|kube-rbac-proxy's HTTPS port|if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "proxywatch-node-problem-detector": s = d["spec"]["template"]["spec"]; s.pop("hostNetwork"); [e.update(value="http://$(HOST_IP):9877") for e in s["containers"][0]["env"] if e["name"] == "PROXYWATCH_NPD_FROM"]
+npd-loopback-off-host-network|NPD needs hostNetwork|if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "proxywatch-node-problem-detector": d["spec"]["template"]["spec"].pop("hostNetwork")
+npd-over-https|plain http only|if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "proxywatch-node-problem-detector": [e.update(value="https://127.0.0.1:9877") for e in d["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "PROXYWATCH_NPD_FROM"]
+windows-too|would be scheduled on Windows nodes|if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "proxywatch": d["spec"]["template"]["spec"].pop("nodeSelector")
+no-endpointslices|may not get/list/watch ['discovery.k8s.io/endpointslices']|if d["kind"] == "Role": d["rules"] = d["rules"][:1]
+no-watch|may not get/list/watch|if d["kind"] == "Role": [r.update(verbs=["get", "list"]) for r in d["rules"]]
+BROKEN
+    return $rc
+}
+step "check_rendered.py refuses the broken combinations (NPD on the node address behind rbac-proxy, Windows, RBAC short)" broken_combinations
+
 # ---------------------------------------------------------------- YAML / structure
 step "YAML/JSON syntax, labels, namespaces, DaemonSet policy, CRD schemas, dashboard structure" \
     "$PY" "$HERE/lint_files.py" "$OVERLAY"
@@ -365,7 +532,8 @@ BASE_FILES=(manifests/namespace.yaml manifests/serviceaccount.yaml manifests/dae
     manifests/overlays/rbac-proxy/clusterrole.yaml manifests/overlays/rbac-proxy/clusterrolebinding.yaml
     manifests/overlays/rbac-proxy/clusterrole-metrics-reader.yaml
     manifests/overlays/npd/serviceaccount.yaml manifests/overlays/npd/clusterrole.yaml
-    manifests/overlays/npd/clusterrolebinding.yaml manifests/overlays/npd/daemonset.yaml)
+    manifests/overlays/npd/clusterrolebinding.yaml manifests/overlays/npd/daemonset.yaml
+    manifests/overlays/kube-prometheus/role.yaml manifests/overlays/kube-prometheus/rolebinding.yaml)
 k8s_validate() {
     local v out rc=0
     echo "NOTE: ServiceMonitor, PodMonitor, PrometheusRule, Issuer and Certificate are CRDs without a schema in"
@@ -396,6 +564,29 @@ test_rules() {
 step "promtool test rules tests/manifests/alerts_test.yaml" test_rules
 step "alerts: severity, summary/description, runbook anchors in docs/alerts.md, job selectors, test coverage" \
     "$PY" "$HERE/check_rules_meta.py"
+render_rules() {
+    # The shipped rules are render-rules.py's rendering of its defaults; another runbook URL
+    # pattern reaches every alert (its anchor kept), and promtool accepts the result.
+    local out=$WORK/rules-rendered.yaml n want
+    python3 manifests/render-rules.py >"$out" || return 1
+    if ! diff -u manifests/prometheusrule.yaml "$out" >/dev/null; then
+        echo "manifests/prometheusrule.yaml is not render-rules.py's rendering of its defaults:"
+        diff -u manifests/prometheusrule.yaml "$out" | head -20
+        return 1
+    fi
+    python3 manifests/render-rules.py --runbook-url-pattern 'https://git.example.com/ops/proxywatch/-/blob/v1/docs/alerts.md#%s' >"$out" || return 1
+    want=$(grep -c 'runbook_url:' manifests/prometheusrule.yaml)
+    n=$(grep -cE 'runbook_url: https://git\.example\.com/ops/proxywatch/-/blob/v1/docs/alerts\.md#proxywatch[a-z0-9-]+$' "$out")
+    [ "$n" = "$want" ] || { echo "$n of $want runbook_url follow the pattern"; return 1; }
+    "$PY" "$HERE/extract_rules.py" "$out" "$RULES_DIR/rendered-rules.yaml" || return 1
+    "$PROMTOOL" check rules "$RULES_DIR/rendered-rules.yaml" >/dev/null || return 1
+    if python3 manifests/render-rules.py --runbook-url-pattern 'https://example.com/runbooks' >/dev/null 2>&1; then
+        echo "render-rules.py accepted a pattern without %s"
+        return 1
+    fi
+    echo "the shipped rules are the default rendering; --runbook-url-pattern reaches all $want alerts"
+}
+step "render-rules.py: defaults give the shipped rules, --runbook-url-pattern every runbook_url" render_rules
 dashboard_queries() {
     # Every query of the dashboard, as a recording rule: promtool parses each expression (the
     # $variables sit inside label-matcher strings, so they parse as Grafana sends them).
@@ -499,7 +690,7 @@ step "metric_names.py self-test (/metrics file mode)" metric_names_selftest
 run_checkov() {
     # --skip-download: no calls to the Prisma Cloud API (no network in CI).
     checkov --quiet --compact --skip-download --framework kubernetes dockerfile \
-        -f manifests/*.yaml manifests/overlays/rbac-proxy/*.yaml manifests/overlays/npd/*.yaml "$OVERLAY" "$NPD_OVERLAY" Dockerfile
+        -f manifests/*.yaml manifests/overlays/rbac-proxy/*.yaml manifests/overlays/npd/*.yaml manifests/overlays/kube-prometheus/*.yaml "$OVERLAY" "$NPD_OVERLAY" Dockerfile
 }
 step "checkov (manifests, rendered overlay, Dockerfile; suppressions only inline)" run_checkov
 step "hadolint Dockerfile" hadolint --failure-threshold style Dockerfile

@@ -17,7 +17,7 @@ import sys
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-RUNBOOK = "https://github.com/proxywatch/proxywatch/blob/main/docs/alerts.md#"
+RUNBOOK = "docs/alerts.md#"  # render-rules.py's default RUNBOOK_URL_PATTERN, %s = the anchor
 SEVERITIES = {"info", "warning", "critical"}
 SEL_RE = re.compile(r"(?<![A-Za-z0-9_:])(up|proxywatch_[A-Za-z0-9_]+)\b(\s*\{[^}]*\})?")
 

@@ -225,9 +225,15 @@ def check_daemonset(ds, where, overlay):
 def check_npd_daemonset(ds, where):
     """overlays/npd: NPD running proxywatch's plugin only, with less than NPD's own privileges."""
     pod = ds["spec"]["template"]["spec"]
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
+    for key in ("hostPID", "hostIPC"):
         if pod.get(key):
             errors.append(f"{where}: NPD DaemonSet must not set {key}")
+    # The host network, to read the agent on the node's loopback (tests/manifests/check_rendered.py):
+    # NPD's own server then binds 127.0.0.1, its Prometheus exporter is off.
+    npd = [c for c in pod["containers"] if c["name"] == "node-problem-detector"][0]
+    cmd = npd.get("command", [])
+    if not pod.get("hostNetwork") or "--address=127.0.0.1" not in cmd or "--prometheus-port=0" not in cmd:
+        errors.append(f"{where}: NPD DaemonSet: hostNetwork, --address=127.0.0.1 and --prometheus-port=0, got {cmd}")
     if any("hostPath" in v for v in pod.get("volumes", [])):
         errors.append(f"{where}: NPD DaemonSet must mount no hostPath")
     if get(pod, "securityContext.runAsNonRoot") is not True:

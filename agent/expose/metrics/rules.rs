@@ -140,11 +140,13 @@ pub(super) fn ipvs(out: &Out, s: &Snapshot) {
     if let Some(ipvs) = &s.facts.ipvs {
         let vs = out.gauge(
             "proxywatch_ipvs_virtual_servers",
-            "IPVS virtual servers by protocol and scheduler.",
+            "IPVS virtual servers by protocol (tcp, udp, sctp, fwm) and scheduler.",
             &["protocol", "scheduler"],
         );
+        // One case for protocol values in every metric: lower case, as the conntrack, NAT
+        // and rejection series have them (IPVS itself says TCP, FWM).
         for g in &ipvs.groups {
-            vs.with_label_values(&[g.protocol.as_str(), g.scheduler.as_str()])
+            vs.with_label_values(&[g.protocol.to_ascii_lowercase().as_str(), g.scheduler.as_str()])
                 .set(g.count as f64);
         }
         out.gauge(
