@@ -98,6 +98,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// A line for the person at the terminal, on stderr at once (`check` never waits silently).
+fn say(line: &str) {
+    eprintln!("{line}");
+}
+
 struct Setup {
     ctx: Arc<ProbeContext>,
     aggregator: Aggregator,
@@ -138,7 +143,7 @@ fn setup(common: &Common) -> anyhow::Result<Setup> {
 
 async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
     let Setup { ctx, aggregator, .. } = setup(common)?;
-    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
+    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator, &mut say).await;
     let doc = &publication.document;
     let mut stdout = std::io::stdout().lock();
     match format {
@@ -156,7 +161,7 @@ async fn check(format: Format, common: &Common) -> anyhow::Result<ExitCode> {
 /// Runs every probe once and returns the /snapshot document.
 async fn snapshot_now(common: &Common) -> anyhow::Result<bytes::Bytes> {
     let Setup { ctx, aggregator, .. } = setup(common)?;
-    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator).await;
+    let publication = scheduler::run_once(ctx, &common.schedules(), aggregator, &mut say).await;
     Ok(publication.snapshot_json)
 }
 
@@ -240,7 +245,7 @@ async fn npd(args: &NpdArgs) -> ExitCode {
 async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate::Finding>> {
     let Some(from) = &args.from else {
         let Setup { ctx, aggregator, .. } = setup(&args.common)?;
-        let publication = scheduler::run_once(ctx, &args.common.schedules(), aggregator).await;
+        let publication = scheduler::run_once(ctx, &args.common.schedules(), aggregator, &mut say).await;
         return Ok(publication.document.findings);
     };
     let (url, agent) = match proxywatch::fetch::split_url(from) {
