@@ -2,16 +2,15 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
 
 use proxywatch::compare;
 use proxywatch::config::{
-    BaselineAction, BaselineArgs, Cli, Command, Common, CompareArgs, CompareFormat, Format, NpdArgs, ServeArgs,
+    BaselineAction, BaselineArgs, Command, Common, CompareArgs, CompareFormat, Format, NpdArgs, ServeArgs,
 };
 use proxywatch::evaluate::{Severity, Thresholds};
 use proxywatch::exec::Runner;
@@ -25,7 +24,15 @@ use proxywatch::scheduler::{self, Aggregator};
 const EXIT_UNKNOWN: u8 = 3;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // Help fits the terminal, or 80 columns (`COLUMNS`) when it goes to a pipe or a file.
+    let width = (!std::io::stdout().is_terminal()).then(|| {
+        std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .filter(|&c: &usize| c >= 20)
+            .unwrap_or(proxywatch::config::HELP_WIDTH)
+    });
+    let cli = match proxywatch::config::parse(width) {
         Ok(c) => c,
         Err(e) => {
             // `npd` answers NPD even here: one line on stdout, Unknown (2), never an empty message.
