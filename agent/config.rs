@@ -16,9 +16,81 @@ mod values;
 pub use probe_flags::ProbeSchedules;
 pub use values::{parse_duration, value_error_origin, Every, DURATION_SYNTAX};
 use values::{
-    parse_duration_or_zero, parse_interval_or_never, parse_mode, parse_process_name, parse_ratio, parse_severity,
-    DURATIONS_HELP,
+    parse_duration_or_zero, parse_interval_or_never, parse_listen, parse_mode, parse_process_name, parse_ratio,
+    parse_severity, DURATIONS_HELP,
 };
+
+/// Flags with a dot in their name that `-h` shows; `-h` also shows every flag without one and
+/// every positional argument. `--help` shows them all.
+const SHORT_HELP: &[&str] = &[
+    "kube-proxy.mode",
+    "kube-proxy.metrics-url",
+    "kube-proxy.healthz-url",
+    "kube-proxy.down-grace",
+    "web.bearer-token-file",
+    "log.level",
+];
+
+/// Flags without a dot that only `--help` shows.
+const LONG_HELP_ONLY: &[&str] = &["host-cgroup-root"];
+
+/// `Common`'s flags without a dot (`compare` and `npd` leave them out of `-h`).
+const COMMON_UNDOTTED: &[&str] = &["host-root", "node-name"];
+
+/// The end of each command's `-h`.
+const SHORT_HELP_END: &str =
+    "These are the flags most often set; --help lists all of them, with their environment variables \
+                              and how durations are written.";
+
+/// The width help is wrapped to when stdout is not a terminal (`COLUMNS` if set).
+pub const HELP_WIDTH: usize = 80;
+
+/// The command line as `main` parses it: `Cli`'s, with `-h` short and `--help` long, wrapped to
+/// `width` (the terminal's when `None`), and durations that may start with `-` (so that `-1s`
+/// reaches the duration parser and its message, instead of passing for a flag).
+pub fn command(width: Option<usize>) -> clap::Command {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let cmd = match width {
+        Some(w) => cmd.term_width(w),
+        None => cmd,
+    };
+    tune(cmd)
+}
+
+fn tune(cmd: clap::Command) -> clap::Command {
+    use std::any::TypeId;
+    // `compare` and `npd` mostly read what an agent already found: their `-h` leaves out the
+    // probes' flags (`--help` has them).
+    let own_only = matches!(cmd.get_name(), "compare" | "npd");
+    cmd.mut_args(|a| {
+        let parser = a.get_value_parser().type_id();
+        let a = if parser == TypeId::of::<Duration>() || parser == TypeId::of::<Every>() {
+            a.allow_hyphen_values(true)
+        } else {
+            a
+        };
+        match a.get_long() {
+            Some(long)
+                if (long.contains('.') && (own_only || !SHORT_HELP.contains(&long)))
+                    || LONG_HELP_ONLY.contains(&long)
+                    || (own_only && COMMON_UNDOTTED.contains(&long)) =>
+            {
+                a.hide_short_help(true)
+            }
+            _ => a,
+        }
+    })
+    .mut_subcommands(tune)
+}
+
+/// Parses the process' command line with [`command`].
+pub fn parse(width: Option<usize>) -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let mut cmd = command(width);
+    let matches = cmd.try_get_matches_from_mut(std::env::args_os())?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -40,10 +112,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run probes in the background and serve HTTP.
-    #[command(after_help = DURATIONS_HELP)]
+    #[command(after_help = SHORT_HELP_END, after_long_help = DURATIONS_HELP)]
     Serve(ServeArgs),
     /// Run every probe once, print the findings, exit with a Nagios-style code.
-    #[command(after_help = DURATIONS_HELP)]
+    #[command(after_help = SHORT_HELP_END, after_long_help = DURATIONS_HELP)]
     Check(CheckArgs),
     /// Record this node's snapshot before a change (`baseline save FILE`).
     Baseline(BaselineArgs),
@@ -51,7 +123,7 @@ pub enum Command {
     ///
     /// Prints each fact's before, after and change, the findings that appeared or resolved, and a
     /// verdict. Exit code: 0 same or better, 1 worse, 3 could not run (unreadable file, not a snapshot...).
-    #[command(after_help = DURATIONS_HELP)]
+    #[command(after_help = SHORT_HELP_END, after_long_help = DURATIONS_HELP)]
     Compare(CompareArgs),
     /// A node-problem-detector custom plugin: one line on stdout, exit 0 ok, 1 problem, 2 cannot tell.
     ///
@@ -119,7 +191,7 @@ pub struct BaselineArgs {
 #[derive(Debug, Subcommand)]
 pub enum BaselineAction {
     /// Run every probe once and write the /snapshot document to FILE (the same as `check --format json > FILE`).
-    #[command(after_help = DURATIONS_HELP)]
+    #[command(after_help = SHORT_HELP_END, after_long_help = DURATIONS_HELP)]
     Save(BaselineSaveArgs),
 }
 
@@ -182,8 +254,10 @@ pub struct CompareArgs {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (the DaemonSet passes 0.0.0.0:9877).
-    #[arg(long, env = "PROXYWATCH_LISTEN", default_value = "127.0.0.1:9877")]
+    /// Address to listen on: IP:PORT, :PORT (every IPv4 address) or localhost:PORT.
+    ///
+    /// The DaemonSet passes 0.0.0.0:9877.
+    #[arg(long, env = "PROXYWATCH_LISTEN", default_value = "127.0.0.1:9877", value_name = "ADDRESS", value_parser = parse_listen)]
     pub listen: SocketAddr,
 
     /// Time a client has to send its request headers; slower clients are cut off.
@@ -248,8 +322,9 @@ pub struct ServeArgs {
     )]
     pub allowed_hosts: Vec<String>,
 
-    /// File holding a bearer token required on every endpoint but /healthz, re-read when it
-    /// changes (off by default; kube-rbac-proxy in front is the usual way).
+    /// File holding a bearer token required on every endpoint but /healthz.
+    ///
+    /// Re-read when it changes (off by default; kube-rbac-proxy in front is the usual way).
     #[arg(
         long = "web.bearer-token-file",
         env = "PROXYWATCH_WEB_BEARER_TOKEN_FILE",
@@ -332,7 +407,9 @@ pub struct Common {
     #[arg(long, env = "PROXYWATCH_NODE_NAME")]
     pub node_name: Option<String>,
 
-    /// The mode kube-proxy is meant to run in: auto, iptables, ipvs, nftables, or none (no kube-proxy on this node, on purpose: its state in the data plane is left over, never a kube-proxy down). Judges the node when kube-proxy and the data plane show no mode; a different mode running is a critical finding; a declared mode also says kube-proxy belongs here (kube_proxy_down).
+    /// The mode kube-proxy is meant to run in: auto, iptables, ipvs, nftables or none.
+    ///
+    /// none: no kube-proxy on this node, on purpose (its state in the data plane is left over, never a kube-proxy down). Judges the node when kube-proxy and the data plane show no mode; a different mode running is a critical finding; a declared mode also says kube-proxy belongs here (kube_proxy_down).
     #[arg(long = "kube-proxy.mode", env = "PROXYWATCH_KUBE_PROXY_MODE", default_value = "auto", value_parser = parse_mode)]
     pub kube_proxy_mode: ProxyMode,
 
@@ -493,7 +570,9 @@ pub struct Common {
     #[arg(long = "kube-proxy.restart-window", env = "PROXYWATCH_KUBE_PROXY_RESTART_WINDOW", default_value = "15m", value_parser = parse_duration)]
     pub kube_proxy_restart_window: Duration,
 
-    /// How long kube-proxy may be gone (nothing on its ports, no process) where the evidence says it belongs before kube_proxy_down is critical: a restart shorter than this is not down (kubelet restarts a crashed container after 10 s, then 20 s, 40 s...). `check` (and `baseline save`) wait up to this long, re-reading kube-proxy, before they say down; 0s: down at once.
+    /// How long kube-proxy may be gone before kube_proxy_down is critical; `check` waits that long (0s: not at all).
+    ///
+    /// Gone: nothing on its ports, no process, where the evidence says it belongs. A restart shorter than this is not down (kubelet restarts a crashed container after 10 s, then 20 s, 40 s...). `check` (and `baseline save`) wait up to this long, re-reading kube-proxy, before they say down, and say so on stderr first.
     #[arg(long = "kube-proxy.down-grace", env = "PROXYWATCH_KUBE_PROXY_DOWN_GRACE", default_value = "30s", value_parser = parse_duration_or_zero)]
     pub kube_proxy_down_grace: Duration,
 

@@ -2,16 +2,15 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
 
 use proxywatch::compare;
 use proxywatch::config::{
-    BaselineAction, BaselineArgs, Cli, Command, Common, CompareArgs, CompareFormat, Format, NpdArgs, ServeArgs,
+    BaselineAction, BaselineArgs, Command, Common, CompareArgs, CompareFormat, Format, NpdArgs, ServeArgs,
 };
 use proxywatch::evaluate::{Severity, Thresholds};
 use proxywatch::exec::Runner;
@@ -25,7 +24,15 @@ use proxywatch::scheduler::{self, Aggregator};
 const EXIT_UNKNOWN: u8 = 3;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // Help fits the terminal, or 80 columns (`COLUMNS`) when it goes to a pipe or a file.
+    let width = (!std::io::stdout().is_terminal()).then(|| {
+        std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .filter(|&c: &usize| c >= 20)
+            .unwrap_or(proxywatch::config::HELP_WIDTH)
+    });
+    let cli = match proxywatch::config::parse(width) {
         Ok(c) => c,
         Err(e) => {
             // `npd` answers NPD even here: one line on stdout, Unknown (2), never an empty message.
@@ -98,6 +105,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// A line for the person at the terminal, on stderr at once (`check` never waits silently).
+fn say(line: &str) {
+    eprintln!("{line}");
+}
+
 struct Setup {
     ctx: Arc<ProbeContext>,
     aggregator: Aggregator,
@@ -140,7 +152,7 @@ fn setup(common: &Common, schedules: &[scheduler::Schedule]) -> anyhow::Result<S
 async fn check(format: Format, common: &Common, try_services: bool) -> anyhow::Result<ExitCode> {
     let schedules = common.schedules_trying(try_services);
     let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
-    let publication = scheduler::run_once(ctx, &schedules, common.sources(), aggregator).await;
+    let publication = scheduler::run_once(ctx, &schedules, common.sources(), aggregator, &mut say).await;
     let doc = &publication.document;
     let mut stdout = std::io::stdout().lock();
     match format {
@@ -159,7 +171,7 @@ async fn check(format: Format, common: &Common, try_services: bool) -> anyhow::R
 async fn snapshot_now(common: &Common, try_services: bool) -> anyhow::Result<bytes::Bytes> {
     let schedules = common.schedules_trying(try_services);
     let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
-    let publication = scheduler::run_once(ctx, &schedules, common.sources(), aggregator).await;
+    let publication = scheduler::run_once(ctx, &schedules, common.sources(), aggregator, &mut say).await;
     Ok(publication.snapshot_json)
 }
 
@@ -244,7 +256,7 @@ async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate
     let Some(from) = &args.from else {
         let schedules = args.common.schedules();
         let Setup { ctx, aggregator, .. } = setup(&args.common, &schedules)?;
-        let publication = scheduler::run_once(ctx, &schedules, args.common.sources(), aggregator).await;
+        let publication = scheduler::run_once(ctx, &schedules, args.common.sources(), aggregator, &mut say).await;
         return Ok(publication.document.findings);
     };
     let (url, agent) = match proxywatch::fetch::split_url(from) {

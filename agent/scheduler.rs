@@ -259,6 +259,30 @@ impl Aggregator {
         let (p, secs) = evaluate::recheck(&self.snapshot, &self.thresholds)?;
         Some((p, Duration::from_secs_f64(secs.clamp(0.0, 86_400.0))))
     }
+
+    /// The line `check` prints before it waits on [`Aggregator::recheck`]: what it waits for, how
+    /// long at most (`wait` plus one more reading, `every`), and the flag that shortens or skips it.
+    pub fn recheck_notice(&self, wait: Duration, every: Duration) -> Option<String> {
+        let because = evaluate::recheck_because(&self.snapshot, &self.thresholds)?;
+        let grace = self.thresholds.kube_proxy_down_grace_seconds;
+        Some(format!(
+            "proxywatch: kube-proxy does not answer and no kube-proxy process runs, while {because}: \
+             waiting up to {} (--kube-proxy.down-grace {}, reading it again every {}) for it to come back \
+             before calling it down; --kube-proxy.down-grace 0s does not wait",
+            human_duration(wait.as_secs_f64().ceil()),
+            as_flag(Duration::from_secs_f64(grace.max(0.0))),
+            as_flag(every),
+        ))
+    }
+}
+
+/// A duration as a flag takes it: `30s`, `1500ms`.
+fn as_flag(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
 }
 
 fn left_out_note(n: u64) -> String {
@@ -481,11 +505,14 @@ async fn source_loop(
 /// conntrack_stale runs once the others are done: it judges iptables-legacy
 /// rules by the table the iptables probe decoded from its save.
 /// The event sources run while the probes do: what they saw by the end is in the publication.
+/// Before it waits on a verdict that depends on time (kube-proxy gone, within its grace) it hands
+/// `notice` one line saying so, at once: `check` never sits silent.
 pub async fn run_once(
     ctx: Arc<ProbeContext>,
     schedules: &[Schedule],
     sources: &[Source],
     mut aggregator: Aggregator,
+    notice: &mut dyn FnMut(&str),
 ) -> Publication {
     let mut events = Vec::new();
     for source in sources {
@@ -522,7 +549,12 @@ pub async fn run_once(
         let Some(s) = schedules.iter().find(|s| s.probe == probe) else {
             break;
         };
-        let limit = *give_up.get_or_insert_with(|| Instant::now() + wait + s.interval + s.timeout);
+        let limit = *give_up.get_or_insert_with(|| {
+            if let Some(line) = aggregator.recheck_notice(wait, s.interval) {
+                notice(&line);
+            }
+            Instant::now() + wait + s.interval + s.timeout
+        });
         if Instant::now() >= limit {
             break;
         }
@@ -993,10 +1025,27 @@ mod tests {
         let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Info);
         assert_eq!(a.recheck(), Some((ProbeName::KubeProxy, Duration::from_secs(30))));
+        let notice = a
+            .recheck_notice(Duration::from_secs(30), Duration::from_secs(15))
+            .unwrap();
+        for part in [
+            "KUBE-PROXY-CANARY",
+            "waiting up to 30 seconds",
+            "--kube-proxy.down-grace 30s",
+            "every 15s",
+            "--kube-proxy.down-grace 0s does not wait",
+        ] {
+            assert!(notice.contains(part), "{part:?} not in {notice}");
+        }
         a.record(absent(), 115.0, 15.0);
         assert_eq!(a.recheck(), Some((ProbeName::KubeProxy, Duration::from_secs(15))));
         let p = a.record(absent(), 130.0, 30.0).unwrap();
         assert_eq!(a.recheck(), None, "decided: down");
+        assert_eq!(
+            a.recheck_notice(Duration::ZERO, Duration::ZERO),
+            None,
+            "nothing to wait for"
+        );
         assert!(p.readiness().is_err());
         // A failed run in between says nothing new: still down (no false 0), not rechecked.
         let failed = RunReport {

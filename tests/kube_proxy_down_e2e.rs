@@ -407,3 +407,63 @@ fn dead_kube_proxy_is_critical_everywhere_and_resolves_on_restart() {
         serde_json::json!(["--kube-proxy.mode iptables is declared"])
     );
 }
+
+/// `check` on a node with kube-proxy's canary chain and no kube-proxy: before it waits out the
+/// grace it says so on stderr, first thing (what it waits for, how long, the flag); with the grace
+/// at 0s it does not wait. Needs root, `ip`, `iptables-nft-restore` and `unshare`; seconds.
+#[test]
+fn check_says_at_once_that_it_waits_for_the_down_grace() {
+    use std::io::BufRead;
+    if !common::can_run(&["ip", "iptables-nft-restore", "unshare"]) {
+        return;
+    }
+    let ns = Netns::new("kpwait");
+    ns.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    ns.exec_input(
+        "iptables-nft-restore",
+        &[],
+        "*nat\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n",
+    );
+    // Nothing listens there: kube-proxy is gone.
+    let port = common::free_port();
+    let run = |grace: &str| {
+        let started = Instant::now();
+        let mut child = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns.name])
+            .args(OWN_PIDS)
+            .arg(common::binary())
+            .args(["check", "--node-name", NODE])
+            .args(kube_proxy_flags(port, grace))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut first = String::new();
+        stderr.read_line(&mut first).unwrap();
+        let latency = started.elapsed();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+        let code = child.wait().unwrap().code();
+        (first, latency, rest, code, started.elapsed())
+    };
+    let (first, latency, rest, code, total) = run("3s");
+    eprintln!("grace 3s: first stderr line after {latency:?}, exit after {total:?}: {first}");
+    for part in [
+        "KUBE-PROXY-CANARY",
+        "waiting up to 3 seconds",
+        "--kube-proxy.down-grace 3s",
+        "--kube-proxy.down-grace 0s does not wait",
+    ] {
+        assert!(
+            first.contains(part),
+            "{part:?} not in the first stderr line: {first}{rest}"
+        );
+    }
+    assert_eq!(code, Some(2), "kube_proxy_down is critical once the grace is over");
+    let (first, latency, _, code, _) = run("0s");
+    eprintln!("grace 0s: exit after {latency:?}");
+    assert!(!first.contains("waiting"), "no grace, no wait: {first}");
+    assert_eq!(code, Some(2));
+}

@@ -80,6 +80,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if t.is_empty() {
         return Err(bad());
     }
+    if let Some(positive) = t.strip_prefix('-') {
+        return Err(format!(
+            "{s:?}: a duration cannot be negative; expected {DURATION_SYNTAX}, like {positive}"
+        ));
+    }
     while !rest.is_empty() {
         let split = rest.find(|c: char| !is_num(c)).unwrap_or(rest.len());
         let (num, after) = rest.split_at(split);
@@ -108,6 +113,35 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?}: must be between 1ms and 7 days"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// How `--listen` is written, for its errors.
+pub const LISTEN_SYNTAX: &str =
+    "IP:PORT (0.0.0.0:9877, 127.0.0.1:9877, [::]:9877), :PORT (every IPv4 address) or localhost:PORT";
+
+/// `--listen`: an IP address and port, or as node_exporter's `--web.listen-address` is written,
+/// `:PORT` (every IPv4 address: 0.0.0.0) or `localhost:PORT` (127.0.0.1).
+pub(super) fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{Ipv4Addr, SocketAddr};
+    let t = s.trim();
+    if let Ok(a) = t.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let bad = |why: &str| format!("{s:?}: {why}; expected {LISTEN_SYNTAX}");
+    let Some((host, port)) = t.rsplit_once(':') else {
+        return Err(bad("no port"));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| bad(&format!("{port:?} is not a port (0 to 65535)")))?;
+    match host {
+        "" => Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))),
+        "localhost" => Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
+        h if h.parse::<std::net::Ipv6Addr>().is_ok() => Err(bad("an IPv6 address is written in brackets")),
+        h => Err(bad(&format!(
+            "{h:?} is not an IP address (names other than localhost are not looked up)"
+        ))),
+    }
 }
 
 /// Where a bad value came from, for the message: clap names the flag, but the DaemonSet sets
@@ -195,5 +229,29 @@ mod tests {
             Every(Some(Duration::from_secs(600)))
         );
         assert!(parse_interval_or_never("x").is_err());
+        let e = parse_duration("-1s").unwrap_err();
+        assert!(e.contains("cannot be negative") && e.ends_with("like 1s"), "{e}");
+    }
+
+    #[test]
+    fn listen_addresses_as_node_exporter_writes_them() {
+        let ok = |s: &str| parse_listen(s).unwrap().to_string();
+        assert_eq!(ok("0.0.0.0:9877"), "0.0.0.0:9877");
+        assert_eq!(ok("[::1]:9877"), "[::1]:9877");
+        assert_eq!(ok(":9877"), "0.0.0.0:9877");
+        assert_eq!(ok("localhost:9877"), "127.0.0.1:9877");
+        for (bad, why) in [
+            ("9877", "no port"),
+            ("localhost:x", "is not a port"),
+            (":99999", "is not a port"),
+            ("node1:9877", "is not an IP address"),
+            ("::1:9877", "in brackets"),
+        ] {
+            let e = parse_listen(bad).unwrap_err();
+            assert!(
+                e.contains(why) && e.contains(":PORT") && e.contains("localhost:PORT"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

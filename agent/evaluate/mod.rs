@@ -260,6 +260,13 @@ pub fn recheck(snapshot: &Snapshot, thresholds: &Thresholds) -> Option<(crate::p
     kube_proxy::down_recheck(snapshot, thresholds, &effective_mode(snapshot, thresholds))
 }
 
+/// Why the verdict waits (see [`recheck`]), in the words `check` prints before it does: the first
+/// reason kube-proxy belongs on this node.
+pub fn recheck_because(snapshot: &Snapshot, thresholds: &Thresholds) -> Option<String> {
+    recheck(snapshot, thresholds)?;
+    kube_proxy::expected_because(snapshot, thresholds).into_iter().next()
+}
+
 /// The node's overall status: the worst finding, where info counts as ok.
 pub fn overall(findings: &[Finding]) -> Severity {
     match findings.iter().map(|f| f.severity).max() {

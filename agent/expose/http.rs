@@ -39,7 +39,16 @@ pub fn router(latest: Latest, liveness: Arc<Liveness>) -> Router {
         .route("/findings", get(findings))
         .route("/healthz", get(healthz).with_state(liveness))
         .route("/readyz", get(readyz))
+        .fallback(not_found)
         .with_state(latest)
+}
+
+/// The body of a 404: which paths there are (the path asked for is not echoed).
+pub(crate) const NOT_FOUND: &str =
+    "404 not found: this agent serves /, /metrics, /snapshot, /findings, /healthz and /readyz\n";
+
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, TEXT)], NOT_FOUND).into_response()
 }
 
 /// The routes of a reserved connection (taken when the connection caps are
@@ -96,7 +105,7 @@ async fn index(State(latest): State<Latest>, headers: HeaderMap) -> Response {
         (None, false) => (
             TEXT,
             bytes::Bytes::from(format!(
-                "{INDEX}\nstatus: no snapshot yet: the first probe round is still running\n"
+                "status: no snapshot yet: the first probe round is still running\n\n{INDEX}"
             )),
         ),
     };
@@ -243,7 +252,11 @@ mod tests {
         assert_eq!(call(&app, "GET", "/readyz").await.0, StatusCode::OK);
         assert_eq!(call(&app, "HEAD", "/metrics").await.0, StatusCode::OK);
         assert_eq!(call(&app, "POST", "/metrics").await.0, StatusCode::METHOD_NOT_ALLOWED);
-        assert_eq!(call(&app, "GET", "/nope").await.0, StatusCode::NOT_FOUND);
+        let (st, _, text) = call(&app, "GET", "/nope").await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+        for path in ["/metrics", "/snapshot", "/findings", "/healthz", "/readyz"] {
+            assert!(text.contains(path), "{path} not in the 404 body: {text}");
+        }
 
         // A critical finding makes /readyz 503 with the reason; /healthz stays 200.
         crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.ip_forward", 0);
@@ -255,6 +268,10 @@ mod tests {
         let (st, _, text) = call(&app, "GET", "/readyz").await;
         assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE);
         assert!(text.contains("net.ipv4.ip_forward is 0"), "{text}");
+        assert!(
+            text.contains("\n  sysctl_ip_forward: "),
+            "/readyz names the finding's id: {text}"
+        );
         assert_eq!(call(&app, "GET", "/healthz").await.0, StatusCode::OK);
         let (_, _, text) = call(&app, "GET", "/findings").await;
         let f: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -329,11 +346,11 @@ mod tests {
         for accept in ["*/*", "text/plain", "application/json"] {
             let (st, ct, csp, text) = get_accept(&app, "/", accept).await;
             assert_eq!((st, ct.as_str(), csp.as_str()), (StatusCode::OK, TEXT, ""), "{accept}");
-            assert!(text.starts_with(INDEX), "{text}");
             assert!(
-                text.contains("status: CRITICAL on node <script>alert('x')</script> at "),
-                "{text}"
+                text.starts_with("status: CRITICAL on node <script>alert('x')</script> at "),
+                "the verdict first: {text}"
             );
+            assert!(text.ends_with(INDEX), "then the routes: {text}");
             assert!(text.contains("  [critical] sysctl_ip_forward: "), "{text}");
             assert!(!text.contains("<!doctype"), "{text}");
         }

@@ -49,7 +49,7 @@ impl Publication {
         let snapshot_json = Bytes::from(document.to_json());
         let findings_json = Bytes::from(serde_json::to_vec_pretty(&document.findings).expect("findings serialize"));
         let page_html = Bytes::from(page::render(&document, snapshot.collected_at));
-        let index_text = Bytes::from(format!("{}\n{}", http::INDEX, page::text_status(&document)));
+        let index_text = Bytes::from(format!("{}\n{}", page::text_status(&document), http::INDEX));
         Publication {
             document,
             metrics: Bytes::from(metrics),
@@ -60,14 +60,15 @@ impl Publication {
         }
     }
 
-    /// Ready unless a critical finding is active; the error lists the critical findings.
+    /// Ready unless a critical finding is active; the error lists the critical findings, one
+    /// `  id: summary` line each.
     pub fn readiness(&self) -> Result<(), String> {
-        let critical: Vec<&str> = self
+        let critical: Vec<String> = self
             .document
             .findings
             .iter()
             .filter(|f| f.severity == Severity::Critical)
-            .map(|f| f.summary.as_str())
+            .map(|f| format!("  {}: {}", f.id, f.summary))
             .collect();
         if critical.is_empty() {
             Ok(())

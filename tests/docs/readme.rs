@@ -50,7 +50,12 @@ fn flags_of(cmd: &clap::Command, out: &mut BTreeSet<FlagRow>) {
             .iter()
             .map(|v| v.to_string_lossy().into_owned())
             .collect();
-        let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+        // A row has `-h`'s sentence and `--help`'s paragraphs after it, in one cell.
+        let help = a
+            .get_long_help()
+            .or(a.get_help())
+            .map(|h| h.to_string().replace(".\n\n", ". "))
+            .unwrap_or_default();
         out.insert((
             format!("--{long}"),
             env,

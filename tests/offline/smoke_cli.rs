@@ -97,3 +97,59 @@ fn a_bad_value_from_the_environment_names_the_variable() {
         );
     }
 }
+
+/// Help fits a screen: `-h` under 40 lines, `--help` wrapped to 80 columns when it goes to a
+/// pipe (as here), with no line longer.
+#[test]
+fn help_is_short_with_h_and_wrapped_to_80_columns() {
+    for sub in [
+        &["serve"][..],
+        &["check"],
+        &["compare"],
+        &["npd"],
+        &["baseline", "save"],
+        &[],
+    ] {
+        for flag in ["-h", "--help"] {
+            let out = Command::new(common::binary())
+                .args(sub)
+                .arg(flag)
+                .env_remove("COLUMNS")
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0), "{sub:?} {flag}");
+            let help = String::from_utf8(out.stdout).unwrap();
+            let long: Vec<&str> = help.lines().filter(|l| l.chars().count() > 80).collect();
+            assert!(long.is_empty(), "{sub:?} {flag}: lines over 80 columns: {long:#?}");
+            if flag == "-h" {
+                assert!(
+                    help.lines().count() < 40,
+                    "{sub:?} -h: {} lines\n{help}",
+                    help.lines().count()
+                );
+            }
+        }
+    }
+}
+
+/// Bad values of `--listen` and negative durations: the message names the flag, the value and
+/// a correct form.
+#[test]
+fn bad_listen_and_negative_durations_name_the_flag_the_value_and_a_form() {
+    let run = |args: &[&str]| {
+        let out = Command::new(common::binary()).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, e) = run(&["check", "--iptables.interval", "-1s"]);
+    assert_eq!(code, Some(3), "{e}");
+    assert!(
+        e.contains("--iptables.interval") && e.contains("-1s") && e.contains("like 1s"),
+        "{e}"
+    );
+    let (code, e) = run(&["serve", "--listen", "node1:9877"]);
+    assert_eq!(code, Some(3), "{e}");
+    assert!(
+        e.contains("--listen") && e.contains("node1:9877") && e.contains("localhost:PORT"),
+        "{e}"
+    );
+}
