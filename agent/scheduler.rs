@@ -325,7 +325,7 @@ pub fn step(
         Input::Event(_) => "an event source".to_string(),
     };
     let fold = || match input {
-        Input::Run(report) => aggregator.record(report, now, mono),
+        Input::Run(report) => aggregator.record(*report, now, mono),
         Input::Event(event) => aggregator.record_event(&event, now, mono),
     };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(fold)) {
@@ -348,13 +348,14 @@ pub fn step(
 /// What the aggregator folds in: a probe run's report, or an event source's event.
 #[derive(Debug)]
 pub enum Input {
-    Run(RunReport),
+    /// Boxed: a report carries its probe's reading, much larger than an event.
+    Run(Box<RunReport>),
     Event(crate::watch::Event),
 }
 
 impl From<RunReport> for Input {
     fn from(r: RunReport) -> Self {
-        Input::Run(r)
+        Input::Run(Box::new(r))
     }
 }
 
@@ -439,7 +440,7 @@ pub fn spawn(
         loop {
             let input = tokio::select! {
                 report = rx.recv() => match report {
-                    Some(r) => Input::Run(r),
+                    Some(r) => Input::Run(Box::new(r)),
                     None => return,
                 },
                 event = event_rx.recv(), if events_open => match event {
