@@ -67,7 +67,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     assert!(counted.source().is_some() == counted.found);
-    let _ = rule_counters::service_of(Some(&String::from_utf8_lossy(data)));
+    let _ = rule_counters::service_of(Some(&*String::from_utf8_lossy(data)));
 
     if let Ok(rules) = snat_text.finish() {
         assert!(rules.len() <= appended);
