@@ -59,7 +59,10 @@ fuzz_target!(|data: &[u8]| {
             "KUBE-FORWARD" => assert_eq!(r.reason, Reason::Invalid),
             label => {
                 assert!(nat::PREFIXES.iter().any(|(_, l)| *l == label), "{label}");
-                assert_eq!((r.reason, r.protocol.as_str(), r.target.as_str()), (Reason::NoLocalEndpoints, "any", "*"));
+                assert_eq!(
+                    (r.reason, r.protocol.as_str(), r.target.as_str()),
+                    (Reason::NoLocalEndpoints, "any", "*")
+                );
             }
         }
         if let Some(s) = &r.service {
@@ -75,8 +78,14 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!((r.family, r.table.as_str()), (family, "nat"));
             assert!(matches!(r.action.kind, "MASQUERADE" | "SNAT"));
             assert!(r.position >= 1 && r.action.packets.is_none());
-            assert_eq!(r.action.ports.is_some(), r.action.flags & NF_NAT_RANGE_PROTO_SPECIFIED != 0);
-            assert_eq!(r.action.random_fully(), r.action.flags & NF_NAT_RANGE_PROTO_RANDOM_FULLY != 0);
+            assert_eq!(
+                r.action.ports.is_some(),
+                r.action.flags & NF_NAT_RANGE_PROTO_SPECIFIED != 0
+            );
+            assert_eq!(
+                r.action.random_fully(),
+                r.action.flags & NF_NAT_RANGE_PROTO_RANDOM_FULLY != 0
+            );
             let _ = snat::rule_of(r);
         }
         // The range a group's ports are measured against (snat::capacity) holds them.

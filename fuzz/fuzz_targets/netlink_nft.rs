@@ -41,7 +41,10 @@ fuzz_target!(|data: &[u8]| {
                 // The older layout's drop (nat KUBE-XLB-*/KUBE-SVL-* -j KUBE-MARK-DROP).
                 if let Ok(Some(c)) = nat::nft_rule(family, &r) {
                     assert_eq!(nat::chain_label(r.chain), Some(c.chain));
-                    assert_eq!((c.reason, c.protocol.as_str(), c.target.as_str()), (Reason::NoLocalEndpoints, "any", "*"));
+                    assert_eq!(
+                        (c.reason, c.protocol.as_str(), c.target.as_str()),
+                        (Reason::NoLocalEndpoints, "any", "*")
+                    );
                     assert_eq!(Some(c.id), r.handle);
                 }
             }
@@ -53,7 +56,10 @@ fuzz_target!(|data: &[u8]| {
                 assert!(nat::chain_label(r.chain).is_some());
             }
             assert!(nat_chains.len() <= known + 1 && nat_chains.len() <= nat::MAX_CHAINS);
-            assert!(nat_chains.windows(2).all(|w| w[0] != w[1]), "a chain once per run of its rules");
+            assert!(
+                nat_chains.windows(2).all(|w| w[0] != w[1]),
+                "a chain once per run of its rules"
+            );
         }
         if let Ok(s) = nft::decode_set(msg_type(NFT_MSG_NEWSET), p) {
             let _ = (s.anonymous(), s.is_map(), nftt.set(&s));

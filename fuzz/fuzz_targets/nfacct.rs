@@ -71,7 +71,11 @@ fuzz_target!(|data: &[u8]| {
                 rule(Reason::NoEndpoints, theirs.clone()),
             ]);
             rule_counters::nfacct::merge(&mut c, Ok(Some(a.clone())));
-            let got: Vec<_> = c.rules.iter().map(|r| (r.backend, r.reason, r.target.as_str())).collect();
+            let got: Vec<_> = c
+                .rules
+                .iter()
+                .map(|r| (r.backend, r.reason, r.target.as_str()))
+                .collect();
             assert_eq!(
                 got,
                 [

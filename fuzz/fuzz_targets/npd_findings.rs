@@ -29,11 +29,19 @@ fn check(findings: &[Finding], selection: &Selection) {
     for threshold in SEVERITIES {
         for max in [0, 12, 80, 4096] {
             let (code, line) = npd::verdict(findings, selection, threshold, max);
-            assert!(line.len() <= max, "{} bytes where {max} are allowed: {line:?}", line.len());
-            let problem = findings.iter().any(|f| covers(selection, &f.id) && f.severity >= threshold);
+            assert!(
+                line.len() <= max,
+                "{} bytes where {max} are allowed: {line:?}",
+                line.len()
+            );
+            let problem = findings
+                .iter()
+                .any(|f| covers(selection, &f.id) && f.severity >= threshold);
             assert_eq!(code == npd::EXIT_PROBLEM, problem, "{code} {line:?}");
             if code == npd::EXIT_UNKNOWN {
-                assert!(findings.iter().any(|f| f.id == "probe_failed" && !f.evidence.is_empty()));
+                assert!(findings
+                    .iter()
+                    .any(|f| f.id == "probe_failed" && !f.evidence.is_empty()));
             } else if code != npd::EXIT_PROBLEM {
                 assert_eq!(code, npd::EXIT_OK);
             }
