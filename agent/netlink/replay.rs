@@ -325,7 +325,7 @@ mod tests {
         // A line whose mark is a multi-byte character: an error, not a panic (found by
         // fuzz/fuzz_targets/netlink_replay.rs; split_at(1) cut inside the character).
         assert!(parse("\u{e9}00").unwrap_err().contains("neither"));
-        assert_eq!(parse("> 00\n\u{3000}< 00").unwrap_err(), "line 2: not hex");
+        assert_eq!(parse("> 00\n\u{e9}< 00").unwrap_err(), "line 2: not hex");
     }
 
     #[test]
