@@ -122,6 +122,93 @@ for f in $F/samples/netlink-neightbl/*.hex; do
         >"corpus/netlink_neightbl/$(basename "$f" .hex)"
 done
 
+# netlink_replay: the recording of tests/fixtures/nodes/recorded-netlink (made by
+# tests/tools/record_netlink_node.sh), cut into small recordings: each exchange alone,
+# and the exchanges each reader asks for together (the whole netfilter.txt, 200 KB,
+# would make every run slow). route.txt (14 KB) whole.
+mkdir -p corpus/netlink_replay
+python3 - $F/nodes/recorded-netlink/netlink/netfilter.txt <<'PY'
+import struct, sys
+blocks = []
+for l in open(sys.argv[1]):
+    l = l.strip()
+    if l.startswith(">"):
+        blocks.append([l])
+    elif l.startswith("<") and blocks:
+        blocks[-1].append(l)
+def kind(b):
+    req = bytes.fromhex(b[0][1:].strip())
+    ty = struct.unpack("=H", req[4:6])[0]
+    return ty, req[16:]
+def write(name, bs):
+    open(f"corpus/netlink_replay/seed-{name}", "w").write("# a cut of recorded-netlink\n\n" + "\n\n".join("\n".join(b) for b in bs) + "\n")
+for i, b in enumerate(blocks):
+    write(f"exchange{i}", [b])
+groups = {"snat": [], "nfacct": [], "ctnetlink": [], "conntrack": [], "count-tables": []}
+for b in blocks:
+    ty, p = kind(b)
+    if ty == 0x0a10:
+        groups["snat"].append(b)
+        groups["count-tables"].append(b)
+    if ty == 0x0a07 and any(c in p for c in (b"POSTROUTING", b"nat-postrouting", b"masquerading", b"MASQ", b"masquerade")):
+        groups["snat"].append(b)
+    if ty == 0x0701:
+        groups["nfacct"].append(b)
+    if ty in (0x0104, 0x0105):
+        groups["ctnetlink"].append(b)
+    if ty == 0x0101:
+        groups["conntrack"].append(b)
+    if ty in (0x0a01, 0x0a04, 0x0a0a):
+        groups["count-tables"].append(b)
+for name, bs in groups.items():
+    write(name, bs)
+PY
+seed netlink_replay $F/nodes/recorded-netlink/netlink/route.txt
+literal netlink_replay "# empty\n" "> 1400000001\n< 00\n\n> \n"
+
+# nfacct: kube-proxy's object as nfnetlink_acct answers it (name, packets, bytes, use),
+# taken from the recording's answer to NFNL_MSG_ACCT_GET, and a made one.
+mkdir -p corpus/nfacct
+python3 - $F/nodes/recorded-netlink/netlink/netfilter.txt <<'PY'
+import struct, sys
+def pad(b): return b + b"\0" * (-len(b) % 4)
+def attr(t, v): return pad(struct.pack("=HH", 4 + len(v), t) + v)
+lines = [l.strip() for l in open(sys.argv[1])]
+for i, l in enumerate(lines):
+    if l.startswith(">") and bytes.fromhex(l[1:].strip())[4:6] == struct.pack("=H", 0x0701):
+        open("corpus/nfacct/seed-recorded", "wb").write(bytes.fromhex(lines[i + 1][1:].strip()))
+p = b"\0\0\0\0" + attr(1, b"ct_state_invalid_dropped_pkts\0") + attr(2, struct.pack(">Q", 12)) + attr(3, struct.pack(">Q", 720)) + attr(4, struct.pack(">I", 1))
+open("corpus/nfacct/seed-made", "wb").write(pad(struct.pack("=IHHII", 16 + len(p), 0x0700, 0, 1, 0) + p))
+PY
+
+# iptables_legacy_c: saves as `iptables-legacy-save -c` prints them ([packets:bytes] before
+# each rule), made from kube-proxy's own expected rules (kube-proxy-corpus, with the
+# nfacct match) and a kube-proxy v1.29 node's save (iptables/, with MASQUERADE --random-fully);
+# the older nat drop (KUBE-XLB/KUBE-SVL, rule_counters/nat.rs) and source NAT rules with ports.
+mkdir -p corpus/iptables_legacy_c
+for f in $F/kube-proxy-corpus/iptables-TestOverallIPTablesRules.txt $F/iptables/kube-20x1-no-hint-no-canary-iptables-nft-save.txt; do
+    awk '/^-A /{ n++; printf "[%d:%d] %s\n", n, n * 60, $0; next } { print }' "$f" \
+        >"corpus/iptables_legacy_c/seed-$(basename "$f" .txt)"
+done
+literal iptables_legacy_c \
+    '*nat\n:KUBE-XLB-AQI2S6QIMU7PVVRP - [0:0]\n:KUBE-SVL-XPGD46QRK7WJZT7O - [0:0]\n[11:660] -A KUBE-XLB-AQI2S6QIMU7PVVRP -m comment --comment "ns1/svc1:p80 has no local endpoints" -j KUBE-MARK-DROP\n[4:240] -A KUBE-SVL-XPGD46QRK7WJZT7O -m comment --comment "ns2/svc2:p80 has no local endpoints" -j KUBE-MARK-DROP\n[2:120] -A KUBE-XLB-4N57TFCL4MD7ZTDA -m comment --comment "default/nginx: has no local endpoints" -j KUBE-MARK-DROP\nCOMMIT\n' \
+    '*nat\n:POSTROUTING ACCEPT [0:0]\n[0:0] -A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING\n[3:180] -A POSTROUTING -s 10.9.0.0/16 -p tcp -j MASQUERADE --to-ports 20000-20009\n[0:0] -A KUBE-POSTROUTING -j MASQUERADE --random-fully\n[1:60] -A POSTROUTING -j OTHER\n[0:0] -A OTHER -j SNAT --to-source 192.0.2.1:1000-2000\nCOMMIT\n' \
+    '\x01*nat\n[0:0] -A POSTROUTING -s fd00::/8 -j SNAT --to-source [fd00::1]:1000-2000 --random-fully\n[0:0] -A POSTROUTING -j SNAT --to-source fd00::1\nCOMMIT\n*filter\n:KUBE-FORWARD - [0:0]\n[5:300] -A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name  ct_state_invalid_dropped_pkts -j DROP\nCOMMIT\n'
+
+# npd_findings: the /findings of every fixture node (the findings of expected.json,
+# `since` given a time as the agent writes it), and an empty list.
+mkdir -p corpus/npd_findings
+python3 - $F/nodes/*/expected.json <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    fs = json.load(open(f)).get("findings", [])
+    for x in fs:
+        if x.get("since") == "<since>":
+            x["since"] = "2026-11-30T12:00:00.000Z"
+    open("corpus/npd_findings/seed-" + f.split("/")[-2], "w").write(json.dumps(fs, indent=2))
+PY
+literal npd_findings "[]" '[{"id":"probe_failed","severity":"warning","summary":"probe failed: conntrack","evidence":{"conntrack":"timed out"},"remediation":[]}]'
+
 # Crashes found earlier stay in the corpus.
 for f in ../tests/fixtures/fuzz-regressions/*; do
     [ -f "$f" ] || continue

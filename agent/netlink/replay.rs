@@ -186,7 +186,7 @@ pub fn parse(text: &str) -> Result<Vec<Exchange>, String> {
             continue;
         }
         let bad = |why: &str| format!("line {}: {why}", i + 1);
-        let (mark, body) = line.split_at(1);
+        let (mark, body) = line.split_at(line.chars().next().map_or(0, char::len_utf8));
         let bytes = unhex(body.trim()).ok_or_else(|| bad("not hex"))?;
         match mark {
             ">" => out.push(Exchange {
@@ -322,6 +322,10 @@ mod tests {
         assert_eq!(parse("< 00").unwrap_err(), "line 1: a reply before any request");
         assert_eq!(parse("> 0g").unwrap_err(), "line 1: not hex");
         assert!(parse("x 00").unwrap_err().contains("neither"));
+        // A line whose mark is a multi-byte character: an error, not a panic (found by
+        // fuzz/fuzz_targets/netlink_replay.rs; split_at(1) cut inside the character).
+        assert!(parse("\u{e9}00").unwrap_err().contains("neither"));
+        assert_eq!(parse("> 00\n\u{e9}< 00").unwrap_err(), "line 2: not hex");
     }
 
     #[test]

@@ -106,6 +106,8 @@ fn every_parser(text: &str) {
     }
     let _ = kube_proxy::cgroup::parse_limit(text);
     let _ = kube_proxy::cgroup::parse_cpu_stat(text);
+    let _ = proxywatch::netlink::replay::parse(text);
+    let _ = proxywatch::expose::npd::parse_findings(text);
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {
