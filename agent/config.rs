@@ -201,7 +201,9 @@ pub struct BaselineSaveArgs {
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
-    /// Also try Service traffic once: the service_traffic probe (a TCP connect to default/kubernetes, a DNS query to kube-dns, each --service-traffic.target), the one that sends packets; `compare` then shows connect times.
+    /// Also try Service traffic once (the one probe that sends packets).
+    ///
+    /// The service_traffic probe: a TCP connect to default/kubernetes, a DNS query to kube-dns, each --service-traffic.target; `compare` then shows connect times.
     #[arg(long = "try-services")]
     pub try_services: bool,
 
@@ -384,7 +386,9 @@ pub struct CheckArgs {
     #[arg(long, env = "PROXYWATCH_FORMAT", value_enum, default_value = "text")]
     pub format: Format,
 
-    /// Also try Service traffic once: the service_traffic probe (a TCP connect to default/kubernetes, a DNS query to kube-dns, each --service-traffic.target), the one that sends packets; `compare` then shows connect times.
+    /// Also try Service traffic once (the one probe that sends packets).
+    ///
+    /// The service_traffic probe: a TCP connect to default/kubernetes, a DNS query to kube-dns, each --service-traffic.target; `compare` then shows connect times.
     #[arg(long = "try-services")]
     pub try_services: bool,
 
