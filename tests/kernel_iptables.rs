@@ -33,6 +33,9 @@ const BASE_ENV: &[(&str, &str)] = &[
     ("PROXYWATCH_IPTABLES_SAVE_CRITICAL", "2h"),
     ("PROXYWATCH_IPTABLES_TIMEOUT", "5m"),
     ("PROXYWATCH_NFTABLES_TIMEOUT", "5m"),
+    // No kube-proxy runs here: with its canary in the rules, `check` would wait the 30 s
+    // grace for it to come back, then say `kube_proxy_down` as it does at once with none.
+    ("PROXYWATCH_KUBE_PROXY_DOWN_GRACE", "0s"),
 ];
 
 /// One `proxywatch check --format json` run.

@@ -66,7 +66,7 @@ fn rules_lost_then_restored(backend: &str) {
     let restore = format!("iptables-{backend}-restore");
     let save = format!("iptables-{backend}-save");
     let text = std::fs::read_to_string(&rules).unwrap();
-    ns.exec_input(&restore, &[], &text);
+    ns.exec_input(&restore, &["-w"], &text);
     let (nat, filter) = (kernel_rules(&ns, &save, "nat"), kernel_rules(&ns, &save, "filter"));
     assert!(nat > 300 && filter > 0, "nat {nat} filter {filter}");
 
@@ -107,7 +107,7 @@ fn rules_lost_then_restored(backend: &str) {
     eprintln!("intact: backend {}", intact["facts"]["iptables"]["backend_in_use"]);
 
     // A firewall reload behind kube-proxy's back: the nat table flushed.
-    ns.exec_ok(&format!("iptables-{backend}"), &["-t", "nat", "-F"]);
+    ns.exec_ok(&format!("iptables-{backend}"), &["-w", "-t", "nat", "-F"]);
     let lost = common::poll("kube_proxy_rules_lost after the flush", Duration::from_secs(20), || {
         let f = findings(&agent)?;
         finding(&f, "kube_proxy_rules_lost")
@@ -135,7 +135,7 @@ fn rules_lost_then_restored(backend: &str) {
     );
 
     // kube-proxy's next full sync puts them back (here: the test does), and says so.
-    ns.exec_input(&restore, &[], &text);
+    ns.exec_input(&restore, &["-w"], &text);
     kp.set("/metrics", Reply::ok(metrics(nat, filter, now(), 0)));
     common::poll("kube_proxy_rules_lost cleared", Duration::from_secs(20), || {
         let f = findings(&agent)?;
@@ -357,7 +357,8 @@ const V6: Family = Family {
 /// Packets the rule of `chain` (`nat CHAIN` for another table than filter) whose line mentions `what` counted, from `iptables -L -v -x`.
 fn listed_packets(ns: &Netns, tool: &str, chain: &str, what: &str) -> u64 {
     let (table, chain) = chain.split_once(' ').unwrap_or(("filter", chain));
-    let out = ns.exec_ok(tool, &["-t", table, "-L", chain, "-v", "-x", "-n"]);
+    // -w: iptables-legacy takes the (host-wide) xtables lock even to list; wait for it.
+    let out = ns.exec_ok(tool, &["-w", "-t", table, "-L", chain, "-v", "-x", "-n"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let line = text
         .lines()
@@ -393,7 +394,8 @@ fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
     if !common::can_run(&["ip", &format!("{tool}-restore"), "python3"]) {
         return;
     }
-    let _lock = common::global_lock();
+    // No global lock: everything is in this test's own namespaces (legacy's xtables lock,
+    // the one thing shared, is waited for with -w).
     let tag = if fam.label == "ipv6" { "6" } else { "" };
     let node = Netns::new(&format!("kprn{tag}-{backend}"));
     let client = Netns::new(&format!("kprc{tag}-{backend}"));
@@ -432,8 +434,8 @@ fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
     client.exec_ok("ip", &["link", "set", "vc", "up"]);
     node.exec_ok("ip", &["route", "add", fam.service_cidr, "via", fam.client]);
     client.exec_ok("ip", &["route", "add", "default", "via", fam.node]);
-    node.exec_input(&format!("{tool}-restore"), &[], fam.rules);
-    node.exec_input(&format!("{tool}-restore"), &["--noflush"], OLD_LAYOUT);
+    node.exec_input(&format!("{tool}-restore"), &["-w"], fam.rules);
+    node.exec_input(&format!("{tool}-restore"), &["-w", "--noflush"], OLD_LAYOUT);
 
     let agent = Serve::new()
         .in_netns(&node)
@@ -581,24 +583,40 @@ fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
     agent.stop_cleanly();
 }
 
+/// Both families at once, each in its own pair of namespaces with its own agent: the rate
+/// windows are the production ones (30 s), so one family after the other would double the
+/// wait for nothing. A failure names its family (the thread's name, and the panic itself).
+fn rejected_traffic_is_counted_in_both_families(backend: &str) {
+    std::thread::scope(|s| {
+        let runs: Vec<_> = [&V4, &V6]
+            .into_iter()
+            .map(|fam| {
+                let run = std::thread::Builder::new()
+                    .name(format!("{backend} {}", fam.label))
+                    .spawn_scoped(s, move || rejected_traffic_is_counted(backend, fam))
+                    .unwrap();
+                (fam.label, run)
+            })
+            .collect();
+        let failed: Vec<&str> = runs
+            .into_iter()
+            .filter_map(|(label, run)| run.join().is_err().then_some(label))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{backend}: failed in {failed:?} (their panics above)"
+        );
+    });
+}
+
 #[test]
 fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_nft() {
-    rejected_traffic_is_counted("nft", &V4);
-}
-
-#[test]
-fn rejected_and_dropped_ipv6_service_traffic_matches_the_kernels_counters_nft() {
-    rejected_traffic_is_counted("nft", &V6);
-}
-
-#[test]
-fn rejected_and_dropped_ipv6_service_traffic_matches_the_kernels_counters_legacy() {
-    rejected_traffic_is_counted("legacy", &V6);
+    rejected_traffic_is_counted_in_both_families("nft");
 }
 
 #[test]
 fn rejected_and_dropped_service_traffic_matches_the_kernels_counters_legacy() {
-    rejected_traffic_is_counted("legacy", &V4);
+    rejected_traffic_is_counted_in_both_families("legacy");
 }
 
 /// kube-proxy's nftables mode (a generated `kube-proxy` table with its `no-endpoint-services`
@@ -799,7 +817,7 @@ fn invalid_drops_are_counted_by_the_nfacct_object(backend: &str) {
     if !common::can_run(&["ip", &format!("{tool}-restore"), "python3"]) {
         return;
     }
-    let _lock = common::global_lock();
+    // No global lock: as for the rejected traffic above.
     let node = Netns::new(&format!("kpin-{backend}"));
     let client = Netns::new(&format!("kpic-{backend}"));
     node.exec_ok(
@@ -825,7 +843,7 @@ fn invalid_drops_are_counted_by_the_nfacct_object(backend: &str) {
     node.exec_ok("ip", &["route", "add", "172.30.0.0/16", "via", "10.77.0.2"]);
     client.exec_ok("ip", &["route", "add", "default", "via", "10.77.0.1"]);
     node.exec_ok("python3", &["-c", NFACCT_NEW]);
-    node.exec_input(&format!("{tool}-restore"), &[], INVALID_RULES);
+    node.exec_input(&format!("{tool}-restore"), &["-w"], INVALID_RULES);
 
     let agent = Serve::new()
         .in_netns(&node)

@@ -243,7 +243,12 @@ fn stale_counts_stay_exact_or_fail_as_changed_while_rules_churn() {
     let stopping = now();
     let commits = churn.stop();
     let (stopped, churn_seconds) = (now(), t0.elapsed().as_secs_f64());
-    poll_readings(&agent, Duration::from_secs(3), &mut all);
+    // At least three runs after the churn: 3 s is plenty on a quiet machine (a run every 250 ms);
+    // a loaded one may run the probe late, so wait for the runs, within a bound.
+    let settle_until = Instant::now() + Duration::from_secs(20);
+    while all.iter().filter(|r| r.at > stopped + 0.5).count() < 3 && Instant::now() < settle_until {
+        poll_readings(&agent, Duration::from_secs(1), &mut all);
+    }
 
     let mut bad = Vec::new();
     let (mut ok, mut changed, mut in_churn, mut changed_in_churn) = (0, 0, 0, 0);
