@@ -582,7 +582,10 @@ pub async fn run_once(
             })
             .await;
         }
-        while let Ok(event) = rx.try_recv() {
+        // What is queued now, not what keeps coming: on a node committing faster than events
+        // are recorded (a rule churn), draining until empty would never end.
+        let queued = rx.len();
+        for event in std::iter::from_fn(|| rx.try_recv().ok()).take(queued) {
             let now = unix_seconds(SystemTime::now());
             last = aggregator
                 .record_event(&event, now, origin.elapsed().as_secs_f64())
