@@ -487,3 +487,90 @@ fn full_node_metrics() -> String {
     let p = proxywatch::expose::Publication::new(&s, verdict);
     String::from_utf8(p.metrics.to_vec()).unwrap()
 }
+
+// --- docs/npd.md: the one NPD table ------------------------------------------------------------
+
+fn doc(rel: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The cells of the table whose header line is `header`, up to the first line that is not a row.
+fn table<'a>(text: &'a str, header: &str) -> Vec<Vec<&'a str>> {
+    let start = text
+        .find(&format!("\n{header}\n"))
+        .unwrap_or_else(|| panic!("no table {header:?}"));
+    text[start + 1..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().trim_matches('`')).collect())
+        .collect()
+}
+
+/// docs/npd.md's finding table is the binary's own mapping (`npd::area_of`), both ways: every
+/// finding id once, with its `--area` and condition; its condition table is the shipped monitor
+/// config's (condition, `--area`, reason when True and when False). The README has no copy.
+#[test]
+fn npd_table_equals_the_codes_area_mapping() {
+    use proxywatch::expose::npd::{area_of, Area};
+    let text = doc("docs/npd.md");
+    let documented: Vec<(String, String, String)> = table(&text, "| finding | `--area` | condition |")
+        .into_iter()
+        .map(|c| {
+            assert_eq!(c.len(), 3, "{c:?}");
+            (c[0].to_string(), c[1].to_string(), c[2].to_string())
+        })
+        .collect();
+    let code: BTreeSet<(String, String, String)> = proxywatch::evaluate::CHECKS
+        .iter()
+        .map(|c| match area_of(c.id) {
+            Some(Area::All) => panic!("{}: in no area, so in no condition but --area all", c.id),
+            Some(a) => (c.id.to_string(), a.as_str().to_string(), a.condition().to_string()),
+            None => (
+                c.id.to_string(),
+                "none".to_string(),
+                "none: the failed probe's area goes Unknown".to_string(),
+            ),
+        })
+        .collect();
+    let as_set: BTreeSet<_> = documented.iter().cloned().collect();
+    assert_eq!(as_set.len(), documented.len(), "a finding listed twice");
+    let missing: Vec<_> = code.difference(&as_set).collect();
+    let stale: Vec<_> = as_set.difference(&code).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/npd.md's finding table vs npd::area_of: missing or other {missing:#?}\nnot so in the code {stale:#?}"
+    );
+
+    let monitor: serde_json::Value = serde_json::from_str(&doc("manifests/overlays/npd/proxywatch-monitor.json")).unwrap();
+    let conditions = table(&text, "| condition | `--area` | reason when True | reason when False |");
+    let areas = [Area::Conntrack, Area::KubeProxy, Area::Rules, Area::Kernel];
+    assert_eq!(conditions.len(), areas.len(), "{conditions:?}");
+    for a in areas {
+        let row = conditions
+            .iter()
+            .find(|c| c[0] == a.condition())
+            .unwrap_or_else(|| panic!("no row for {}", a.condition()));
+        assert_eq!(row[1], a.as_str(), "{row:?}");
+        let rule = monitor["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["condition"] == a.condition())
+            .unwrap_or_else(|| panic!("no rule for {}", a.condition()));
+        assert_eq!(rule["args"][1], format!("--area={}", a.as_str()), "{rule}");
+        assert_eq!(rule["reason"], row[2], "{row:?}");
+        let default = monitor["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == a.condition())
+            .unwrap();
+        assert_eq!(default["reason"], row[3], "{row:?}");
+    }
+    // One table: the README links to it instead of keeping a copy.
+    let readme = doc("README.md");
+    assert!(!readme.contains("| condition | `--area`"), "the README has a copy of the NPD table");
+    assert!(readme.contains("docs/npd.md#"), "the README links to docs/npd.md's table");
+}
