@@ -149,7 +149,10 @@ mod tests {
             Severity::Info,
             80,
         );
-        assert_eq!((code, line.as_str()), (1, "info: sysctl_conntrack_tcp_timeouts 432000s"));
+        assert_eq!(
+            (code, line.as_str()),
+            (1, "info: sysctl_conntrack_tcp_timeouts 432000s")
+        );
     }
 
     #[test]

@@ -504,7 +504,12 @@ fn table<'a>(text: &'a str, header: &str) -> Vec<Vec<&'a str>> {
         .lines()
         .skip(2)
         .take_while(|l| l.starts_with('|'))
-        .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().trim_matches('`')).collect())
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().trim_matches('`'))
+                .collect()
+        })
         .collect()
 }
 
@@ -543,7 +548,8 @@ fn npd_table_equals_the_codes_area_mapping() {
         "docs/npd.md's finding table vs npd::area_of: missing or other {missing:#?}\nnot so in the code {stale:#?}"
     );
 
-    let monitor: serde_json::Value = serde_json::from_str(&doc("manifests/overlays/npd/proxywatch-monitor.json")).unwrap();
+    let monitor: serde_json::Value =
+        serde_json::from_str(&doc("manifests/overlays/npd/proxywatch-monitor.json")).unwrap();
     let conditions = table(&text, "| condition | `--area` | reason when True | reason when False |");
     let areas = [Area::Conntrack, Area::KubeProxy, Area::Rules, Area::Kernel];
     assert_eq!(conditions.len(), areas.len(), "{conditions:?}");
@@ -571,8 +577,14 @@ fn npd_table_equals_the_codes_area_mapping() {
     }
     // One table: the README links to it instead of keeping a copy.
     let readme = doc("README.md");
-    assert!(!readme.contains("| condition | `--area`"), "the README has a copy of the NPD table");
-    assert!(readme.contains("docs/npd.md#"), "the README links to docs/npd.md's table");
+    assert!(
+        !readme.contains("| condition | `--area`"),
+        "the README has a copy of the NPD table"
+    );
+    assert!(
+        readme.contains("docs/npd.md#"),
+        "the README links to docs/npd.md's table"
+    );
 }
 
 // --- the README as the user's manual ----------------------------------------------------------
@@ -592,9 +604,16 @@ fn rendered(text: &str) -> String {
 #[test]
 fn readme_is_under_20_kb_with_deploy_right_after_quick_start() {
     let text = doc("README.md");
-    assert!(text.len() < 20_000, "README.md is {} bytes, the bar is 20,000", text.len());
+    assert!(
+        text.len() < 20_000,
+        "README.md is {} bytes, the bar is 20,000",
+        text.len()
+    );
     let headings: Vec<&str> = text.lines().filter(|l| l.starts_with("## ")).collect();
-    let quick = headings.iter().position(|h| *h == "## Quick start").expect("## Quick start");
+    let quick = headings
+        .iter()
+        .position(|h| *h == "## Quick start")
+        .expect("## Quick start");
     assert_eq!(headings.get(quick + 1), Some(&"## Deploy"), "{headings:?}");
     let deploy = text.find("\n## Deploy\n").unwrap();
     let table = text.find("\n| id | severity | what |").expect("the findings table");
@@ -670,10 +689,11 @@ fn every_linked_doc_and_test_path_exists() {
             checked += 1;
             if !dest.exists() {
                 broken.push(format!("{name}: {target}: no such file"));
-            } else if !anchor.is_empty() && dest.extension().is_some_and(|x| x == "md") {
-                if !anchors(&std::fs::read_to_string(&dest).unwrap()).contains(anchor) {
-                    broken.push(format!("{name}: {target}: no such heading"));
-                }
+            } else if !anchor.is_empty()
+                && dest.extension().is_some_and(|x| x == "md")
+                && !anchors(&std::fs::read_to_string(&dest).unwrap()).contains(anchor)
+            {
+                broken.push(format!("{name}: {target}: no such heading"));
             }
         }
         // `tests/...`, `docs/...`, `manifests/...`, `tools/...` quoted as paths.
@@ -714,7 +734,15 @@ fn readme_check_sample_equals_the_binarys_output() {
         .current_dir(&nodes)
         .env_clear()
         .env("PATH", nodes.join(node).join("exec"))
-        .args(["check", "--format", "text", "--node-name", "fixture", "--host-root", node])
+        .args([
+            "check",
+            "--format",
+            "text",
+            "--node-name",
+            "fixture",
+            "--host-root",
+            node,
+        ])
         .args(common::NO_KUBE_PROXY)
         .output()
         .unwrap();
@@ -722,7 +750,8 @@ fn readme_check_sample_equals_the_binarys_output() {
     // The moment of the run, on the first line and in `since:`.
     let norm = |l: &str| -> String {
         if l.starts_with("proxywatch check: ") {
-            l.rsplit_once(" at ").map_or(l.to_string(), |(a, _)| format!("{a} at <time>"))
+            l.rsplit_once(" at ")
+                .map_or(l.to_string(), |(a, _)| format!("{a} at <time>"))
         } else if l.trim_start().starts_with("since: ") {
             "since: <time>".to_string()
         } else {
@@ -732,7 +761,10 @@ fn readme_check_sample_equals_the_binarys_output() {
     let want: Vec<String> = sample.lines().map(norm).collect();
     let got: Vec<String> = got.lines().map(norm).take(want.len()).collect();
     assert!(want.len() >= 10, "the sample is {} lines", want.len());
-    assert_eq!(want, got, "README.md's check sample is not the binary's output on {node}");
+    assert_eq!(
+        want, got,
+        "README.md's check sample is not the binary's output on {node}"
+    );
 }
 
 /// The `podman run` line gives the container what manifests/daemonset.yaml gives the agent.
@@ -758,14 +790,20 @@ fn readme_podman_line_has_the_daemonsets_settings() {
         ("readOnlyRootFilesystem: true", "--read-only"),
         ("allowPrivilegeEscalation: false", "--security-opt=no-new-privileges"),
     ] {
-        assert!(yaml(key), "daemonset.yaml no longer has {key}: update this test and the README");
+        assert!(
+            yaml(key),
+            "daemonset.yaml no longer has {key}: update this test and the README"
+        );
         want.push(flag.to_string());
     }
     // capabilities: drop: [ALL], add: [...]
     let caps = &ds[ds.find("capabilities:").unwrap()..];
     let add = &caps[caps.find("add:").unwrap() + 4..];
     for l in add.lines().skip(1).take_while(|l| l.trim_start().starts_with("- ")) {
-        want.push(format!("--cap-add={}", l.trim().trim_start_matches("- ").to_lowercase()));
+        want.push(format!(
+            "--cap-add={}",
+            l.trim().trim_start_matches("- ").to_lowercase()
+        ));
     }
     // hostPath volumes, read-only where mounted so.
     let mounts = &ds[ds.find("volumeMounts:").unwrap()..ds.find("      volumes:").unwrap()];
@@ -774,13 +812,19 @@ fn readme_podman_line_has_the_daemonsets_settings() {
         let name = m.lines().next().unwrap().trim();
         let mount = m.split("mountPath: ").nth(1).unwrap().lines().next().unwrap().trim();
         let ro = m.contains("readOnly: true");
-        let v = volumes.split("- name: ").find(|v| v.lines().next().unwrap().trim() == name).unwrap();
+        let v = volumes
+            .split("- name: ")
+            .find(|v| v.lines().next().unwrap().trim() == name)
+            .unwrap();
         let host = v.split("path: ").nth(1).unwrap().lines().next().unwrap().trim();
         want.push(format!("--volume={host}:{mount}{}", if ro { ":ro" } else { "" }));
     }
     want.push("--env=PROXYWATCH_HOST_CGROUP_ROOT=/host/sys/fs/cgroup".to_string());
     assert!(ds.contains("- name: PROXYWATCH_HOST_CGROUP_ROOT\n              value: /host/sys/fs/cgroup"));
     let missing: Vec<&String> = want.iter().filter(|f| !flags.contains(f.as_str())).collect();
-    assert!(missing.is_empty(), "the README's podman run line lacks {missing:?}: {line}");
+    assert!(
+        missing.is_empty(),
+        "the README's podman run line lacks {missing:?}: {line}"
+    );
     assert!(want.len() >= 12, "{want:?}");
 }

@@ -80,7 +80,10 @@ fn check_runs_in_the_running_pod_on_the_named_node() {
     assert_eq!(r.calls.len(), 2, "{:?}\n{}", r.calls, r.stderr);
     let get = &r.calls[0];
     assert_eq!(get[..4], args(&["-n", "proxywatch", "get", "pods"]), "{get:?}");
-    let at = get.iter().position(|a| a == "--field-selector").expect("a field selector");
+    let at = get
+        .iter()
+        .position(|a| a == "--field-selector")
+        .expect("a field selector");
     assert_eq!(get[at + 1], "spec.nodeName=node-7");
     let at = get.iter().position(|a| a == "-l").expect("a label selector");
     assert_eq!(
@@ -126,7 +129,8 @@ fn no_node_and_no_pod_are_told_apart() {
     let r = run(&["check", "win-1"], "", true, 0);
     assert_eq!(r.code, Some(3));
     assert!(
-        r.stderr.contains("no proxywatch pod on node win-1 in namespace proxywatch"),
+        r.stderr
+            .contains("no proxywatch pod on node win-1 in namespace proxywatch"),
         "{}",
         r.stderr
     );
@@ -134,7 +138,8 @@ fn no_node_and_no_pod_are_told_apart() {
     let r = run(&["check", "node-2"], "proxywatch-abc Pending\n", true, 0);
     assert_eq!(r.code, Some(3));
     assert!(
-        r.stderr.contains("no running proxywatch pod on node node-2: proxywatch-abc Pending"),
+        r.stderr
+            .contains("no running proxywatch pod on node node-2: proxywatch-abc Pending"),
         "{}",
         r.stderr
     );
@@ -156,7 +161,10 @@ fn pod_prints_the_pods_name() {
 #[test]
 fn the_script_is_shellcheck_clean() {
     if crate::common::which("shellcheck").is_none() {
-        assert!(!crate::common::in_ci(), "needs `shellcheck` on PATH (CI=true: not skipping)");
+        assert!(
+            !crate::common::in_ci(),
+            "needs `shellcheck` on PATH (CI=true: not skipping)"
+        );
         eprintln!("SKIPPED: needs `shellcheck` on PATH");
         return;
     }
