@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # proxywatch node agent image.
-#   docker build -t ghcr.io/proxywatch/proxywatch:0.1.0 .
+#   docker build -t ghcr.io/proxywatch/proxywatch:0.2.0 .
 # Linted by tests/manifests/check.sh (hadolint + checkov); built unchanged with
 # podman and run with the DaemonSet's settings by tests/image/ (docs/image.md).
 

@@ -987,7 +987,10 @@ mod tests {
         };
         let down = |p: &Publication| {
             let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
-            (f.severity, f.evidence["absent_since_seconds"].as_f64().unwrap())
+            (
+                f.severity,
+                f.evidence["absent_since_timestamp_seconds"].as_f64().unwrap(),
+            )
         };
         for step in [3600.0, -3600.0] {
             let mut a = Aggregator::new("n", crate::config::default_thresholds(), &probes, history(60.0, 900.0));

@@ -6,7 +6,10 @@
 #   status-page.png  the status page in headless Chromium, as tests/status_page.rs
 #                    leaves it (a fixture node whose conntrack table grows, a fake
 #                    kube-proxy whose syncs vary)
-# Look at both before committing them.
+# Beside each PNG, its source: check.txt (the pane's text, the command on its first line)
+# and status-page.findings.txt (each finding the page shows: its id, then its remediation
+# steps, from the DOM the screenshot was taken of). tests/docs/screenshots.rs fails when the
+# binary no longer prints those, so a stale picture is found. Look at both before committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in tmux chromium python3; do
@@ -72,10 +75,28 @@ open(sys.argv[2], "w").write(
     "pre{margin:0;padding:12px 14px;color:#e8e8e8;font:14px/17px 'DejaVu Sans Mono',monospace}</style>"
     f"<pre>{body}</pre>")
 PY
+{ echo "$ proxywatch check --host-root $node --node-name node-a (kube-proxy: tests/fixtures/kube-proxy/v1.21.1-iptables-kind-datadog-integrations-core.prom, v1.30-kind-nodeEligible-raesene-2024-06-16.json, ipvs.txt)"
+  python3 -c 'import sys; l=open(sys.argv[1]).read().rstrip("\n").split("\n")
+while l and (not l[-1].strip() or l[-1].startswith("[exit ")): l.pop()
+print("\n".join(x.rstrip() for x in l))' "$work/check.txt"; } >"$out/check.txt"
 rows=$(python3 -c 'import sys; print(len(open(sys.argv[1]).read().rstrip().split("\n")) + 1)' "$work/check.txt")
 chromium_shot "file://$work/check.html" "$out/check.png" 704 $((rows * 17 + 24))
 
 # The status page: the browser test draws it from a live agent and leaves a screenshot.
 cargo test --quiet --test status_page status_page_charts_equal_the_snapshot_history_in_chromium >/dev/null
 cp "${CARGO_TARGET_DIR:-target}/status-page-charts.png" "$out/status-page.png"
-echo "docs/screenshots.sh: wrote $out/check.png and $out/status-page.png"
+python3 - "${CARGO_TARGET_DIR:-target}/status-page-charts.html" "$out/status-page.findings.txt" <<'PY'
+import html, re, sys
+dom = open(sys.argv[1]).read()
+out = []
+for art in re.findall(r'<article[^>]*>(.*?)</article>', dom, re.S):
+    fid = re.search(r'<code>([a-z0-9_]+)</code>', art)
+    if not fid:
+        continue
+    out.append(fid.group(1))
+    ol = re.search(r'<ol class="remediation">(.*?)</ol>', art, re.S)
+    for li in re.findall(r'<li>(.*?)</li>', ol.group(1) if ol else "", re.S):
+        out.append("- " + html.unescape(li))
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+PY
+echo "docs/screenshots.sh: wrote $out/check.png, $out/status-page.png and their sources"

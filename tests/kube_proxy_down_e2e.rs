@@ -303,7 +303,10 @@ fn dead_kube_proxy_is_critical_everywhere_and_resolves_on_restart() {
         f["evidence"]["services_programmed"]["iptables nft ipv4 KUBE-SVC chains"], expected["kube"]["svc"],
         "{f:#}"
     );
-    assert!(f["evidence"]["kube_proxy_last_sync_seconds"].is_number(), "{f:#}");
+    assert!(
+        f["evidence"]["kube_proxy_last_sync_timestamp_seconds"].is_number(),
+        "{f:#}"
+    );
     assert_eq!(metric(&agent, "proxywatch_kube_proxy_up"), Some(0.0));
     assert_eq!(metric(&agent, "proxywatch_node_ready"), Some(0.0));
     assert_eq!(

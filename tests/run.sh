@@ -43,7 +43,7 @@ trap 'echo "=== stage times: ${TIMES[*]:-none} (total $SECONDS s)"' EXIT
 
 PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps chromium python3-yaml
     qemu-system-x86 busybox-static cpio kmod binutils xz-utils prometheus-alertmanager
-    podman runc debootstrap curl)
+    podman runc debootstrap curl shellcheck)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -458,6 +458,8 @@ fn status_page_charts_equal_the_snapshot_history_in_chromium() {
     // A screenshot of the charts for people (CI keeps it), and the page logs nothing.
     let png = target_dir().join("status-page-charts.png");
     let _ = std::fs::remove_file(&png);
+    // And the DOM it is drawn from, for docs/screenshots.sh to record the page's source.
+    std::fs::write(target_dir().join("status-page-charts.html"), &dom).unwrap();
     let out = chromium(
         profile.path(),
         &[

@@ -137,6 +137,22 @@ mod tests {
         );
         let f = judge(conntrack_tcp_timeouts, &s, &crate::config::default_thresholds()).unwrap();
         assert_eq!(f.severity, Severity::Info);
+        // The NPD condition's message quotes the node's value, not kube-proxy's default
+        // (`proxywatch npd --area conntrack --severity info` printed 86400s).
+        let f = Finding {
+            id: "sysctl_conntrack_tcp_timeouts".into(),
+            ..f
+        };
+        let (code, line) = crate::expose::npd::verdict(
+            std::slice::from_ref(&f),
+            &crate::expose::npd::Selection::Area(crate::expose::npd::Area::Conntrack),
+            Severity::Info,
+            80,
+        );
+        assert_eq!(
+            (code, line.as_str()),
+            (1, "info: sysctl_conntrack_tcp_timeouts 432000s")
+        );
     }
 
     #[test]

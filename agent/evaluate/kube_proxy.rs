@@ -521,12 +521,12 @@ pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     Some(
         Finding::new(severity, summary)
             .evidence("expected_because", why)
-            .evidence("absent_since_seconds", since)
+            .evidence("absent_since_timestamp_seconds", since)
             .evidence("absent_for_seconds", gone)
             .evidence("grace_seconds", grace)
-            .evidence("last_seen_seconds", presence.last_seen_seconds)
-            .evidence("kube_proxy_last_sync_seconds", presence.last_sync_seconds)
-            .evidence("ruleset_unchanged_since_seconds", ruleset_unchanged_since(s))
+            .evidence("last_seen_timestamp_seconds", presence.last_seen_seconds)
+            .evidence("kube_proxy_last_sync_timestamp_seconds", presence.last_sync_seconds)
+            .evidence("ruleset_unchanged_since_timestamp_seconds", ruleset_unchanged_since(s))
             .evidence("services_programmed", services)
             .evidence(
                 if outcome.status == ProbeStatus::Failed { "latest_run_failed" } else { "probe_absent_because" },
@@ -926,7 +926,7 @@ mod tests {
         assert!(why
             .iter()
             .any(|w| w.as_str().unwrap().starts_with("this agent saw kube-proxy")));
-        assert_eq!(f.evidence["kube_proxy_last_sync_seconds"], 9_950.0);
+        assert_eq!(f.evidence["kube_proxy_last_sync_timestamp_seconds"], 9_950.0);
         assert_eq!(
             f.evidence["services_programmed"]["iptables nft ipv4 KUBE-SVC chains"],
             50

@@ -131,8 +131,8 @@ pub fn rules_lost(s: &Snapshot, _: &Thresholds, mode: &ModeDecision) -> Option<F
             .evidence("tables", serde_json::Value::Object(tables))
             .evidence("backend", backend)
             .evidence("kernel_kube_rules", kube_rules)
-            .evidence("kube_proxy_last_sync_seconds", last_sync)
-            .evidence("kernel_read_seconds", read_start)
+            .evidence("kube_proxy_last_sync_timestamp_seconds", last_sync)
+            .evidence("kernel_read_timestamp_seconds", read_start)
             .remediation(&[
                 "Something removed kube-proxy's rules after its last sync: a firewall reload (firewalld, ufw), a node script that flushes a whole table or runs iptables-restore without --noflush, another agent.",
                 "Prove it: journalctl --since -1h | grep -iE 'firewalld|ufw|iptables' on the node, and compare iptables-save -t nat | grep -c KUBE- with kube-proxy's kubeproxy_sync_proxy_rules_iptables_total.",
@@ -179,8 +179,8 @@ fn nftables_table_lost(s: &Snapshot) -> Option<Finding> {
     };
     let mut f = Finding::new(severity, summary)
         .evidence("kernel_tables", tables)
-        .evidence("kube_proxy_last_sync_seconds", last_sync)
-        .evidence("kernel_read_seconds", read_start);
+        .evidence("kube_proxy_last_sync_timestamp_seconds", last_sync)
+        .evidence("kernel_read_timestamp_seconds", read_start);
     if lost {
         f = f.remediation(&[
             "Something deleted kube-proxy's nftables table after its last sync: a restart of the nftables service (a ruleset file that begins with a `flush ruleset` line, as Debian's /etc/nftables.conf does), a firewall manager, a node script.",

@@ -148,11 +148,16 @@ pub fn known_finding(id: &str) -> Result<String, String> {
     }
 }
 
-/// The number a finding's summary leads with (`97.0%`, `9.00s`, `4`), if any.
+/// The number a finding's summary leads with (`97.0%`, `9.00s`, `4`), if any: the measured
+/// value, which summaries give first (`established=432000s` counts: the value after `=`).
 pub fn key_number(summary: &str) -> Option<String> {
     let mut words = summary.split_whitespace();
     while let Some(w) = words.next() {
         let w = w.trim_start_matches(['(', '[']);
+        let w = match w.split_once('=') {
+            Some((_, v)) if v.starts_with(|c: char| c.is_ascii_digit()) => v,
+            _ => w,
+        };
         if !w.starts_with(|c: char| c.is_ascii_digit()) {
             continue;
         }
@@ -430,6 +435,12 @@ mod tests {
         );
         assert_eq!(key_number("net.ipv4.ip_forward is 0: the node").as_deref(), Some("0"));
         assert_eq!(key_number("no number here"), None);
+        // A sysctl's value after its name: the measured number, not the default quoted after it.
+        assert_eq!(
+            key_number("conntrack TCP timeouts are established=432000s close_wait=3600s; kube-proxy's defaults are 86400s and 3600s").as_deref(),
+            Some("432000s")
+        );
+        assert_eq!(key_number("mode eTP=Local, 3 services").as_deref(), Some("3"));
     }
 
     #[test]

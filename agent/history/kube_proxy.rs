@@ -105,9 +105,11 @@ pub struct KubeProxyDerived {
 pub struct KubeProxyPresence {
     /// Unix time of the latest reading in which kube-proxy answered on its ports (/metrics or
     /// /healthz), in seconds; None when this agent never saw it answer.
+    #[serde(rename = "last_seen_timestamp_seconds", alias = "last_seen_seconds")]
     pub last_seen_seconds: Option<f64>,
     /// Unix time of the first reading of the current absence (nothing listening on kube-proxy's
     /// ports and no process that looks like it), in seconds; None while it is present.
+    #[serde(rename = "absent_since_timestamp_seconds", alias = "absent_since_seconds")]
     pub absent_since_seconds: Option<f64>,
     /// The same moment on the monotonic clock (`Snapshot::collected_mono`'s): what the absence's
     /// length is measured on, whatever the wall clock does. Never shown.
@@ -115,6 +117,7 @@ pub struct KubeProxyPresence {
     pub absent_since_mono: Option<f64>,
     /// kube-proxy's last successful sync as its /metrics last reported it
     /// (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`), Unix seconds: when it last wrote rules.
+    #[serde(rename = "last_sync_timestamp_seconds", alias = "last_sync_seconds")]
     pub last_sync_seconds: Option<f64>,
 }
 

@@ -487,3 +487,344 @@ fn full_node_metrics() -> String {
     let p = proxywatch::expose::Publication::new(&s, verdict);
     String::from_utf8(p.metrics.to_vec()).unwrap()
 }
+
+// --- docs/npd.md: the one NPD table ------------------------------------------------------------
+
+fn doc(rel: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The cells of the table whose header line is `header`, up to the first line that is not a row.
+fn table<'a>(text: &'a str, header: &str) -> Vec<Vec<&'a str>> {
+    let start = text
+        .find(&format!("\n{header}\n"))
+        .unwrap_or_else(|| panic!("no table {header:?}"));
+    text[start + 1..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().trim_matches('`'))
+                .collect()
+        })
+        .collect()
+}
+
+/// docs/npd.md's finding table is the binary's own mapping (`npd::area_of`), both ways: every
+/// finding id once, with its `--area` and condition; its condition table is the shipped monitor
+/// config's (condition, `--area`, reason when True and when False). The README has no copy.
+#[test]
+fn npd_table_equals_the_codes_area_mapping() {
+    use proxywatch::expose::npd::{area_of, Area};
+    let text = doc("docs/npd.md");
+    let documented: Vec<(String, String, String)> = table(&text, "| finding | `--area` | condition |")
+        .into_iter()
+        .map(|c| {
+            assert_eq!(c.len(), 3, "{c:?}");
+            (c[0].to_string(), c[1].to_string(), c[2].to_string())
+        })
+        .collect();
+    let code: BTreeSet<(String, String, String)> = proxywatch::evaluate::CHECKS
+        .iter()
+        .map(|c| match area_of(c.id) {
+            Some(Area::All) => panic!("{}: in no area, so in no condition but --area all", c.id),
+            Some(a) => (c.id.to_string(), a.as_str().to_string(), a.condition().to_string()),
+            None => (
+                c.id.to_string(),
+                "none".to_string(),
+                "none: the failed probe's area goes Unknown".to_string(),
+            ),
+        })
+        .collect();
+    let as_set: BTreeSet<_> = documented.iter().cloned().collect();
+    assert_eq!(as_set.len(), documented.len(), "a finding listed twice");
+    let missing: Vec<_> = code.difference(&as_set).collect();
+    let stale: Vec<_> = as_set.difference(&code).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/npd.md's finding table vs npd::area_of: missing or other {missing:#?}\nnot so in the code {stale:#?}"
+    );
+
+    let monitor: serde_json::Value =
+        serde_json::from_str(&doc("manifests/overlays/npd/proxywatch-monitor.json")).unwrap();
+    let conditions = table(&text, "| condition | `--area` | reason when True | reason when False |");
+    let areas = [Area::Conntrack, Area::KubeProxy, Area::Rules, Area::Kernel];
+    assert_eq!(conditions.len(), areas.len(), "{conditions:?}");
+    for a in areas {
+        let row = conditions
+            .iter()
+            .find(|c| c[0] == a.condition())
+            .unwrap_or_else(|| panic!("no row for {}", a.condition()));
+        assert_eq!(row[1], a.as_str(), "{row:?}");
+        let rule = monitor["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["condition"] == a.condition())
+            .unwrap_or_else(|| panic!("no rule for {}", a.condition()));
+        assert_eq!(rule["args"][1], format!("--area={}", a.as_str()), "{rule}");
+        assert_eq!(rule["reason"], row[2], "{row:?}");
+        let default = monitor["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == a.condition())
+            .unwrap();
+        assert_eq!(default["reason"], row[3], "{row:?}");
+    }
+    // One table: the README links to it instead of keeping a copy.
+    let readme = doc("README.md");
+    assert!(
+        !readme.contains("| condition | `--area`"),
+        "the README has a copy of the NPD table"
+    );
+    assert!(
+        readme.contains("docs/npd.md#"),
+        "the README links to docs/npd.md's table"
+    );
+}
+
+// --- the README as the user's manual ----------------------------------------------------------
+
+/// The README without its HTML comments (markers for tests, never rendered).
+fn rendered(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(a) = rest.find("<!--") {
+        out.push_str(&rest[..a]);
+        rest = rest[a..].find("-->").map_or("", |b| &rest[a + b + 3..]);
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn readme_is_under_20_kb_with_deploy_right_after_quick_start() {
+    let text = doc("README.md");
+    assert!(
+        text.len() < 20_000,
+        "README.md is {} bytes, the bar is 20,000",
+        text.len()
+    );
+    let headings: Vec<&str> = text.lines().filter(|l| l.starts_with("## ")).collect();
+    let quick = headings
+        .iter()
+        .position(|h| *h == "## Quick start")
+        .expect("## Quick start");
+    assert_eq!(headings.get(quick + 1), Some(&"## Deploy"), "{headings:?}");
+    let deploy = text.find("\n## Deploy\n").unwrap();
+    let table = text.find("\n| id | severity | what |").expect("the findings table");
+    assert!(deploy < table, "the Deploy heading comes after the findings table");
+}
+
+/// The user's text names no test file: what a test proves is in docs/testing.md.
+#[test]
+fn readme_names_no_test_file() {
+    let text = rendered(&doc("README.md"));
+    let hits: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("tests/") || l.contains(".rs`") || l.contains(".rs "))
+        .collect();
+    assert!(hits.is_empty(), "test file names in README.md: {hits:#?}");
+}
+
+/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut in_code = false;
+    text.lines()
+        .filter(|l| {
+            if l.starts_with("```") {
+                in_code = !in_code;
+            }
+            !in_code && l.starts_with('#')
+        })
+        .map(|l| slug(l.trim_start_matches('#')))
+        .collect()
+}
+
+/// Every relative link of the README and docs/*.md leads to a file that exists, and to a heading
+/// that exists when it names one; every repository path quoted in backticks exists.
+#[test]
+fn every_linked_doc_and_test_path_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            files.push(p);
+        }
+    }
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let name = file.strip_prefix(root).unwrap().display().to_string();
+        let dir = file.parent().unwrap();
+        // [text](target)
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let dest = if path.is_empty() { file.clone() } else { dir.join(path) };
+            checked += 1;
+            if !dest.exists() {
+                broken.push(format!("{name}: {target}: no such file"));
+            } else if !anchor.is_empty()
+                && dest.extension().is_some_and(|x| x == "md")
+                && !anchors(&std::fs::read_to_string(&dest).unwrap()).contains(anchor)
+            {
+                broken.push(format!("{name}: {target}: no such heading"));
+            }
+        }
+        // `tests/...`, `docs/...`, `manifests/...`, `tools/...` quoted as paths.
+        for quoted in text.split('`').skip(1).step_by(2) {
+            let q = quoted.trim_end_matches(['/', ',', '.']);
+            let q = q.split(['#', ':']).next().unwrap();
+            if !["tests/", "docs/", "manifests/", "tools/", "agent/", "fuzz/"]
+                .iter()
+                .any(|p| q.starts_with(p))
+                || q.contains(|c: char| c.is_whitespace() || "<>*{}$|".contains(c))
+            {
+                continue;
+            }
+            checked += 1;
+            if !root.join(q).exists() {
+                broken.push(format!("{name}: `{quoted}`: no such path"));
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} links and paths found");
+    assert!(broken.is_empty(), "{} broken:\n{}", broken.len(), broken.join("\n"));
+}
+
+/// The README's sample of `check` is the binary's own output on the fixture node it names
+/// (`<!-- check-sample: NODE -->`), its first lines, with the same flags as the fixture goldens;
+/// only the times differ.
+#[test]
+fn readme_check_sample_equals_the_binarys_output() {
+    let text = doc("README.md");
+    let marker = "<!-- check-sample: ";
+    let at = text.find(marker).expect("a check-sample marker in README.md");
+    let node = text[at + marker.len()..].split_whitespace().next().unwrap();
+    let block = &text[at..];
+    let start = block.find("```\n").expect("a code block after the marker") + 4;
+    let sample = &block[start..start + block[start..].find("```").unwrap()];
+    let nodes = common::fixtures().join("nodes");
+    let out = std::process::Command::new(common::binary())
+        .current_dir(&nodes)
+        .env_clear()
+        .env("PATH", nodes.join(node).join("exec"))
+        .args([
+            "check",
+            "--format",
+            "text",
+            "--node-name",
+            "fixture",
+            "--host-root",
+            node,
+        ])
+        .args(common::NO_KUBE_PROXY)
+        .output()
+        .unwrap();
+    let got = String::from_utf8(out.stdout).unwrap();
+    // The moment of the run, on the first line and in `since:`.
+    let norm = |l: &str| -> String {
+        if l.starts_with("proxywatch check: ") {
+            l.rsplit_once(" at ")
+                .map_or(l.to_string(), |(a, _)| format!("{a} at <time>"))
+        } else if l.trim_start().starts_with("since: ") {
+            "since: <time>".to_string()
+        } else {
+            l.to_string()
+        }
+    };
+    let want: Vec<String> = sample.lines().map(norm).collect();
+    let got: Vec<String> = got.lines().map(norm).take(want.len()).collect();
+    assert!(want.len() >= 10, "the sample is {} lines", want.len());
+    assert_eq!(
+        want, got,
+        "README.md's check sample is not the binary's output on {node}"
+    );
+}
+
+/// The `podman run` line gives the container what manifests/daemonset.yaml gives the agent.
+#[test]
+fn readme_podman_line_has_the_daemonsets_settings() {
+    let text = doc("README.md");
+    let at = text.find("podman run ").expect("a podman run line");
+    let mut line = String::new();
+    for l in text[at..].lines() {
+        line.push_str(l.trim_end_matches('\\'));
+        if !l.ends_with('\\') {
+            break;
+        }
+    }
+    let flags: BTreeSet<&str> = line.split_whitespace().collect();
+    let ds = doc("manifests/daemonset.yaml");
+    let mut want = vec!["--rm".to_string(), "--cap-drop=all".to_string()];
+    let yaml = |key: &str| ds.lines().any(|l| l.trim() == key);
+    for (key, flag) in [
+        ("hostNetwork: true", "--network=host"),
+        ("hostPID: true", "--pid=host"),
+        ("runAsUser: 0", "--user=0"),
+        ("readOnlyRootFilesystem: true", "--read-only"),
+        ("allowPrivilegeEscalation: false", "--security-opt=no-new-privileges"),
+    ] {
+        assert!(
+            yaml(key),
+            "daemonset.yaml no longer has {key}: update this test and the README"
+        );
+        want.push(flag.to_string());
+    }
+    // capabilities: drop: [ALL], add: [...]
+    let caps = &ds[ds.find("capabilities:").unwrap()..];
+    let add = &caps[caps.find("add:").unwrap() + 4..];
+    for l in add.lines().skip(1).take_while(|l| l.trim_start().starts_with("- ")) {
+        want.push(format!(
+            "--cap-add={}",
+            l.trim().trim_start_matches("- ").to_lowercase()
+        ));
+    }
+    // hostPath volumes, read-only where mounted so.
+    let mounts = &ds[ds.find("volumeMounts:").unwrap()..ds.find("      volumes:").unwrap()];
+    let volumes = &ds[ds.find("      volumes:").unwrap()..];
+    for m in mounts.split("- name: ").skip(1) {
+        let name = m.lines().next().unwrap().trim();
+        let mount = m.split("mountPath: ").nth(1).unwrap().lines().next().unwrap().trim();
+        let ro = m.contains("readOnly: true");
+        let v = volumes
+            .split("- name: ")
+            .find(|v| v.lines().next().unwrap().trim() == name)
+            .unwrap();
+        let host = v.split("path: ").nth(1).unwrap().lines().next().unwrap().trim();
+        want.push(format!("--volume={host}:{mount}{}", if ro { ":ro" } else { "" }));
+    }
+    want.push("--env=PROXYWATCH_HOST_CGROUP_ROOT=/host/sys/fs/cgroup".to_string());
+    assert!(ds.contains("- name: PROXYWATCH_HOST_CGROUP_ROOT\n              value: /host/sys/fs/cgroup"));
+    let missing: Vec<&String> = want.iter().filter(|f| !flags.contains(f.as_str())).collect();
+    assert!(
+        missing.is_empty(),
+        "the README's podman run line lacks {missing:?}: {line}"
+    );
+    assert!(want.len() >= 12, "{want:?}");
+}

@@ -128,7 +128,7 @@ fn the_stale_gauge_and_finding_hold_through_commits_during_every_dump() {
             let run = agent
                 .snapshot()
                 .ok()
-                .and_then(|d| d["probes"]["conntrack_stale"]["last_run_seconds"].as_f64());
+                .and_then(|d| d["probes"]["conntrack_stale"]["last_run_timestamp_seconds"].as_f64());
             if let (Some(r), Some(now)) = (reading, run) {
                 oldest = oldest.max(now - r);
             }
