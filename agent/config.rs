@@ -139,6 +139,17 @@ pub struct NpdArgs {
     #[arg(long, env = "PROXYWATCH_NPD_FROM", value_name = "URL")]
     pub from: Option<String>,
 
+    /// File holding the token of an agent started with --web.bearer-token-file; sent to --from in plain HTTP (loopback only).
+    // Read at each run (a rotated token is picked up), trimmed. No TLS client: behind
+    // kube-rbac-proxy the plugin reads the agent's own 127.0.0.1 port (docs/npd.md).
+    #[arg(
+        long = "bearer-token-file",
+        env = "PROXYWATCH_NPD_BEARER_TOKEN_FILE",
+        value_name = "FILE",
+        requires = "from"
+    )]
+    pub bearer_token_file: Option<PathBuf>,
+
     /// Deadline of the --from request; keep it below the NPD rule's timeout.
     #[arg(long, env = "PROXYWATCH_NPD_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
     pub timeout: Duration,

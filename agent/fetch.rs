@@ -56,7 +56,18 @@ pub fn join(base: &str, path: &str) -> String {
 }
 
 pub async fn get(url: &str, timeout: Duration, max_body: usize) -> Result<Fetched, FetchError> {
-    match tokio::time::timeout(timeout, get_inner(url, max_body)).await {
+    get_authorized(url, timeout, max_body, None).await
+}
+
+/// Like [`get`], sending `Authorization: Bearer <token>` when a token is given (an agent
+/// started with `--web.bearer-token-file`). The token goes in plain HTTP: for loopback only.
+pub async fn get_authorized(
+    url: &str,
+    timeout: Duration,
+    max_body: usize,
+    bearer: Option<&str>,
+) -> Result<Fetched, FetchError> {
+    match tokio::time::timeout(timeout, get_inner(url, max_body, bearer)).await {
         Ok(r) => r,
         Err(_) => Err(FetchError::Timeout {
             url: url.to_string(),
@@ -68,7 +79,7 @@ pub async fn get(url: &str, timeout: Duration, max_body: usize) -> Result<Fetche
 /// Like [`get`], ending at a probe's deadline; a timeout names the probe's
 /// whole budget, the number the user configured.
 pub async fn get_until(url: &str, deadline: Deadline, max_body: usize) -> Result<Fetched, FetchError> {
-    match tokio::time::timeout_at(deadline.at().into(), get_inner(url, max_body)).await {
+    match tokio::time::timeout_at(deadline.at().into(), get_inner(url, max_body, None)).await {
         Ok(r) => r,
         Err(_) => Err(FetchError::Timeout {
             url: url.to_string(),
@@ -77,7 +88,7 @@ pub async fn get_until(url: &str, deadline: Deadline, max_body: usize) -> Result
     }
 }
 
-async fn get_inner(url: &str, max_body: usize) -> Result<Fetched, FetchError> {
+async fn get_inner(url: &str, max_body: usize, bearer: Option<&str>) -> Result<Fetched, FetchError> {
     let bad = || FetchError::BadUrl { url: url.to_string() };
     let (authority, path) = split_url(url).ok_or_else(bad)?;
     let io = |e: &dyn std::fmt::Display| FetchError::Io {
@@ -95,12 +106,18 @@ async fn get_inner(url: &str, max_body: usize) -> Result<Fetched, FetchError> {
         .await
         .map_err(|e| io(&e))?;
     let driver = tokio::spawn(conn);
-    let request = hyper::Request::get(path)
-        .header(hyper::header::HOST, authority)
-        .header(
-            hyper::header::USER_AGENT,
-            concat!("proxywatch/", env!("CARGO_PKG_VERSION")),
-        )
+    let mut request = hyper::Request::get(path).header(hyper::header::HOST, authority).header(
+        hyper::header::USER_AGENT,
+        concat!("proxywatch/", env!("CARGO_PKG_VERSION")),
+    );
+    if let Some(token) = bearer {
+        let value = hyper::header::HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| FetchError::Io {
+            url: url.to_string(),
+            message: "the bearer token is not a valid header value".to_string(),
+        })?;
+        request = request.header(hyper::header::AUTHORIZATION, value);
+    }
+    let request = request
         .body(http_body_util::Empty::<bytes::Bytes>::new())
         .map_err(|_| bad())?;
     let result = async {

@@ -262,10 +262,24 @@ async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate
     let (url, agent) = match proxywatch::fetch::split_url(from) {
         Some((authority, "/")) => (proxywatch::fetch::join(from, "/findings"), authority),
         Some((authority, _)) => (from.clone(), authority),
+        // kube-rbac-proxy's port: its HTTPS needs a TLS client the plugin does not have.
+        None if from.starts_with("https://") => {
+            anyhow::bail!("--from {from}: no TLS; read the agent's http://127.0.0.1 port")
+        }
         None => anyhow::bail!("--from {from}: expected http://HOST:PORT (the agent's address)"),
     };
+    let token = match &args.bearer_token_file {
+        None => None,
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("--bearer-token-file {}", path.display()))?;
+            let t = text.trim().to_string();
+            anyhow::ensure!(!t.is_empty(), "--bearer-token-file {}: empty", path.display());
+            Some(t)
+        }
+    };
     // Messages name the agent's address, not the whole URL: they must fit NPD's 80 bytes.
-    let got = match proxywatch::fetch::get(&url, args.timeout, 16 << 20).await {
+    let got = match proxywatch::fetch::get_authorized(&url, args.timeout, 16 << 20, token.as_deref()).await {
         Ok(got) => got,
         Err(e) if e.is_refused() => anyhow::bail!("agent not answering: connection refused at {agent}"),
         Err(proxywatch::fetch::FetchError::Timeout { after, .. }) => {

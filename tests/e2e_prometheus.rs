@@ -747,3 +747,191 @@ fn fixture_node_conntrack_exhaustion_fires_and_resolves_alerts_in_real_prometheu
     sick_agent.stop_cleanly();
     healthy_agent.stop_cleanly();
 }
+
+// ---------------------------------------------------------------------------
+// kube-proxy's latencies across nodes (issue 39).
+
+/// kube-proxy's sync buckets (tests/fixtures/kube-proxy/SOURCES.md: 0.001 to 16.384 s, doubling).
+const SYNC_LE: [f64; 15] = [
+    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384,
+];
+
+/// A kube-proxy /metrics body: `kubeproxy_sync_proxy_rules_duration_seconds` holding `obs`
+/// (duration, count) pairs.
+fn sync_histogram(obs: &[(f64, u64)]) -> String {
+    let family = "kubeproxy_sync_proxy_rules_duration_seconds";
+    let mut t = format!("# HELP {family} SyncProxyRules latency in seconds\n# TYPE {family} histogram\n");
+    for le in SYNC_LE {
+        let n: u64 = obs.iter().filter(|(v, _)| *v <= le).map(|(_, n)| n).sum();
+        t += &format!("{family}_bucket{{le=\"{le}\"}} {n}\n");
+    }
+    let n: u64 = obs.iter().map(|(_, n)| n).sum();
+    let sum: f64 = obs.iter().map(|(v, n)| v * *n as f64).sum();
+    t += &format!("{family}_bucket{{le=\"+Inf\"}} {n}\n{family}_sum {sum}\n{family}_count {n}\n");
+    t
+}
+
+/// The bucket of `v`: (lower, upper] among kube-proxy's sync buckets.
+fn sync_bucket(v: f64) -> (f64, f64) {
+    let i = SYNC_LE.iter().position(|le| v <= *le).expect("below 16.384 s");
+    (if i == 0 { 0.0 } else { SYNC_LE[i - 1] }, SYNC_LE[i])
+}
+
+/// Two nodes, one whose kube-proxy syncs in 5 ms and one whose kube-proxy syncs in 1.5 s and
+/// restarts halfway (its counters start again from 0). One real Prometheus scrapes both agents
+/// and, for the truth, both kube-proxies. From the agents' re-exported histograms, the
+/// dashboard's fleet p99 (`histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m])))`) lies in
+/// the slow node's bucket and agrees with the same query on kube-proxy's own histograms within
+/// one bucket; each node's p99 lies in its own bucket, the restart notwithstanding. Prometheus on
+/// loopback, no namespace: needs `prometheus` only. About 25 s (scrapes every second).
+#[test]
+fn two_nodes_fleet_p99_from_reexported_kube_proxy_histograms_in_real_prometheus() {
+    if !common::can_run(&["prometheus"]) {
+        return;
+    }
+    use common::fake_kube_proxy::{FakeKubeProxy, Reply};
+    let dir = tempfile::tempdir().unwrap();
+    let (fast_kp, slow_kp) = (FakeKubeProxy::start(), FakeKubeProxy::start());
+    let (mut fast, mut slow, mut slow_before_restart) = (0u64, 0u64, 0u64);
+    let publish = |fast: u64, slow: u64| {
+        fast_kp.set("/metrics", Reply::ok(sync_histogram(&[(0.005, fast)])));
+        // The slow node also has a few fast syncs: its p99 is still in the slow bucket.
+        slow_kp.set(
+            "/metrics",
+            Reply::ok(sync_histogram(&[(0.005, slow / 10), (1.5, slow)])),
+        );
+    };
+    publish(0, 0);
+    let root = common::fixtures().join("nodes/healthy-iptables");
+    let empty = tempfile::tempdir().unwrap();
+    let agent = |kp: &FakeKubeProxy, node: &str| {
+        Serve::new()
+            .env_clear()
+            .env("PATH", empty.path())
+            .args(["--node-name", node])
+            .arg("--host-root")
+            .arg(&root)
+            .args([
+                "--kube-proxy.metrics-url",
+                &kp.url(),
+                "--kube-proxy.healthz-url",
+                &kp.url(),
+            ])
+            .args(["--kube-proxy.interval", "300ms"])
+            .start()
+    };
+    let (fast_agent, slow_agent) = (agent(&fast_kp, "fast"), agent(&slow_kp, "slow"));
+    let prom_port = common::free_port();
+    let config = dir.path().join("prometheus.yml");
+    let target = |job: &str, addr: String, node: &str| {
+        format!("  - job_name: {job}\n    static_configs:\n      - targets: [\"{addr}\"]\n        labels: {{instance: {node}}}\n")
+    };
+    let kp_addr = |kp: &FakeKubeProxy| kp.url().trim_start_matches("http://").to_string();
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{scrape_interval: 1s, scrape_timeout: 1s}}\nscrape_configs:\n{}{}\n{}{}",
+            target("proxywatch", fast_agent.addr().to_string(), "fast"),
+            target("proxywatch", slow_agent.addr().to_string(), "slow").replacen(
+                "  - job_name: proxywatch\n    static_configs:\n",
+                "",
+                1
+            ),
+            target("kube-proxy", kp_addr(&fast_kp), "fast"),
+            target("kube-proxy", kp_addr(&slow_kp), "slow").replacen(
+                "  - job_name: kube-proxy\n    static_configs:\n",
+                "",
+                1
+            ),
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("prometheus.log");
+    let prometheus = Process::spawn(
+        "prometheus",
+        std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}")),
+        &log,
+    );
+    let prom: std::net::SocketAddr = format!("127.0.0.1:{prom_port}").parse().unwrap();
+    let query = |q: &str| -> Result<Series, String> {
+        let (code, body) = common::http_get(prom, &format!("/api/v1/query?query={}", percent_encode(q)))?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| format!("{code} {e}: {body}"))?;
+        let result = v["data"]["result"].as_array().ok_or_else(|| format!("{q}: {body}"))?;
+        Ok(result
+            .iter()
+            .map(|s| {
+                let labels = s["metric"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                    .collect();
+                (labels, s["value"][1].as_str().unwrap().parse::<f64>().unwrap())
+            })
+            .collect())
+    };
+    wait_for("both agents and kube-proxies scraped", START_DEADLINE, || {
+        prometheus.assert_running();
+        let up = query("sum(up)")?;
+        (up.first().map(|x| x.1) == Some(4.0))
+            .then_some(())
+            .ok_or(format!("{up:?}"))
+    });
+    // 20 s of syncs, every 200 ms: 40 fast ones on the fast node; 2 slow ones on the slow node
+    // (and a fast one every 5 ticks), whose kube-proxy restarts halfway.
+    for tick in 0..100 {
+        fast += 40;
+        slow += 2;
+        if tick == 50 {
+            slow_before_restart = slow;
+            slow = 2;
+        }
+        publish(fast, slow);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(slow_before_restart > 0);
+    prometheus.assert_running();
+    let fleet = |expr: String| -> f64 {
+        let r = query(&expr).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.len(), 1, "{expr}: {r:?}");
+        r[0].1
+    };
+    let agents_fleet = fleet(dashboard_query("kube-proxy rule sync p99 across nodes", "A"));
+    let worst = fleet(dashboard_query("kube-proxy rule sync p99 across nodes", "B"));
+    let direct_fleet = fleet(
+        "histogram_quantile(0.99, sum by (le) (rate(kubeproxy_sync_proxy_rules_duration_seconds_bucket{job=\"kube-proxy\"}[5m])))"
+            .to_string(),
+    );
+    let per_node: BTreeMap<String, f64> = query(&dashboard_query("kube-proxy rule sync p99: top 10 nodes", "A"))
+        .unwrap()
+        .into_iter()
+        .map(|(l, v)| (l["instance"].clone(), v))
+        .collect();
+    eprintln!("fleet p99 {agents_fleet} (kube-proxy's own: {direct_fleet}), worst node {worst}, per node {per_node:?}");
+    let slow_bucket = sync_bucket(1.5);
+    let within = |v: f64, (lo, hi): (f64, f64)| v > lo && v <= hi;
+    assert!(within(per_node["fast"], sync_bucket(0.005)), "{per_node:?}");
+    assert!(within(per_node["slow"], slow_bucket), "{per_node:?}");
+    assert!(within(agents_fleet, slow_bucket), "fleet p99 {agents_fleet}");
+    assert!(within(worst, slow_bucket), "worst node {worst}");
+    assert!(
+        (agents_fleet - direct_fleet).abs() <= slow_bucket.1 - slow_bucket.0,
+        "fleet p99 from the agents {agents_fleet}, from kube-proxy {direct_fleet}"
+    );
+    // The re-exported histogram never went down across the restart; kube-proxy's own did.
+    let resets = |job: &str| {
+        fleet(format!(
+            "resets(kubeproxy_sync_proxy_rules_duration_seconds_count{{job=\"{job}\",instance=\"slow\"}}[5m]) or \
+             resets(proxywatch_kube_proxy_sync_latency_seconds_count{{job=\"{job}\",instance=\"slow\"}}[5m])"
+        ))
+    };
+    assert_eq!(resets("proxywatch"), 0.0);
+    assert_eq!(resets("kube-proxy"), 1.0);
+    // The agent's own window is still served, for its verdict.
+    let m = slow_agent.get("/metrics").unwrap().1;
+    assert!(m.contains("proxywatch_kube_proxy_sync_duration_seconds_count"), "{m}");
+    prometheus.stop_cleanly();
+}

@@ -63,7 +63,12 @@ impl Node {
 
     /// The agent on this node, re-reading conntrack every second; drops count over 3 s.
     fn serve(&self) -> Agent {
-        Serve::new()
+        self.serve_with(Serve::new())
+    }
+
+    /// The same from a given `Serve` (a bearer token, ...).
+    fn serve_with(&self, serve: Serve) -> Agent {
+        serve
             .env_clear()
             .env("PATH", &self.exec)
             .args([
@@ -345,7 +350,62 @@ fn real_npd_sets_the_condition_true_then_false_then_unknown() {
     let Some(npd_bin) = npd_binary() else { return };
     let node = Node::copy("conntrack-near-full-drops");
     let agent = node.serve();
-    let (npd, prom, _dir) = start_npd(&npd_bin, &format!("http://{}", agent.addr()), &[]);
+    true_false_unknown(&npd_bin, &node, agent, &[]);
+}
+
+/// An agent started with `--web.bearer-token-file` (no token, a wrong one: 401 for /findings),
+/// and NPD's plugin given the token in a file (`--bearer-token-file`, by its environment
+/// variable as a DaemonSet would set it): True, False and Unknown as without a token. Plain
+/// HTTP on loopback, the path overlays/npd takes (NPD on the host network reading the agent's
+/// 127.0.0.1 port, behind rbac-proxy too); no TLS client in the plugin.
+#[test]
+fn real_npd_through_the_bearer_token_path_sets_true_false_unknown() {
+    let Some(npd_bin) = npd_binary() else { return };
+    let node = Node::copy("conntrack-near-full-drops");
+    let dir = tempfile::tempdir().unwrap();
+    let (token, agent_token) = (dir.path().join("token"), dir.path().join("agent-token"));
+    std::fs::write(&token, "s3cret-npd-token\n").unwrap();
+    std::fs::write(&agent_token, "s3cret-npd-token\n").unwrap();
+    let agent = node.serve_with(
+        Serve::new()
+            .bearer_token("s3cret-npd-token")
+            .arg(format!("--web.bearer-token-file={}", agent_token.display())),
+    );
+    // Without the token, or with another one: the agent refuses, the plugin cannot tell.
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "not-the-token").unwrap();
+    for extra in [vec![], vec![format!("--bearer-token-file={}", wrong.display())]] {
+        let mut args = vec![from(&agent)];
+        args.extend(extra);
+        let r = npd(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+        assert_eq!(r.code, 2, "{}", r.stdout);
+        assert!(
+            r.stdout
+                .starts_with(&format!("unknown: agent at {}: HTTP 401", agent.addr())),
+            "{}",
+            r.stdout
+        );
+    }
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let r = npd(
+        &[&from(&agent), &format!("--bearer-token-file={}", empty.display())],
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert!(r.stdout.contains("empty"), "{}", r.stdout);
+    // kube-rbac-proxy's HTTPS port: refused with the way out, not a confusing error.
+    let r = npd(&["--from=https://10.0.0.1:9443"], &[]);
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert!(r.stdout.contains("no TLS"), "{}", r.stdout);
+    let token = token.to_str().unwrap().to_string();
+    true_false_unknown(&npd_bin, &node, agent, &[("PROXYWATCH_NPD_BEARER_TOKEN_FILE", &token)]);
+}
+
+/// The real NPD's plugin reading `agent` on `node` (plus `env`): ConntrackProblem True, a
+/// ConntrackDrops Event, False once the node recovers, Unknown once the agent stops.
+fn true_false_unknown(npd_bin: &Path, node: &Node, agent: Agent, env: &[(&str, &str)]) {
+    let (npd, prom, _dir) = start_npd(npd_bin, &format!("http://{}", agent.addr()), env);
     let prom_addr = std::net::SocketAddr::from(([127, 0, 0, 1], prom));
     let gauge = |condition: &str, reason: &str| -> Result<f64, String> {
         let (code, body) = common::http_get(prom_addr, "/metrics")?;

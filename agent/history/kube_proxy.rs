@@ -1,7 +1,8 @@
 //! kube-proxy over time: latency over the interval since the previous reading
 //! (bucket deltas, as `histogram_quantile(rate(...))` would give), restarts
 //! (a new process start time), how long ago it last synced, and the share of its
-//! CPU periods its cgroup was throttled in over the last minutes.
+//! CPU periods its cgroup was throttled in over the last minutes; and kube-proxy's latency
+//! histograms accumulated across the agent's reads (see [`Cumulative`]).
 
 use std::collections::BTreeMap;
 
@@ -44,6 +45,68 @@ pub fn p99(since_start: &Latency, window: Option<&LatencyWindow>) -> Option<f64>
     match window {
         Some(w) => w.p99,
         None => since_start.p99_since_start,
+    }
+}
+
+/// One of kube-proxy's latency histograms accumulated across the agent's reads, with kube-proxy's
+/// own buckets: what the agent re-exports as a Prometheus histogram, so that
+/// `histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m])))` works across nodes and scrapes.
+///
+/// It starts at 0 at the agent's first read and grows by the increase between two reads of
+/// kube-proxy: a reading whose count or a bucket went down is a kube-proxy restart and counts
+/// whole (Prometheus's counter-reset rule for `rate()`), so the exported histogram never goes
+/// down while the agent runs. A reading with other buckets (a kube-proxy of another version)
+/// restarts it at 0 with the new buckets; a reading with a NaN, a negative or a non-cumulative
+/// count changes nothing. Bounded: as many buckets as kube-proxy's histogram (the parser's bound).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cumulative {
+    /// The histogram accumulated so far; None before the first read.
+    pub total: Option<Histogram>,
+    /// kube-proxy's latest reading, for the next increase.
+    last: Option<Histogram>,
+}
+
+impl Cumulative {
+    /// Takes one reading of kube-proxy's histogram.
+    pub fn observe(&mut self, h: &Histogram) {
+        let sane = h.count.is_finite()
+            && h.count >= 0.0
+            && h.sum.is_finite()
+            && h.buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+            && h.buckets.iter().all(|(_, c)| c.is_finite() && *c >= 0.0);
+        if !sane || h.buckets.is_empty() {
+            return;
+        }
+        let same_buckets = |a: &Histogram| {
+            a.buckets.len() == h.buckets.len() && a.buckets.iter().zip(&h.buckets).all(|(x, y)| x.0 == y.0)
+        };
+        let (Some(total), Some(last)) = (self.total.as_mut(), self.last.as_ref()) else {
+            self.total = Some(zero(h));
+            self.last = Some(h.clone());
+            return;
+        };
+        if !same_buckets(total) || !same_buckets(last) {
+            self.total = Some(zero(h));
+            self.last = Some(h.clone());
+            return;
+        }
+        // The increase since the previous read, or the whole reading after a restart.
+        let increase = delta(h, last).unwrap_or_else(|| h.clone());
+        for (t, d) in total.buckets.iter_mut().zip(&increase.buckets) {
+            t.1 += d.1;
+        }
+        total.count += increase.count;
+        total.sum += increase.sum.max(0.0);
+        self.last = Some(h.clone());
+    }
+}
+
+/// The same buckets, every count 0.
+fn zero(h: &Histogram) -> Histogram {
+    Histogram {
+        buckets: h.buckets.iter().map(|(le, _)| (*le, 0.0)).collect(),
+        count: 0.0,
+        sum: 0.0,
     }
 }
 
@@ -95,6 +158,13 @@ pub struct KubeProxyDerived {
     /// cgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_throttling: Option<CpuThrottling>,
+    /// kube-proxy's sync duration histogram accumulated across the agent's reads ([`Cumulative`]);
+    /// /metrics only (kube-proxy's own reading is in facts).
+    #[serde(skip)]
+    pub sync_cumulative: Option<Histogram>,
+    /// kube-proxy's network programming histogram, likewise.
+    #[serde(skip)]
+    pub network_programming_cumulative: Option<Histogram>,
 }
 
 /// Whether kube-proxy was seen, and since when it has not been: what lets evaluation tell a node
@@ -141,6 +211,9 @@ pub struct KubeProxyHistory {
     /// The throttling counters' readings, and whose they are (pid and cgroup path): another
     /// process or cgroup starts a new window.
     throttling: Option<(String, CounterWindow)>,
+    /// kube-proxy's latency histograms accumulated across reads.
+    sync_cumulative: Cumulative,
+    network_programming_cumulative: Cumulative,
 }
 
 impl KubeProxyHistory {
@@ -195,8 +268,17 @@ impl KubeProxyHistory {
                 (Some(_), _) => Some(0.0),
                 _ => None,
             };
+            if let Some(h) = &m.sync_duration {
+                self.sync_cumulative.observe(h);
+            }
+            if let Some(h) = &m.network_programming {
+                self.network_programming_cumulative.observe(h);
+            }
             self.previous = Some((mono, m.clone()));
         }
+        // Kept while kube-proxy does not answer: no observation seen is no observation counted.
+        d.sync_cumulative = self.sync_cumulative.total.clone();
+        d.network_programming_cumulative = self.network_programming_cumulative.total.clone();
         d.cpu_throttling = self.throttling(facts, mono);
         d
     }
@@ -455,5 +537,61 @@ mod tests {
             .cpu_throttling
             .unwrap();
         assert_eq!((w.throttled_periods, w.ratio), (0, Some(0.0)), "{w:?}");
+    }
+
+    fn hist(buckets: &[(f64, f64)], sum: f64) -> Histogram {
+        Histogram {
+            buckets: buckets.to_vec(),
+            count: buckets.last().unwrap().1,
+            sum,
+        }
+    }
+
+    #[test]
+    fn cumulative_starts_at_0_adds_increases_and_counts_a_restart_whole() {
+        let inf = f64::INFINITY;
+        let mut c = Cumulative::default();
+        c.observe(&hist(&[(0.1, 50.0), (1.0, 90.0), (inf, 100.0)], 30.0));
+        assert_eq!(
+            c.total,
+            Some(hist(&[(0.1, 0.0), (1.0, 0.0), (inf, 0.0)], 0.0)),
+            "from 0"
+        );
+        c.observe(&hist(&[(0.1, 55.0), (1.0, 97.0), (inf, 110.0)], 40.0));
+        assert_eq!(c.total, Some(hist(&[(0.1, 5.0), (1.0, 7.0), (inf, 10.0)], 10.0)));
+        // kube-proxy restarted: 3 syncs since, counted whole; the total never goes down.
+        c.observe(&hist(&[(0.1, 1.0), (1.0, 2.0), (inf, 3.0)], 2.5));
+        assert_eq!(c.total, Some(hist(&[(0.1, 6.0), (1.0, 9.0), (inf, 13.0)], 12.5)));
+        // A bucket that went down alone is a restart too (all of the reading counts).
+        c.observe(&hist(&[(0.1, 0.0), (1.0, 4.0), (inf, 5.0)], 3.0));
+        assert_eq!(c.total, Some(hist(&[(0.1, 6.0), (1.0, 13.0), (inf, 18.0)], 15.5)));
+        // Garbage changes nothing, and the next sane reading continues from the last one.
+        for bad in [
+            hist(&[(0.1, f64::NAN), (1.0, 4.0), (inf, 5.0)], 3.0),
+            hist(&[(0.1, 9.0), (1.0, 4.0), (inf, 5.0)], 3.0),
+            hist(&[(0.1, -1.0), (1.0, 4.0), (inf, 5.0)], 3.0),
+        ] {
+            c.observe(&bad);
+        }
+        assert_eq!(c.total.as_ref().unwrap().count, 18.0);
+        c.observe(&hist(&[(0.1, 1.0), (1.0, 6.0), (inf, 8.0)], 4.0));
+        assert_eq!(c.total, Some(hist(&[(0.1, 7.0), (1.0, 15.0), (inf, 21.0)], 16.5)));
+        // Other buckets (another kube-proxy version): from 0 again, with the new buckets.
+        c.observe(&hist(&[(0.5, 1.0), (inf, 8.0)], 4.0));
+        assert_eq!(c.total, Some(hist(&[(0.5, 0.0), (inf, 0.0)], 0.0)));
+    }
+
+    #[test]
+    fn cumulative_histograms_are_kept_while_kube_proxy_does_not_answer() {
+        let mut h = KubeProxyHistory::default();
+        let m = |start: f64| facts(metrics_with_sync(&[(1.0, 2.0), (f64::INFINITY, 2.0)], start));
+        h.observe(&m(0.0), 100.0, 1.0);
+        let more = facts(metrics_with_sync(&[(1.0, 5.0), (f64::INFINITY, 6.0)], 0.0));
+        let d = h.observe(&more, 101.0, 2.0);
+        assert_eq!(d.sync_cumulative.as_ref().unwrap().count, 4.0);
+        let down = KubeProxyFacts::default();
+        let d = h.observe(&down, 102.0, 3.0);
+        assert_eq!(d.sync_cumulative.as_ref().unwrap().count, 4.0, "{d:?}");
+        assert!(d.sync.is_none());
     }
 }

@@ -23,7 +23,7 @@ const NEED_ACTIVITY: &[&str] = &[
     "proxywatch_kube_proxy_cpu_throttled_ratio",
     // A rate needs two readings of kube-proxy's reject and drop rule counters, read over
     // netlink on the node itself or from iptables-legacy-save -c (tests/kube_proxy_vs_kernel.rs).
-    "proxywatch_service_rejected_packets_per_second",
+    "proxywatch_service_rejected_packets_total",
 ];
 
 /// Metrics of probes that read netlink on the node itself only (`--host-root /`):

@@ -334,6 +334,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
         &fixture("kube-proxy/v1.21.1-iptables-kind-datadog-integrations-core.prom"),
     )
     .unwrap();
+    let cumulative = (metrics.sync_duration.clone(), metrics.network_programming.clone());
     s.facts.kube_proxy = Some(kube_proxy::KubeProxyFacts {
         mode: Some(kube_proxy::proxy_mode::ProxyMode::Iptables),
         metrics_up: true,
@@ -448,6 +449,8 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
                 ratio: Some(0.05),
                 seconds: 300.0,
             }),
+            sync_cumulative: cumulative.0,
+            network_programming_cumulative: cumulative.1,
         }),
         ..Default::default()
     };

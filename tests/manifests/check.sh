@@ -630,10 +630,17 @@ tests = [
     (expr("Worst nodes", "A"), [({"instance": f"node-{n}"}, v) for n, v in (("a", 0), ("b", 3), ("c", 2))]),
     (expr("Conntrack entries and limits", "A"), [({"__name__": "proxywatch_conntrack_entries", "job": "proxywatch", "instance": "node-b"}, 900)]),
 ]
+# The rejected-traffic panel: rate() of the counters, summed over protocols per node and reason;
+# a node that rejects nothing is left out (evaluated at 10m, after 10 one-minute samples).
+for n, proto, per_min in (("a", "tcp", 60), ("a", "udp", 30), ("b", "tcp", 0)):
+    series.append({"series": f'proxywatch_service_rejected_packets_total{{{L % n},reason="no_endpoints",protocol="{proto}"}}',
+                   "values": f"0+{per_min}x10"})
+late = [(expr("Service traffic rejected or dropped by kube-proxy: top 10 nodes"), [({"instance": "node-a", "reason": "no_endpoints"}, 1.5)])]
 def sample(labels, v):
     return {"labels": "{" + ",".join(f'{k}="{x}"' for k, x in sorted(labels.items())) + "}" if labels else "{}", "value": v}
 doc = {"tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [
-    {"expr": e, "eval_time": "0m", "exp_samples": [sample(l, v) for l, v in want]} for e, want in tests]}]}
+    {"expr": e, "eval_time": t, "exp_samples": [sample(l, v) for l, v in want]}
+    for t, cases in (("0m", tests), ("10m", late)) for e, want in cases]}]}
 for t in doc["tests"][0]["promql_expr_test"]:
     for s in t["exp_samples"]:
         name = [x for x in s["labels"][1:-1].split(",") if x.startswith("__name__=")]
@@ -641,7 +648,7 @@ for t in doc["tests"][0]["promql_expr_test"]:
             rest = ",".join(x for x in s["labels"][1:-1].split(",") if not x.startswith("__name__="))
             s["labels"] = name[0].split("=", 1)[1].strip('"') + "{" + rest + "}"
 yaml.safe_dump(doc, open(sys.argv[2], "w"), sort_keys=False)
-print(f"{len(tests)} dashboard queries evaluated by promtool")
+print(f"{len(tests) + len(late)} dashboard queries evaluated by promtool")
 PYEOF
     (cd "$RULES_DIR" && "$PROMTOOL" test rules dashboard_test.yaml)
 }

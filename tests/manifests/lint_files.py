@@ -21,6 +21,10 @@ usage: lint_files.py [RENDERED_OVERLAY.yaml]
     proxywatch, the rules' job), instance and node variables in every selector,
     fleet time series aggregated or top/bottom-k (never one series per node),
     a "worst nodes" table, a drill-down row for $node, IPVS and nftables panels;
+    no panel reads a gauge that is a rate (a `*_per_second` gauge or one whose help says
+    "per second", as the agent's source declares it; nor does an alert rule: rates of rates and averages of
+    windows do not aggregate; the counter beside it, under rate(), does), nor a summary's
+    `quantile` (the agent's window: histogram_quantile() of the histogram instead);
     and it is what tests/tools/gen_dashboard.py writes;
   - the Dockerfile's ENTRYPOINT runs tini as a child subreaper (tini -s).
 Needs PyYAML and jsonschema (both in check.sh's venv).
@@ -283,6 +287,7 @@ def check_dashboard(path):
         if "gridPos" not in p:
             errors.append(f"{path}: panel {p.get('title')!r} has no gridPos")
     check_dashboard_fleet(path, d, vars_)
+    check_dashboard_no_rate_gauges(path, d)
     fill = [p for p in d.get("panels", []) if "conntrack_entries_limit" in json.dumps(p.get("targets", [])) and "fill" in p.get("title", "").lower()]
     steps = [s.get("value") for p in fill for s in get(p, "fieldConfig.defaults.thresholds.steps") or []]
     if not fill or 0.8 not in steps or 0.95 not in steps:
@@ -290,8 +295,44 @@ def check_dashboard(path):
     return n
 
 
+# A gauge as the agent declares it: out.gauge("name", "help", ...) or a one("name", "help", v)
+# helper (which sets a gauge), in agent/expose/.
+GAUGE_DECL_RE = re.compile(r'\b(?:gauge|one)\(\s*"(proxywatch_[a-z0-9_]+)",\s*"((?:[^"\\]|\\.)*)"', re.S)
+
+
+def rate_gauges():
+    """The agent's gauges that are rates: named *_per_second or described as per second."""
+    out = {}
+    for f in glob.glob(os.path.join(ROOT, "agent", "expose", "**", "*.rs"), recursive=True):
+        for name, help_ in GAUGE_DECL_RE.findall(open(f, encoding="utf-8").read()):
+            if name.endswith("_per_second") or "per second" in help_:
+                out[name] = os.path.relpath(f, ROOT)
+    return out
+
+
+def check_dashboard_no_rate_gauges(path, d):
+    gauges = rate_gauges()
+    # The declarations are found at all (else the check would pass on nothing).
+    if "proxywatch_service_rejected_packets_per_second" not in gauges:
+        errors.append("lint_files.py: no rate gauge found in agent/expose/ (the declaration pattern is stale)")
+    exprs = [(f"panel {p.get('title')!r}", t.get("expr", "")) for p in d.get("panels", []) for t in p.get("targets", [])]
+    rules = yaml.safe_load(open(os.path.join(ROOT, "manifests", "prometheusrule.yaml"), encoding="utf-8"))
+    exprs += [(f"alert {r.get('alert') or r.get('record')!r}", r["expr"])
+              for g in rules["spec"]["groups"] for r in g["rules"]]
+    for where, expr in exprs:
+        for metric in re.findall(r"\bproxywatch_[a-z0-9_]+", expr):
+            if metric in gauges:
+                errors.append(f"{path}: {where} reads {metric}, a gauge that is a rate "
+                              f"({gauges[metric]}): use rate() of its counter")
+        # A summary's quantile is a window of one agent: it averages and adds to nothing.
+        for metric, sel in SELECTOR_RE.findall(expr):
+            if re.search(r"\bquantile\s*=", sel):
+                errors.append(f"{path}: {where} reads a summary's quantile ({metric}{{{sel}}}): "
+                              "use histogram_quantile() of the re-exported histogram")
+
+
 SELECTOR_RE = re.compile(r"\b((?:proxywatch_[a-z0-9_]+)|up)\{([^}]*)\}")
-AGG_RE = re.compile(r"^\s*(sort_desc\(|sort\()?\s*(topk|bottomk|count|sum|max|min|avg|quantile)\b\s*(by\s*\(([^)]*)\))?\s*\(")
+AGG_RE = re.compile(r"^\s*(sort_desc\(|sort\(|histogram_quantile\(\s*[0-9.]+\s*,)?\s*(topk|bottomk|count|sum|max|min|avg|quantile)\b\s*(by\s*\(([^)]*)\))?\s*\(")
 
 
 def check_dashboard_fleet(path, d, vars_):

@@ -102,8 +102,16 @@ def read_metrics_file(path):
 def present(name, names):
     """A metric is present only if the file has at least one sample of it: a
     # HELP/# TYPE line alone (a labelled family with no child yet) does not count,
-    since a rule on it would never match."""
-    return name in names
+    since a rule on it would never match. A histogram's `_bucket`, `_count` or `_sum` series
+    counts as its family's name (the README's tables and a synthetic file list families)."""
+    return name in names or histogram_family(name) in names
+
+
+def histogram_family(name):
+    for suffix in ("_bucket", "_count", "_sum"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def check_ids(matchers, ids, where):
@@ -146,7 +154,7 @@ def main():
     if args.known_list:
         known = read_list(args.known_list)
         ids = read_list(args.finding_ids) if args.finding_ids else None
-        is_present = lambda n: n in known  # noqa: E731
+        is_present = lambda n: present(n, known)  # noqa: E731
         against = args.known_list
     else:
         names, ids = read_metrics_file(args.metrics_file)

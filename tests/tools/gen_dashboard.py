@@ -3,11 +3,16 @@
 edit this file, run it, commit both; tests/manifests/lint_files.py checks they agree).
 
     python3 tests/tools/gen_dashboard.py [OUT]      (default: manifests/dashboards/proxywatch.json)
+    python3 tests/tools/gen_dashboard.py --runbook-url-pattern 'https://git.example.com/ops/proxywatch/-/blob/main/docs/alerts.md#%s' OUT
+
+The runbook links (the dashboard's link, the panels that name an alert) follow the same pattern as
+manifests/render-rules.py's --runbook-url-pattern, with the same default (docs/alerts.md#%s).
 
 Built for a fleet: every query selects by the cluster, job and instance variables; fleet rows
 show counts, quantiles across nodes, top-10 nodes and "worst nodes" tables, never one line per
 node; the last row drills down into one node ($node), where per-node series belong.
 """
+import argparse
 import json
 import os
 import sys
@@ -18,6 +23,26 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 S = 'cluster=~"$cluster", job=~"$job", instance=~"$instance"'
 N = 'cluster=~"$cluster", job=~"$job", instance="$node"'
 TOP = 10
+# The runbook links: render-rules.py's pattern (the mixins' runbookURLPattern), %s = the alert's
+# anchor in docs/alerts.md; the dashboard's own link is the page without an anchor.
+sys.path.insert(0, os.path.join(ROOT, "manifests"))
+_rules = __import__("render-rules")
+sys.path.pop(0)
+_args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+_args.add_argument("--runbook-url-pattern", default=_rules.RUNBOOK_URL_PATTERN, metavar="PATTERN",
+                   help="as render-rules.py's: %%s = the alert's anchor in docs/alerts.md")
+_args.add_argument("out", nargs="?", default=os.path.join(ROOT, "manifests", "dashboards", "proxywatch.json"))
+ARGS = _args.parse_args()
+RUNBOOK_URL_PATTERN = ARGS.runbook_url_pattern
+try:
+    _rules.render_runbooks("", RUNBOOK_URL_PATTERN)
+except ValueError as e:
+    sys.exit(f"gen_dashboard.py: {e}")
+
+
+def runbook(anchor):
+    url = RUNBOOK_URL_PATTERN.replace("%s", anchor)
+    return url if anchor else url.rstrip("#")
 
 panels = []
 _y = [0]
@@ -151,13 +176,13 @@ table("Worst nodes", f"The {25} nodes with the most severe finding first; a colu
       [f"max by (cluster, instance) (proxywatch_finding_severity{{{S}}})",
        f"max by (cluster, instance) (proxywatch_conntrack_entries{{{S}}} / proxywatch_conntrack_entries_limit{{{S}}})",
        f"sum by (cluster, instance) (proxywatch_conntrack_stale_entries{{{S}}})",
-       f"max by (cluster, instance) (proxywatch_kube_proxy_sync_duration_seconds{{{S}, quantile=\"0.99\"}})",
+       f"histogram_quantile(0.99, sum by (cluster, instance, le) (rate(proxywatch_kube_proxy_sync_latency_seconds_bucket{{{S}}}[5m])))",
        f"count by (cluster, instance) (proxywatch_probe_success{{{S}}} == 0)"],
       w=12, h=9, merge=True, sort="worst severity", limit=25,
       rename={"Value #A": "worst severity", "Value #B": "conntrack fill", "Value #C": "stale entries",
-              "Value #D": "sync p99 (s)", "Value #E": "probes failing"})
+              "Value #D": "sync p99 5m (s)", "Value #E": "probes failing"})
 table("Active findings (severity >= 2)", "One row per node and finding id, most severe first; "
-      "2 = warning, 3 = critical. See docs/alerts.md.",
+      f"2 = warning, 3 = critical. See {runbook('')}.",
       [f"sort_desc(proxywatch_finding_severity{{{S}}} >= 2)"], w=12, h=9,
       rename={"Value": "severity"})
 
@@ -202,11 +227,11 @@ timeseries("Nodes where iptables-nft-save and netlink disagree", "Nodes with cou
            [(f"count(proxywatch_iptables_count_mismatches{{{S}}} > 0) or vector(0)", "nodes")])
 
 timeseries(f"Service traffic rejected or dropped by kube-proxy: top {TOP} nodes",
-           "Packets per second kube-proxy's iptables rules rejected (Service without endpoints) or dropped "
+           "Packets per second (rate over 5m of proxywatch_service_rejected_packets_total) kube-proxy's iptables rules rejected (Service without endpoints) or dropped "
            "(externalTrafficPolicy: Local without a local endpoint; conntrack-invalid), per node and reason. "
            "The Services are named in the finding service_traffic_rejected and in /snapshot. "
-           "Not available in kube-proxy's nftables mode. See docs/alerts.md#proxywatchservicetrafficrejected.",
-           [(top(f"sum by (cluster, instance, reason) (proxywatch_service_rejected_packets_per_second{{{S}}}) > 0"),
+           f"Not available in kube-proxy's nftables mode. See {runbook('proxywatchservicetrafficrejected')}.",
+           [(top(f"sum by (cluster, instance, reason) (rate(proxywatch_service_rejected_packets_total{{{S}}}[5m])) > 0"),
              "{{instance}} {{reason}}")], unit="pps")
 
 # ------------------------------------------------------------------ nftables
@@ -239,7 +264,7 @@ row("Node limits")
 timeseries(f"Neighbour table fill (entries / gc_thresh3): top {TOP} nodes",
            "The kernel's ARP (ipv4) and NDP (ipv6) tables: entries over gc_thresh3, past which new neighbours are "
            "refused. One table per kernel for every namespace; per-device ARP counts do not show it. "
-           "See docs/alerts.md#proxywatchneighbourtableoverflow.",
+           f"See {runbook('proxywatchneighbourtableoverflow')}.",
            [(top(f"proxywatch_neighbour_entries{{{S}}} / on (cluster, job, instance, family) "
                  f"proxywatch_neighbour_gc_thresh{{{S}, level=\"3\"}}"), "{{instance}} {{family}}")],
            unit="percentunit")
@@ -255,18 +280,35 @@ timeseries(f"NodePorts an outgoing connection can take: top {TOP} nodes",
 timeseries(f"SNAT source ports in use, fullest group: top {TOP} nodes",
            "Per node, the fullest (translated source, destination, port, protocol) group of source-NATed "
            "connections: ports in use over the ports the rule allows (its --to-ports, else 1024-65535). At 1 new "
-           "connections to that destination fail. See docs/alerts.md#proxywatchsnatportsnearexhaustion; the "
+           f"connections to that destination fail. See {runbook('proxywatchsnatportsnearexhaustion')}; the "
            "groups are in /snapshot (facts.conntrack_stale.snat.top).",
            [(top(f"proxywatch_snat_ports_fill_ratio{{{S}}}"), "{{instance}}")],
            unit="percentunit", steps=[(0.8, "orange"), (1, "red")])
 
 # ------------------------------------------------------------------ kube-proxy
 row("kube-proxy")
-timeseries(f"kube-proxy rule sync p99: top {TOP} nodes", "Slowest syncs over the window since the previous read.",
-           [(top(f"proxywatch_kube_proxy_sync_duration_seconds{{{S}, quantile=\"0.99\"}}"), "{{instance}}")], unit="s")
-timeseries(f"kube-proxy network programming p99: top {TOP} nodes", "Service change to rules programmed.",
-           [(top(f"proxywatch_kube_proxy_network_programming_duration_seconds{{{S}, quantile=\"0.99\"}}"), "{{instance}}")],
+SYNC_H = "proxywatch_kube_proxy_sync_latency_seconds_bucket"
+PROG_H = "proxywatch_kube_proxy_network_programming_latency_seconds_bucket"
+
+
+def p99(metric, by):
+    """The p99 over 5m of a re-exported kube-proxy histogram: buckets summed, then the quantile."""
+    return f"histogram_quantile(0.99, sum by ({by}) (rate({metric}{{{S}}}[5m])))"
+
+
+timeseries("kube-proxy rule sync p99 across nodes",
+           "p99 over 5 minutes of every sync of the selected nodes (kube-proxy's buckets, summed across nodes), "
+           "and of the worst node. Within one of kube-proxy's buckets (they double from 1 ms to 16.384 s).",
+           [(p99(SYNC_H, "le"), "fleet p99"), (f"max({p99(SYNC_H, 'cluster, instance, le')})", "worst node p99")],
            unit="s")
+timeseries(f"kube-proxy rule sync p99: top {TOP} nodes", "Each node's p99 over 5 minutes, from its syncs' buckets.",
+           [(top(p99(SYNC_H, "cluster, instance, le")), "{{instance}}")], unit="s")
+timeseries("kube-proxy network programming p99 across nodes",
+           "Service change to rules programmed: p99 over 5 minutes of the selected nodes, and of the worst node.",
+           [(p99(PROG_H, "le"), "fleet p99"), (f"max({p99(PROG_H, 'cluster, instance, le')})", "worst node p99")],
+           unit="s")
+timeseries(f"kube-proxy network programming p99: top {TOP} nodes", "Each node's p99 over 5 minutes.",
+           [(top(p99(PROG_H, "cluster, instance, le")), "{{instance}}")], unit="s")
 timeseries(f"kube-proxy last sync age: top {TOP} nodes", "Seconds since kube-proxy's last successful sync.",
            [(top(f"proxywatch_kube_proxy_last_sync_age_seconds{{{S}}}"), "{{instance}}")], unit="s")
 timeseries("kube-proxy down, throttled, restarted (nodes)",
@@ -308,9 +350,9 @@ timeseries("nftables and IPVS sizes", "kube-proxy's nftables rules and chains pe
             (f"proxywatch_nftables_chains{{{N}}}", "nft chains {{family}}"),
             (f"sum(proxywatch_ipvs_virtual_servers{{{N}}})", "ipvs virtual servers"),
             (f"proxywatch_ipvs_real_servers{{{N}}}", "ipvs real servers")], w=8, h=8)
-timeseries("kube-proxy sync and programming latency", "p50 and p99 over each window.",
-           [(f"proxywatch_kube_proxy_sync_duration_seconds{{{N}}}", "sync p{{quantile}}"),
-            (f"proxywatch_kube_proxy_network_programming_duration_seconds{{{N}}}", "programming p{{quantile}}")],
+timeseries("kube-proxy sync and programming latency", "p50 and p99 over 5 minutes, from kube-proxy's buckets.",
+           [(f"histogram_quantile({q}, sum by (le) (rate({m}{{{N}}}[5m])))", f"{what} p{q * 100:g}")
+            for m, what in ((SYNC_H, "sync"), (PROG_H, "programming")) for q in (0.5, 0.99)],
            unit="s", w=8, h=8)
 timeseries("Probe durations", "Wall time of each probe's latest run on this node.",
            [(f"proxywatch_probe_duration_seconds{{{N}}}", "{{probe}}")], unit="s", w=12, h=8)
@@ -342,7 +384,7 @@ dashboard = {
     "refresh": "30s",
     "time": {"from": "now-6h", "to": "now"},
     "links": [{"title": "Runbook", "type": "link",
-               "url": "https://github.com/proxywatch/proxywatch/blob/main/docs/alerts.md", "targetBlank": True}],
+               "url": runbook(""), "targetBlank": True}],
     "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
                               "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
                               "name": "Annotations & Alerts", "type": "dashboard"}]},
@@ -365,8 +407,7 @@ dashboard = {
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "manifests", "dashboards", "proxywatch.json")
-    with open(out, "w", encoding="utf-8") as f:
+    with open(ARGS.out, "w", encoding="utf-8") as f:
         json.dump(dashboard, f, indent=2)
         f.write("\n")
 

@@ -1,5 +1,6 @@
 //! kube-proxy itself: whether its /metrics answered, its mode, its sync latencies (as
-//! summaries), its process and cgroup.
+//! summaries over the agent's window, and as histograms accumulated across its reads), its
+//! process and cgroup.
 
 use prometheus::core::Collector;
 
@@ -51,6 +52,42 @@ impl Out {
         family.set_name(name.into());
         family.set_help(help.into());
         family.set_field_type(MetricType::SUMMARY);
+        family.set_metric(vec![metric]);
+        self.register(Fixed {
+            desc: vec![desc],
+            family,
+        });
+    }
+
+    /// A histogram without labels, with `h`'s buckets (the `+Inf` one is the count, written by
+    /// the encoder).
+    fn histogram(&self, name: &str, help: &str, h: &crate::promtext::Histogram) {
+        use prometheus::proto::{Bucket, Histogram, Metric, MetricFamily, MetricType};
+        let Ok(desc) = prometheus::core::Desc::new(name.into(), help.into(), vec![], Default::default()) else {
+            tracing::error!("invalid histogram name {name}");
+            return;
+        };
+        let mut hist = Histogram::default();
+        hist.set_sample_count(h.count.max(0.0) as u64);
+        hist.set_sample_sum(h.sum);
+        hist.set_bucket(
+            h.buckets
+                .iter()
+                .filter(|(le, _)| le.is_finite())
+                .map(|(le, c)| {
+                    let mut b = Bucket::default();
+                    b.set_upper_bound(*le);
+                    b.set_cumulative_count(c.max(0.0) as u64);
+                    b
+                })
+                .collect(),
+        );
+        let mut metric = Metric::default();
+        metric.set_histogram(hist);
+        let mut family = MetricFamily::default();
+        family.set_name(name.into());
+        family.set_help(help.into());
+        family.set_field_type(MetricType::HISTOGRAM);
         family.set_metric(vec![metric]);
         self.register(Fixed {
             desc: vec![desc],
@@ -177,6 +214,22 @@ pub(super) fn kube_proxy(out: &Out, s: &Snapshot) {
             if let Some(h) = h {
                 let (p50, p99) = w.as_ref().map_or((None, None), |w| (w.p50, w.p99));
                 out.summary(name, help, &[(0.5, p50), (0.99, p99)], h.count, h.sum);
+            }
+        }
+        for (name, help, h) in [
+            (
+                "proxywatch_kube_proxy_sync_latency_seconds",
+                "kube-proxy rule sync duration (kubeproxy_sync_proxy_rules_duration_seconds) with kube-proxy's buckets, accumulated across the agent's reads since it started (a kube-proxy restart counted as Prometheus counts a counter reset): histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m]))) across nodes.",
+                d.sync_cumulative.as_ref(),
+            ),
+            (
+                "proxywatch_kube_proxy_network_programming_latency_seconds",
+                "kube-proxy network programming latency (kubeproxy_network_programming_duration_seconds) with kube-proxy's buckets, accumulated across the agent's reads since it started, like proxywatch_kube_proxy_sync_latency_seconds.",
+                d.network_programming_cumulative.as_ref(),
+            ),
+        ] {
+            if let Some(h) = h {
+                out.histogram(name, help, h);
             }
         }
         if let Some(age) = d.last_sync_age_seconds {
@@ -321,5 +374,39 @@ mod tests {
         assert_eq!(value(&text, &format!("{name}{{quantile=\"0.5\"}}")), Some(0.2));
         // No network-programming histogram from kube-proxy: no family at all.
         assert!(!text.contains("proxywatch_kube_proxy_network_programming_duration_seconds"));
+    }
+
+    #[test]
+    fn accumulated_latency_is_a_histogram_with_kube_proxys_buckets() {
+        use crate::history::kube_proxy::KubeProxyDerived;
+        use crate::promtext::Histogram;
+        let mut s = crate::evaluate::test_support::healthy();
+        s.facts.kube_proxy = Some(crate::probe::kube_proxy::KubeProxyFacts {
+            metrics_up: true,
+            ..Default::default()
+        });
+        let name = "proxywatch_kube_proxy_sync_latency_seconds";
+        assert!(!render(&s, &[]).contains(name), "absent before a read");
+        s.derived.kube_proxy = Some(KubeProxyDerived {
+            sync_cumulative: Some(Histogram {
+                buckets: vec![(0.001, 3.0), (0.002, 5.0), (16.384, 9.0), (f64::INFINITY, 10.0)],
+                count: 10.0,
+                sum: 20.5,
+            }),
+            ..Default::default()
+        });
+        let text = render(&s, &[]);
+        assert!(text.contains(&format!("# TYPE {name} histogram")), "{text}");
+        for (le, v) in [("0.001", 3.0), ("0.002", 5.0), ("16.384", 9.0), ("+Inf", 10.0)] {
+            assert_eq!(
+                value(&text, &format!("{name}_bucket{{le=\"{le}\"}}")),
+                Some(v),
+                "{le}\n{text}"
+            );
+        }
+        assert_eq!(text.matches(&format!("{name}_bucket{{le=\"+Inf\"}}")).count(), 1);
+        assert_eq!(value(&text, &format!("{name}_count")), Some(10.0));
+        assert_eq!(value(&text, &format!("{name}_sum")), Some(20.5));
+        assert!(!text.contains("proxywatch_kube_proxy_network_programming_latency_seconds"));
     }
 }
