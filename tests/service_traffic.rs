@@ -7,7 +7,9 @@
 //! -L` shows for the same tuple; stopping the DNS server raises
 //! service_traffic_failing; a lossy endpoint link (its first SYN dropped: this
 //! kernel has no netem) raises service_connect_slow, removing the drop clears it; without
-//! `--try-services` the agent creates no conntrack entry toward the Services.
+//! `--try-services` the agent creates no conntrack entry toward the Services;
+//! `compare` of `baseline save --try-services` before and after the loss says
+//! worse for the API server's connect time.
 mod common;
 
 use std::io::{BufRead, BufReader};
@@ -122,8 +124,66 @@ fn rules() -> String {
     )
 }
 
+/// How kube-proxy's rules are loaded in the lab's node namespace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Backend {
+    IptablesNft,
+    IptablesLegacy,
+    /// kube-proxy's nftables mode: its `kube-proxy` table, from tests/tools/gen_kube_nft.py.
+    Nftables,
+}
+
+impl Backend {
+    fn tools(self) -> &'static [&'static str] {
+        match self {
+            Backend::IptablesNft => &["ip", "iptables-nft-restore", "nft", "conntrack", "python3"],
+            Backend::IptablesLegacy => &[
+                "ip",
+                "iptables-legacy-restore",
+                "iptables-legacy-save",
+                "nft",
+                "conntrack",
+                "python3",
+            ],
+            Backend::Nftables => &["ip", "nft", "conntrack", "python3"],
+        }
+    }
+
+    fn load(self, node: &Netns) {
+        match self {
+            Backend::IptablesNft => drop(node.exec_input("iptables-nft-restore", &[], &rules())),
+            Backend::IptablesLegacy => drop(node.exec_input("iptables-legacy-restore", &[], &rules())),
+            Backend::Nftables => drop(node.exec_input("nft", &["-f", "-"], &nft_rules())),
+        }
+    }
+}
+
+/// kube-proxy's nftables layout (pkg/proxy/nftables) for the two Services, one endpoint each.
+fn nft_rules() -> String {
+    let gen = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/gen_kube_nft.py");
+    let out = common::run(
+        "python3",
+        &[
+            gen.to_str().unwrap(),
+            "--services",
+            "0",
+            "--endpoints",
+            "1",
+            "--node-ip",
+            NODE,
+            "--service",
+            &format!("default/kubernetes/tcp/https={API}:443@{EP}:6443"),
+            "--service",
+            &format!("kube-system/kube-dns/udp/dns={DNS}:53@{EP}:53"),
+            "--service",
+            &format!("kube-system/kube-dns/tcp/dns-tcp={DNS}:53@{EP}:53"),
+        ],
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// The node namespace (rules, route to the ClusterIPs) and the endpoint namespace, joined by a veth.
-fn lab() -> (Netns, Netns) {
+fn lab(backend: Backend) -> (Netns, Netns) {
     let node = Netns::new("st-node");
     let ep = Netns::new("st-ep");
     node.exec_ok("ip", &["link", "add", "st-n", "type", "veth", "peer", "name", "st-e"]);
@@ -133,27 +193,34 @@ fn lab() -> (Netns, Netns) {
     node.exec_ok("ip", &["route", "add", "10.96.0.0/12", "dev", "st-n"]);
     ep.exec_ok("ip", &["addr", "add", &format!("{EP}/24"), "dev", "st-e"]);
     ep.exec_ok("ip", &["link", "set", "st-e", "up"]);
-    node.exec_input("iptables-nft-restore", &[], &rules());
+    backend.load(&node);
     (node, ep)
 }
 
+const RUN_FLAGS: &[&str] = &["--kube-proxy.down-grace", "0s", "--service-traffic.try-timeout", "2s"];
+
 /// `check --format json` in the node namespace (its exit code says the status: not asserted here).
 fn check(node: &Netns, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "check",
-        "--format",
-        "json",
-        "--kube-proxy.down-grace",
-        "0s",
-        "--service-traffic.try-timeout",
-        "2s",
-    ];
+    let mut args = vec!["check", "--format", "json"];
+    args.extend_from_slice(RUN_FLAGS);
     args.extend_from_slice(extra);
     let out = node
         .command(common::binary().to_str().unwrap(), &args)
         .output()
         .expect("proxywatch check");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `baseline save --try-services FILE` in the node namespace: the document it wrote.
+fn baseline(node: &Netns, file: &std::path::Path) -> Value {
+    let mut args = vec!["baseline", "save", file.to_str().unwrap(), "--try-services"];
+    args.extend_from_slice(RUN_FLAGS);
+    let out = node
+        .command(common::binary().to_str().unwrap(), &args)
+        .output()
+        .expect("proxywatch baseline save");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
 }
 
 fn tries(doc: &Value) -> Vec<Value> {
@@ -187,34 +254,15 @@ fn conntrack_lines(ns: &Netns, proto: &str, dst: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_the_data_plane() {
-    if !common::can_run(&["ip", "iptables-nft-restore", "nft", "conntrack", "python3"]) {
-        return;
-    }
-    let (node, ep) = lab();
-    let _api = Server::start(&ep, "tcp");
-    let dns = Server::start(&ep, "dns");
-
-    // Off: no try, no conntrack entry toward the Services.
-    let _ = node.command("conntrack", &["-F"]).stderr(Stdio::null()).status();
-    let off = check(&node, &[]);
-    assert!(
-        off["facts"].get("service_traffic").is_none_or(Value::is_null),
+/// The three built-in tries succeed, each naming the endpoint its own conntrack
+/// entry reached, as `conntrack -L` shows for the same tuple.
+fn assert_tries_reach_the_endpoint(node: &Netns, doc: &Value, source: &str) {
+    let t = tries(doc);
+    assert_eq!(
+        doc["facts"]["service_traffic"]["source"], source,
         "{:#}",
-        off["facts"]
+        doc["facts"]["service_traffic"]
     );
-    for (p, d) in [("tcp", API), ("udp", DNS), ("tcp", DNS)] {
-        assert_eq!(
-            conntrack_lines(&node, p, d),
-            Vec::<String>::new(),
-            "the probe off sent to {d}/{p}"
-        );
-    }
-
-    // On: both Services tried, each naming the endpoint its own conntrack entry reached.
-    let on = check(&node, &["--try-services"]);
-    let t = tries(&on);
     for target in [
         "default/kubernetes:443/tcp",
         "kube-system/kube-dns:53/udp",
@@ -234,25 +282,88 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
         dns_udp["detail"].as_str().unwrap().starts_with("NOERROR, 1 answer"),
         "{dns_udp:#}"
     );
-    // The same tuple in `conntrack -L`: the try's source port, answered by the endpoint.
-    for (tr, proto, dst, ep_port) in [(api, "tcp", API, 6443), (dns_udp, "udp", DNS, 53)] {
+    let dns_tcp = try_of(&t, "kube-system/kube-dns:53/tcp");
+    assert_eq!(dns_tcp["endpoint"], format!("{EP}:53"));
+    // The same tuple in `conntrack -L`: the try's source port, answered by the endpoint (to the
+    // node's address; kube-proxy's nftables masquerade is fully-random, so the reply's port may
+    // differ from the source's).
+    for (tr, proto, dst, ep_port) in [
+        (api, "tcp", API, 6443),
+        (dns_udp, "udp", DNS, 53),
+        (dns_tcp, "tcp", DNS, 53),
+    ] {
         let sport = tr["source"].as_str().unwrap().rsplit(':').next().unwrap().to_string();
-        let lines = conntrack_lines(&node, proto, dst);
+        let lines = conntrack_lines(node, proto, dst);
         assert!(
-            lines.iter().any(|l| l.contains(&format!("sport={sport} "))
-                && l.contains(&format!("src={EP} dst={NODE} sport={ep_port} dport={sport}"))),
+            lines.iter().any(|l| l.contains(&format!("sport={sport} dport="))
+                && l.contains(&format!("src={EP} dst={NODE} sport={ep_port} "))),
             "no conntrack entry of the try from port {sport} reaching {EP}:{ep_port}: {lines:#?}"
         );
     }
-    assert_eq!(finding(&on, "service_traffic_failing"), None, "{:#}", on["findings"]);
-    assert_eq!(finding(&on, "service_connect_slow"), None, "{:#}", on["findings"]);
+    assert_eq!(finding(doc, "service_traffic_failing"), None, "{:#}", doc["findings"]);
+    assert_eq!(finding(doc, "service_connect_slow"), None, "{:#}", doc["findings"]);
+}
+
+/// The lab on `backend`, its servers up: both built-in tries reach the endpoint.
+fn tries_reach_the_endpoint_on(backend: Backend, source: &str) {
+    if !common::can_run(backend.tools()) {
+        return;
+    }
+    let (node, ep) = lab(backend);
+    let _api = Server::start(&ep, "tcp");
+    let _dns = Server::start(&ep, "dns");
+    let on = check(&node, &["--try-services"]);
+    assert_tries_reach_the_endpoint(&node, &on, source);
+}
+
+#[test]
+fn service_tries_on_iptables_legacy_name_the_endpoint_conntrack_shows() {
+    tries_reach_the_endpoint_on(Backend::IptablesLegacy, "iptables-legacy");
+}
+
+#[test]
+fn service_tries_on_kube_proxys_nftables_table_name_the_endpoint_conntrack_shows() {
+    tries_reach_the_endpoint_on(Backend::Nftables, "nftables");
+}
+
+#[test]
+fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_the_data_plane() {
+    if !common::can_run(Backend::IptablesNft.tools()) {
+        return;
+    }
+    let (node, ep) = lab(Backend::IptablesNft);
+    let _api = Server::start(&ep, "tcp");
+    let dns = Server::start(&ep, "dns");
+
+    // Off: no try, no conntrack entry toward the Services.
+    let _ = node.command("conntrack", &["-F"]).stderr(Stdio::null()).status();
+    let off = check(&node, &[]);
+    assert!(
+        off["facts"].get("service_traffic").is_none_or(Value::is_null),
+        "{:#}",
+        off["facts"]
+    );
+    for (p, d) in [("tcp", API), ("udp", DNS), ("tcp", DNS)] {
+        assert_eq!(
+            conntrack_lines(&node, p, d),
+            Vec::<String>::new(),
+            "the probe off sent to {d}/{p}"
+        );
+    }
+
+    // On (a baseline, as the runbook saves before a change): both Services tried, each
+    // naming the endpoint its own conntrack entry reached.
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = (dir.path().join("before.json"), dir.path().join("after.json"));
+    let on = baseline(&node, &before);
+    assert_tries_reach_the_endpoint(&node, &on, "iptables-nft");
 
     // A slow data plane: this kernel has no netem (CONFIG_NET_SCH_NETEM is not set, and no
     // module is loaded), so the endpoint's namespace drops each client's first SYN to the
     // API endpoint: the connect waits for the retransmission (TCP's initial RTO, 1 s).
     // Slow, naming the endpoint; the drop removed: clear.
     ep.exec_input("nft", &["-f", "-"], SLOW);
-    let slow = check(&node, &["--try-services"]);
+    let slow = baseline(&node, &after);
     let f = finding(&slow, "service_connect_slow").unwrap_or_else(|| panic!("{:#}", slow["findings"]));
     assert_eq!(f["severity"], "warning");
     assert!(
@@ -261,6 +372,48 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     );
     let api = try_of(&tries(&slow), "default/kubernetes:443/tcp").clone();
     assert!(api["seconds"].as_f64().unwrap() > 0.1, "{api:#}");
+    // compare, the runbook's verification step: the connect time change is worse, by itself.
+    let out = std::process::Command::new(common::binary())
+        .args([
+            "compare",
+            before.to_str().unwrap(),
+            after.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "worse exits 1: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(c["verdict"], "worse", "{c:#}");
+    assert!(
+        c["reasons"].as_array().unwrap().iter().any(|r| r
+            .as_str()
+            .unwrap()
+            .starts_with("default/kubernetes:443/tcp connects slower (")),
+        "{:#}",
+        c["reasons"]
+    );
+    let fact = c["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "service connect time default/kubernetes:443/tcp")
+        .unwrap_or_else(|| panic!("{:#}", c["facts"]));
+    assert_eq!(fact["state"], "changed", "{fact:#}");
+    // The DNS tries were not slowed: unchanged.
+    let dns_fact = c["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "service connect time kube-system/kube-dns:53/udp")
+        .unwrap();
+    assert_eq!(dns_fact["state"], "same", "{dns_fact:#}");
     ep.exec_ok("nft", &["delete", "table", "inet", "pwslow"]);
     let fast = check(&node, &["--try-services"]);
     assert_eq!(finding(&fast, "service_connect_slow"), None, "{:#}", fast["findings"]);
