@@ -28,6 +28,7 @@ const EP: &str = "10.77.0.2";
 const SERVER: &str = r#"
 import socket, struct, sys, threading
 addr, mode = sys.argv[1], sys.argv[2]
+port = int(sys.argv[3]) if len(sys.argv) > 3 else 6443
 def answer(q):
     hdr = q[:2] + b"\x81\x80" + b"\x00\x01\x00\x01\x00\x00\x00\x00"
     end = 12
@@ -38,7 +39,7 @@ def answer(q):
     return hdr + question + rr
 if mode == "tcp":
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, 6443)); s.listen(64)
+    s.bind((addr, port)); s.listen(64)
     print("ready", flush=True)
     while True:
         c, _ = s.accept(); c.close()
@@ -78,8 +79,12 @@ struct Server(Child);
 
 impl Server {
     fn start(ns: &Netns, mode: &str) -> Server {
+        Server::start_on(ns, mode, "6443")
+    }
+
+    fn start_on(ns: &Netns, mode: &str, port: &str) -> Server {
         let mut child = ns
-            .command("python3", &["-c", SERVER, EP, mode])
+            .command("python3", &["-c", SERVER, EP, mode, port])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -100,7 +105,12 @@ impl Drop for Server {
     }
 }
 
-/// kube-proxy's iptables layout (pkg/proxy/iptables) for the two Services, one endpoint each.
+/// A `--service-traffic.target` Service with a NodePort (its endpoint: `EP:8080`).
+const WEB: &str = "10.96.0.20";
+const WEB_NODE_PORT: u16 = 30080;
+
+/// kube-proxy's iptables layout (pkg/proxy/iptables) for the three Services, one endpoint each;
+/// `default/web` also has a NodePort (`KUBE-NODEPORTS`, from `KUBE-SERVICES`'s last rule).
 fn rules() -> String {
     format!(
         "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
@@ -108,11 +118,19 @@ fn rules() -> String {
          :KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\n:KUBE-SEP-API0000000000000 - [0:0]\n\
          :KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]\n:KUBE-SEP-DNSUDP000000000 - [0:0]\n\
          :KUBE-SVC-ERIFXISQEP7F7OF4 - [0:0]\n:KUBE-SEP-DNSTCP000000000 - [0:0]\n\
+         :KUBE-NODEPORTS - [0:0]\n:KUBE-SVC-WEB0000000000000 - [0:0]\n:KUBE-EXT-WEB0000000000000 - [0:0]\n:KUBE-SEP-WEB0000000000000 - [0:0]\n\
          -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
          -A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n\
          -A KUBE-SERVICES -d {API}/32 -p tcp -m comment --comment \"default/kubernetes:https cluster IP\" -m tcp --dport 443 -j KUBE-SVC-NPX46M4PTMTKRN6Y\n\
          -A KUBE-SERVICES -d {DNS}/32 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU\n\
          -A KUBE-SERVICES -d {DNS}/32 -p tcp -m comment --comment \"kube-system/kube-dns:dns-tcp cluster IP\" -m tcp --dport 53 -j KUBE-SVC-ERIFXISQEP7F7OF4\n\
+         -A KUBE-SERVICES -d {WEB}/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-WEB0000000000000\n\
+         -A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\n\
+         -A KUBE-NODEPORTS -p tcp -m comment --comment \"default/web:http\" -m tcp --dport {WEB_NODE_PORT} -j KUBE-EXT-WEB0000000000000\n\
+         -A KUBE-EXT-WEB0000000000000 -m comment --comment \"masquerade traffic for default/web:http external destinations\" -j KUBE-MARK-MASQ\n\
+         -A KUBE-EXT-WEB0000000000000 -j KUBE-SVC-WEB0000000000000\n\
+         -A KUBE-SVC-WEB0000000000000 -m comment --comment \"default/web:http -> {EP}:8080\" -j KUBE-SEP-WEB0000000000000\n\
+         -A KUBE-SEP-WEB0000000000000 -p tcp -m comment --comment \"default/web:http\" -m tcp -j DNAT --to-destination {EP}:8080\n\
          -A KUBE-SVC-NPX46M4PTMTKRN6Y -m comment --comment \"default/kubernetes:https -> {EP}:6443\" -j KUBE-SEP-API0000000000000\n\
          -A KUBE-SEP-API0000000000000 -s {EP}/32 -m comment --comment \"default/kubernetes:https\" -j KUBE-MARK-MASQ\n\
          -A KUBE-SEP-API0000000000000 -p tcp -m comment --comment \"default/kubernetes:https\" -m tcp -j DNAT --to-destination {EP}:6443\n\
@@ -177,6 +195,8 @@ fn nft_rules() -> String {
             &format!("kube-system/kube-dns/udp/dns={DNS}:53@{EP}:53"),
             "--service",
             &format!("kube-system/kube-dns/tcp/dns-tcp={DNS}:53@{EP}:53"),
+            "--service",
+            &format!("default/web/tcp/http={WEB}:80@{EP}:8080,{WEB_NODE_PORT}"),
         ],
     );
     String::from_utf8(out.stdout).unwrap()
@@ -197,7 +217,14 @@ fn lab(backend: Backend) -> (Netns, Netns) {
     (node, ep)
 }
 
-const RUN_FLAGS: &[&str] = &["--kube-proxy.down-grace", "0s", "--service-traffic.try-timeout", "2s"];
+const RUN_FLAGS: &[&str] = &[
+    "--kube-proxy.down-grace",
+    "0s",
+    "--service-traffic.try-timeout",
+    "2s",
+    "--service-traffic.target",
+    "default/web:80",
+];
 
 /// `check --format json` in the node namespace (its exit code says the status: not asserted here).
 fn check(node: &Netns, extra: &[&str]) -> Value {
@@ -267,11 +294,22 @@ fn assert_tries_reach_the_endpoint(node: &Netns, doc: &Value, source: &str) {
         "default/kubernetes:443/tcp",
         "kube-system/kube-dns:53/udp",
         "kube-system/kube-dns:53/tcp",
+        "default/web:80/tcp",
+        "default/web:80/tcp nodeport",
     ] {
         let tr = try_of(&t, target);
         assert_eq!(tr["result"], "ok", "{tr:#}");
         assert_eq!(tr["path"], "current", "{tr:#}");
     }
+    // The NodePort, on the node's own address, reached the Service's endpoint.
+    let np = try_of(&t, "default/web:80/tcp nodeport");
+    assert_eq!(np["service"], format!("{NODE}:{WEB_NODE_PORT}/tcp"), "{np:#}");
+    assert_eq!(np["endpoint"], format!("{EP}:8080"), "{np:#}");
+    assert_eq!(
+        np["rule_endpoints"],
+        serde_json::json!([format!("{EP}:8080")]),
+        "{np:#}"
+    );
     let api = try_of(&t, "default/kubernetes:443/tcp");
     assert_eq!(api["service"], format!("{API}:443/tcp"));
     assert_eq!(api["endpoint"], format!("{EP}:6443"));
@@ -291,6 +329,7 @@ fn assert_tries_reach_the_endpoint(node: &Netns, doc: &Value, source: &str) {
         (api, "tcp", API, 6443),
         (dns_udp, "udp", DNS, 53),
         (dns_tcp, "tcp", DNS, 53),
+        (np, "tcp", NODE, 8080),
     ] {
         let sport = tr["source"].as_str().unwrap().rsplit(':').next().unwrap().to_string();
         let lines = conntrack_lines(node, proto, dst);
@@ -311,6 +350,7 @@ fn tries_reach_the_endpoint_on(backend: Backend, source: &str) {
     }
     let (node, ep) = lab(backend);
     let _api = Server::start(&ep, "tcp");
+    let _web = Server::start_on(&ep, "tcp", "8080");
     let _dns = Server::start(&ep, "dns");
     let on = check(&node, &["--try-services"]);
     assert_tries_reach_the_endpoint(&node, &on, source);
@@ -333,6 +373,7 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     }
     let (node, ep) = lab(Backend::IptablesNft);
     let _api = Server::start(&ep, "tcp");
+    let _web = Server::start_on(&ep, "tcp", "8080");
     let dns = Server::start(&ep, "dns");
 
     // Off: no try, no conntrack entry toward the Services.

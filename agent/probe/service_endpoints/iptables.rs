@@ -173,8 +173,8 @@ pub struct SaveText {
     hash: std::collections::hash_map::DefaultHasher,
     /// The Service names whose ports are kept (the service_traffic probe's targets).
     names: Vec<String>,
-    /// (name, service port) of the `KUBE-SERVICES` rules of those names, as their comments say.
-    pub named: Vec<(String, ServicePort)>,
+    /// The ClusterIP ports and NodePorts of those names, as kube-proxy's comments say.
+    pub named: Vec<crate::probe::service_traffic::NamedPort>,
 }
 
 impl SaveText {
@@ -228,18 +228,13 @@ impl SaveText {
                 crate::parse::quote(line)
             )
         })?;
-        if chain == "KUBE-SERVICES" && self.table == "nat" {
-            let name = comment
-                .as_deref()
-                .and_then(crate::probe::service_traffic::name_of_comment);
-            if let (Some(name), Some(address), Some(port), Some(protocol)) = (name, f.daddr, f.dport, f.l4proto) {
+        if self.table == "nat" && !self.names.is_empty() {
+            let v6 = self.ipt.family == Family::Ip6;
+            if let Some((name, svc, link)) =
+                crate::probe::service_traffic::iptables_entry(chain, comment.as_deref(), &f, v6)
+            {
                 if self.names.iter().any(|n| n == name) {
-                    let svc = ServicePort {
-                        address,
-                        port,
-                        protocol,
-                    };
-                    self.named.push((name.to_string(), svc));
+                    self.named.push((name.to_string(), svc, link.to_string()));
                 }
             }
         }
@@ -357,18 +352,18 @@ type LegacySlot = Option<Result<(u64, std::sync::Arc<ServiceTable>), String>>;
 pub struct LegacyMemory {
     slots: std::sync::Mutex<[LegacySlot; 2]>,
     /// Per family, the service_traffic targets' ports in the latest save ([`SaveText::named`]).
-    named: std::sync::Mutex<[Vec<(String, ServicePort)>; 2]>,
+    named: std::sync::Mutex<[Vec<crate::probe::service_traffic::NamedPort>; 2]>,
 }
 
 impl LegacyMemory {
-    pub fn put_named(&self, v6: bool, named: Vec<(String, ServicePort)>) {
+    pub fn put_named(&self, v6: bool, named: Vec<crate::probe::service_traffic::NamedPort>) {
         if let Ok(mut s) = self.named.lock() {
             s[usize::from(v6)] = named;
         }
     }
 
     /// The service_traffic targets' ports in both families' latest saves.
-    pub fn named(&self) -> Vec<(String, ServicePort)> {
+    pub fn named(&self) -> Vec<crate::probe::service_traffic::NamedPort> {
         self.named.lock().map(|s| s.concat()).unwrap_or_default()
     }
 

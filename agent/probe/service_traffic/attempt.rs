@@ -28,6 +28,8 @@ pub(super) struct Outcome {
     pub(super) seconds: Option<f64>,
     pub(super) answer_seconds: Option<f64>,
     pub(super) source: Option<SocketAddr>,
+    /// The address and port tried (a NodePort: on the node's own address).
+    pub(super) dest: Option<SocketAddr>,
 }
 
 impl Outcome {
@@ -207,11 +209,23 @@ pub(super) async fn attempt(p: &Plan, s: &Settings, id: u16) -> Outcome {
     let Some(svc) = p.svc else {
         return Outcome::fail("not_in_rules", format!("{} is not in kube-proxy's rules", p.target));
     };
-    let to = SocketAddr::new(svc.address, svc.port);
+    // A NodePort: on the node's own address, the one its route to the Service's ClusterIP takes.
+    let address = match p.via.filter(|_| svc.is_node_port()) {
+        Some(via) => match source_for(SocketAddr::new(via, svc.port)) {
+            Ok(a) => a,
+            Err(e) => {
+                let (k, d) = failure(&e);
+                return Outcome::fail(k, format!("the node's own address toward {via}: {d}"));
+            }
+        },
+        None => svc.address,
+    };
+    let to = SocketAddr::new(address, svc.port);
     let name = format!("kubernetes.default.svc.{}", s.cluster_domain.trim_matches('.'));
-    match (p.dns, svc.protocol) {
+    let o = match (p.dns, svc.protocol) {
         (true, 17) => dns_udp(to, &name, id, s.try_timeout).await,
         (true, _) => dns_tcp(to, &name, id, s.try_timeout).await,
         (false, _) => connect_tcp(to, s.try_timeout).await.0,
-    }
+    };
+    Outcome { dest: Some(to), ..o }
 }

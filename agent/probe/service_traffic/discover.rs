@@ -11,6 +11,7 @@ use super::super::service_endpoints::{ServicePort, ServiceTable};
 use crate::host::Host;
 use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Tally};
+use crate::netlink::nft_expr::RuleFacts;
 use crate::netlink::{NlError, NETLINK_NETFILTER};
 
 /// A Service's name from kube-proxy's `KUBE-SERVICES` comment
@@ -34,13 +35,55 @@ pub fn name_of_chain(chain: &str) -> Option<&str> {
     rest.get(..ns.len() + 1 + name.len())
 }
 
+/// The hash a Service port's chains share: `KUBE-SVC-X` / `KUBE-EXT-X`
+/// (iptables), `service-X-...` / `external-X-...` (nftables). It pairs a
+/// Service port's ClusterIP with its NodePort.
+pub fn link_of_chain(chain: &str) -> Option<&str> {
+    for prefix in ["KUBE-SVC-", "KUBE-EXT-", "KUBE-XLB-"] {
+        if let Some(hash) = chain.strip_prefix(prefix) {
+            return Some(hash);
+        }
+    }
+    let rest = chain
+        .strip_prefix("service-")
+        .or_else(|| chain.strip_prefix("external-"))?;
+    Some(rest.split_once('-')?.0)
+}
+
+/// A Service port found by name: (`ns/name`, its ClusterIP port or NodePort, [`link_of_chain`]).
+pub type NamedPort = (String, ServicePort, String);
+
+/// The Service port of one of kube-proxy's iptables entry rules, by its
+/// comment: a `KUBE-SERVICES` rule of a ClusterIP (`ns/name:port cluster IP`)
+/// or a `KUBE-NODEPORTS` rule (`ns/name:port`), with the link of the chain it
+/// jumps to. iptables-nft (netlink) and iptables-legacy (save text) alike.
+pub fn iptables_entry<'a>(
+    chain: &str,
+    comment: Option<&'a str>,
+    f: &'a RuleFacts,
+    v6: bool,
+) -> Option<(&'a str, ServicePort, &'a str)> {
+    let (comment, port, protocol) = (comment?, f.dport?, f.l4proto?);
+    let link = f.jumps.iter().find_map(|j| link_of_chain(j))?;
+    let svc = match chain {
+        "KUBE-SERVICES" if comment.ends_with(" cluster IP") => ServicePort {
+            address: f.daddr?,
+            port,
+            protocol,
+        },
+        "KUBE-NODEPORTS" => ServicePort::node_port(v6, protocol, port),
+        _ => return None,
+    };
+    Some((name_of_comment(comment)?, svc, link))
+}
+
 /// One family's walk: kube-proxy's service table, and the service ports of the wanted names.
 struct Walk<'a> {
     family: Family,
     ipt: IptEndpoints,
     nft: NftEndpoints,
     wanted: &'a [String],
-    named: Vec<(String, ServicePort)>,
+    named: Vec<NamedPort>,
 }
 
 impl Walk<'_> {
@@ -65,7 +108,7 @@ impl Tally for Walk<'_> {
         if r.table == nftables::TABLE {
             return self.nft.rule(r);
         }
-        if !(r.table == "nat" && r.chain == "KUBE-SERVICES") {
+        if !(r.table == "nat" && (r.chain == "KUBE-SERVICES" || r.chain == "KUBE-NODEPORTS")) {
             return self.ipt.rule(r);
         }
         let f = crate::netlink::nft_expr::rule_facts(self.family, r)?;
@@ -74,20 +117,10 @@ impl Tally for Walk<'_> {
         let comment = x
             .comment
             .or_else(|| r.userdata.and_then(crate::probe::rule_counters::userdata_comment));
-        if let (Some(name), Some(address), Some(port), Some(protocol)) = (
-            self.want(comment.and_then(name_of_comment)),
-            f.daddr,
-            f.dport,
-            f.l4proto,
-        ) {
-            self.named.push((
-                name,
-                ServicePort {
-                    address,
-                    port,
-                    protocol,
-                },
-            ));
+        if let Some((name, svc, link)) = iptables_entry(r.chain, comment, &f, self.family == Family::Ip6) {
+            if let Some(name) = self.want(Some(name)) {
+                self.named.push((name, svc, link.to_string()));
+            }
         }
         Ok(())
     }
@@ -103,11 +136,15 @@ impl Tally for Walk<'_> {
     }
 
     fn element(&mut self, set: &str, e: Element<'_>) -> Result<(), NlError> {
-        if set == "service-ips" {
-            if let Some(name) = self.want(e.chain.and_then(name_of_chain)) {
-                if let Ok(svc) = self.nft.address_key(set, e.key) {
-                    self.named.push((name, svc));
-                }
+        // A ClusterIP (its service- chain: not a LoadBalancer IP's external- one), a NodePort.
+        let key = match (set, e.chain) {
+            ("service-ips", Some(c)) if c.starts_with("service-") => self.nft.address_key(set, e.key).ok(),
+            ("service-nodeports", Some(_)) => self.nft.port_key(set, e.key).ok(),
+            _ => None,
+        };
+        if let (Some(svc), Some(chain)) = (key, e.chain) {
+            if let (Some(name), Some(link)) = (self.want(name_of_chain(chain)), link_of_chain(chain)) {
+                self.named.push((name, svc, link.to_string()));
             }
         }
         self.nft.element(set, e)
@@ -118,8 +155,8 @@ impl Tally for Walk<'_> {
 #[derive(Debug, Default)]
 pub struct Found {
     pub sources: Vec<&'static str>,
-    /// (name, service port), sorted.
-    pub named: Vec<(String, ServicePort)>,
+    /// (name, service port, link), sorted.
+    pub named: Vec<NamedPort>,
     /// The named ports' endpoints only (the rest of the table is not kept).
     pub table: ServiceTable,
 }
@@ -179,7 +216,7 @@ pub(super) fn find(
         }
         found.named.sort();
         found.named.dedup();
-        for (_, svc) in &found.named {
+        for (_, svc, _) in &found.named {
             if let Some(eps) = full.services.get(svc) {
                 found.table.services.insert(*svc, eps.clone());
             }
@@ -216,7 +253,7 @@ pub(super) fn with_legacy(found: Arc<Found>, legacy: &LegacyMemory) -> Arc<Found
         table: found.table.clone(),
     };
     let (tables, _) = legacy.tables();
-    for (_, svc) in &named {
+    for (_, svc, _) in &named {
         for t in &tables {
             if let Some(eps) = t.services.get(svc) {
                 f.table.services.insert(*svc, eps.clone());
@@ -262,6 +299,47 @@ mod tests {
         assert_eq!(
             name_of_chain("endpoint-X-default/kubernetes/tcp/https__10.0.0.1/6443"),
             None
+        );
+    }
+
+    #[test]
+    fn links_pair_a_cluster_ip_with_its_node_port() {
+        assert_eq!(link_of_chain("KUBE-SVC-NPX46M4PTMTKRN6Y"), Some("NPX46M4PTMTKRN6Y"));
+        assert_eq!(link_of_chain("KUBE-EXT-NPX46M4PTMTKRN6Y"), Some("NPX46M4PTMTKRN6Y"));
+        assert_eq!(
+            link_of_chain("external-2QRHZV4L-default/kubernetes/tcp/https"),
+            Some("2QRHZV4L")
+        );
+        assert_eq!(link_of_chain("KUBE-MARK-MASQ"), None);
+        let f = RuleFacts {
+            daddr: Some("10.96.0.20".parse().unwrap()),
+            dport: Some(80),
+            l4proto: Some(6),
+            jumps: vec!["KUBE-SVC-WEB".into()],
+            ..RuleFacts::default()
+        };
+        let web = ServicePort {
+            address: "10.96.0.20".parse().unwrap(),
+            port: 80,
+            protocol: 6,
+        };
+        assert_eq!(
+            iptables_entry("KUBE-SERVICES", Some("ns/web:http cluster IP"), &f, false),
+            Some(("ns/web", web, "WEB"))
+        );
+        // A LoadBalancer IP's rule is not the ClusterIP.
+        assert_eq!(
+            iptables_entry("KUBE-SERVICES", Some("ns/web:http loadbalancer IP"), &f, false),
+            None
+        );
+        let np = RuleFacts {
+            daddr: None,
+            jumps: vec!["KUBE-EXT-WEB".into()],
+            ..f.clone()
+        };
+        assert_eq!(
+            iptables_entry("KUBE-NODEPORTS", Some("ns/web:http"), &np, false),
+            Some(("ns/web", ServicePort::node_port(false, 6, 80), "WEB"))
         );
     }
 }

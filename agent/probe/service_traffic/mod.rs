@@ -46,7 +46,7 @@ use super::service_endpoints::{service_label, socket, ServicePort, ServiceTable}
 use super::{Deadline, ProbeContext, ProbeError, Probed};
 use crate::netlink::{ct_dump, NlError, NETLINK_NETFILTER};
 use attempt::{attempt, Outcome};
-pub use discover::{name_of_chain, name_of_comment, Found, TrafficMemory};
+pub use discover::{iptables_entry, link_of_chain, name_of_chain, name_of_comment, Found, NamedPort, TrafficMemory};
 
 /// `--service-traffic.target` flags read, at most.
 pub const MAX_TARGETS: usize = 20;
@@ -194,8 +194,11 @@ pub struct ServiceTrafficFacts {
 struct Plan {
     target: String,
     role: Role,
+    /// The service port tried: a ClusterIP's, or a NodePort (its unspecified-address key).
     svc: Option<ServicePort>,
     dns: bool,
+    /// A NodePort's ClusterIP: the node's own address is the one its route to it takes.
+    via: Option<std::net::IpAddr>,
 }
 
 /// The targets of a run, in order: each its service port, IPv4 first.
@@ -204,11 +207,29 @@ fn plans(found: &Found, s: &Settings) -> Vec<Plan> {
         let mut ports: Vec<ServicePort> = found
             .named
             .iter()
-            .filter(|(n, p)| n == name && p.protocol == protocol && port.is_none_or(|want| want == p.port))
-            .map(|(_, p)| *p)
+            .filter(|(n, p, _)| {
+                n == name && !p.is_node_port() && p.protocol == protocol && port.is_none_or(|want| want == p.port)
+            })
+            .map(|(_, p, _)| *p)
             .collect();
         ports.sort_by_key(|p| (p.address.is_ipv6(), p.port));
         ports.first().copied()
+    };
+    // The NodePort of the same Service port (its chains share the link), in the ClusterIP's family.
+    let node_port = |name: &str, svc: ServicePort| -> Option<ServicePort> {
+        let link = found.named.iter().find(|(n, p, _)| n == name && *p == svc)?.2.as_str();
+        found
+            .named
+            .iter()
+            .filter(|(n, p, l)| {
+                n == name
+                    && l == link
+                    && p.is_node_port()
+                    && p.protocol == svc.protocol
+                    && p.address.is_ipv6() == svc.address.is_ipv6()
+            })
+            .map(|(_, p, _)| *p)
+            .min()
     };
     let api = pick(API_SERVER, 6, Some(443)).or_else(|| pick(API_SERVER, 6, None));
     let mut out = vec![
@@ -217,27 +238,42 @@ fn plans(found: &Found, s: &Settings) -> Vec<Plan> {
             role: Role::ApiServer,
             svc: api,
             dns: false,
+            via: None,
         },
         Plan {
             target: format!("{DNS}:53/udp"),
             role: Role::Dns,
             svc: pick(DNS, 17, Some(53)),
             dns: true,
+            via: None,
         },
         Plan {
             target: format!("{DNS}:53/tcp"),
             role: Role::Dns,
             svc: pick(DNS, 6, Some(53)),
             dns: true,
+            via: None,
         },
     ];
     for t in s.targets.iter().take(MAX_TARGETS) {
+        let svc = pick(&t.service, 6, Some(t.port));
+        let target = format!("{}:{}/tcp", t.service, t.port);
         out.push(Plan {
-            target: format!("{}:{}/tcp", t.service, t.port),
+            target: target.clone(),
             role: Role::Target,
-            svc: pick(&t.service, 6, Some(t.port)),
+            svc,
             dns: false,
+            via: None,
         });
+        if let Some((svc, np)) = svc.and_then(|svc| Some((svc, node_port(&t.service, svc)?))) {
+            out.push(Plan {
+                target: format!("{target} nodeport"),
+                role: Role::Target,
+                svc: Some(np),
+                dns: false,
+                via: Some(svc.address),
+            });
+        }
     }
     out
 }
@@ -308,7 +344,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Serv
     let keys: Vec<Option<Key>> = plans
         .iter()
         .zip(&outcomes)
-        .map(|(p, o)| Some((p.svc?.protocol, o.source?, SocketAddr::new(p.svc?.address, p.svc?.port))))
+        .map(|(p, o)| Some((p.svc?.protocol, o.source?, o.dest?)))
         .collect();
     let entries = if conntrack {
         let host = ctx.host.clone();
@@ -386,7 +422,11 @@ fn to_try(table: &ServiceTable, p: Plan, o: Outcome, e: Result<Option<ct_dump::C
     Try {
         target: p.target,
         role: p.role,
-        service: p.svc.map(|s| service_label(&s)),
+        // A NodePort: the node's own address it was tried on.
+        service: match (p.svc, o.dest) {
+            (Some(s), Some(d)) if s.is_node_port() => Some(service_label(&ServicePort { address: d.ip(), ..s })),
+            (s, _) => s.map(|s| service_label(&s)),
+        },
         result: o.result.to_string(),
         detail: o.detail,
         seconds: o.seconds,
@@ -437,11 +477,14 @@ mod tests {
         let found = Found {
             sources: vec!["nftables"],
             named: vec![
-                (API_SERVER.into(), svc("fd00::1", 443, 6)),
-                (API_SERVER.into(), svc("10.96.0.1", 443, 6)),
-                (DNS.into(), svc("10.96.0.10", 53, 17)),
-                (DNS.into(), svc("10.96.0.10", 9153, 6)),
-                ("ns/web".into(), svc("10.96.5.5", 80, 6)),
+                (API_SERVER.into(), svc("fd00::1", 443, 6), "A6".into()),
+                (API_SERVER.into(), svc("10.96.0.1", 443, 6), "A".into()),
+                (DNS.into(), svc("10.96.0.10", 53, 17), "D".into()),
+                (DNS.into(), svc("10.96.0.10", 9153, 6), "M".into()),
+                ("ns/web".into(), svc("10.96.5.5", 80, 6), "W".into()),
+                // Its NodePort, and another port's (another link).
+                ("ns/web".into(), ServicePort::node_port(false, 6, 30080), "W".into()),
+                ("ns/web".into(), ServicePort::node_port(false, 6, 30081), "X".into()),
             ],
             table: ServiceTable::default(),
         };
@@ -461,6 +504,7 @@ mod tests {
                 ("kube-system/kube-dns:53/udp", Some("10.96.0.10:53/udp".into())),
                 ("kube-system/kube-dns:53/tcp", None),
                 ("ns/web:80/tcp", Some("10.96.5.5:80/tcp".into())),
+                ("ns/web:80/tcp nodeport", Some("0.0.0.0:30080/tcp".into())),
                 ("ns/gone:80/tcp", None),
             ]
         );
@@ -470,6 +514,7 @@ mod tests {
             ..Settings::default()
         };
         assert_eq!(plans(&found, &many).len(), 3 + MAX_TARGETS, "capped");
+        assert_eq!(p[4].via, Some("10.96.5.5".parse().unwrap()), "the NodePort's ClusterIP");
     }
 
     #[test]
