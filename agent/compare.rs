@@ -7,9 +7,11 @@
 //! unknown fields are ignored, facts one side lacks are reported as missing.
 //!
 //! The verdict: **worse** if a warning or critical finding appeared or got more
-//! severe, or the overall status got worse; **better** if the reverse happened
-//! and nothing got worse; otherwise **same**. Info findings are listed but do
-//! not decide the verdict (they count as ok in the overall status too).
+//! severe, the overall status got worse, or a Service try (`--try-services`)
+//! got slower by at least 100 ms or stopped succeeding; **better** if the
+//! reverse happened and nothing got worse; otherwise **same**. Info findings
+//! are listed but do not decide the verdict (they count as ok in the overall
+//! status too).
 //!
 //! `compare/text.rs` writes a comparison for a terminal (`render_text`).
 
@@ -379,6 +381,19 @@ fn extract(doc: &Value) -> Vec<Fact> {
         "",
     );
 
+    // The service_traffic tries (`--try-services`): each target's result and time.
+    for t in f["service_traffic"]["tries"].as_array().into_iter().flatten() {
+        let Some(target) = t["target"].as_str() else { continue };
+        put(
+            format!("service try {target}"),
+            t["result"].as_str().map(Value::from),
+            "",
+        );
+        if t["result"] == "ok" {
+            put(format!("{CONNECT_TIME}{target}"), num(&t["seconds"]), "s");
+        }
+    }
+
     if let Some(probes) = doc["probes"].as_object() {
         for (name, o) in probes {
             put(format!("probe {name}"), o["status"].as_str().map(Value::from), "");
@@ -401,6 +416,41 @@ const WALL_TIME_MIN_CHANGE_SECONDS: f64 = 0.1;
 /// ...and at least doubled or halved.
 const WALL_TIME_MIN_CHANGE_RATIO: f64 = 2.0;
 
+/// The name of a try's time: `service connect time default/kubernetes:443/tcp`
+/// (the TCP connect time; DNS over UDP: the answer time).
+const CONNECT_TIME: &str = "service connect time ";
+
+/// A try's time changed when it moved by at least the runbook's limit of a
+/// healthy `time_connect` (100 ms, the default of --service-traffic.slow):
+/// each snapshot holds one try per target, a single sample with no spread to
+/// judge its noise by, so the bound is the one a person acts on. A lost SYN
+/// costs TCP's initial retransmission timeout (1 s, RFC 6298 2.1), ten times it.
+const CONNECT_MIN_CHANGE_SECONDS: f64 = 0.1;
+
+/// A fact whose change decides the verdict on its own: a try's time (slower is
+/// worse) and its result (a try that stopped succeeding is worse). Returns
+/// (worse, why) for a changed fact.
+fn judged(c: &FactChange) -> Option<(bool, String)> {
+    if c.state != FactState::Changed {
+        return None;
+    }
+    if let Some(target) = c.name.strip_prefix(CONNECT_TIME) {
+        let (b, a) = (c.before.as_f64()?, c.after.as_f64()?);
+        let ms = |x: f64| format!("{:.1} ms", x * 1000.0);
+        let how = if a > b { "slower" } else { "faster" };
+        return Some((a > b, format!("{target} connects {how} ({} -> {})", ms(b), ms(a))));
+    }
+    if let Some(target) = c.name.strip_prefix("service try ") {
+        let (b, a) = (c.before.as_str()?, c.after.as_str()?);
+        return match (b == "ok", a == "ok") {
+            (true, false) => Some((true, format!("{target} try failed ({b} -> {a})"))),
+            (false, true) => Some((false, format!("{target} try succeeds ({b} -> {a})"))),
+            _ => None,
+        };
+    }
+    None
+}
+
 /// Whether a fact is unchanged for a person: equal as shown (a p99 of 0.1234 s
 /// and 0.1236 s both read 0.124 s), and for the agent's wall times within the
 /// noise of two runs.
@@ -412,6 +462,9 @@ fn same(name: &str, before: &Value, after: &Value, unit: &str) -> bool {
         if is_wall_time(name) {
             let d = (a - b).abs();
             return d < WALL_TIME_MIN_CHANGE_SECONDS || a.max(b) < WALL_TIME_MIN_CHANGE_RATIO * a.min(b);
+        }
+        if name.starts_with(CONNECT_TIME) {
+            return (a - b).abs() < CONNECT_MIN_CHANGE_SECONDS;
         }
         return show(before, unit) == show(after, unit);
     }
@@ -528,6 +581,13 @@ pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &
                 after: None,
                 summary: summary.clone(),
             });
+        }
+    }
+    for (worse_now, why) in facts.iter().filter_map(judged) {
+        if worse_now {
+            worse.push(why);
+        } else {
+            better.push(why);
         }
     }
     let (sb, sa) = (before["status"].as_str(), after["status"].as_str());
@@ -835,5 +895,53 @@ mod tests {
         before["facts"]["iptables"]["saves"][0]["duration_seconds"] = json!(0.002);
         let c = compare("a", &before, "b", &after);
         assert_eq!(fact(&c, "iptables nft ipv4 save duration").state, FactState::Same);
+    }
+
+    #[test]
+    fn a_slower_or_failing_service_try_is_worse() {
+        let tried = |api: Value, dns: &str| {
+            let mut d = doc("ok", 200, json!([]));
+            d["facts"]["service_traffic"] = json!({"tries": [
+                {"target": "default/kubernetes:443/tcp", "result": "ok", "seconds": api},
+                {"target": "kube-system/kube-dns:53/udp", "result": dns, "seconds": 0.0004},
+            ]});
+            d
+        };
+        // A lost SYN: one retransmission timeout (1 s) on the connect.
+        let (fast, slow) = (tried(json!(0.0003), "ok"), tried(json!(1.0021), "ok"));
+        let c = compare("a", &fast, "b", &slow);
+        assert_eq!(c.verdict, Verdict::Worse);
+        assert_eq!(
+            c.reasons,
+            ["default/kubernetes:443/tcp connects slower (0.3 ms -> 1002.1 ms)"]
+        );
+        let t = fact(&c, "service connect time default/kubernetes:443/tcp");
+        assert_eq!((t.state, t.unit), (FactState::Changed, "s"));
+        assert_eq!(
+            fact(&c, "service try default/kubernetes:443/tcp").state,
+            FactState::Same
+        );
+        // And back: better.
+        let c = compare("b", &slow, "a", &fast);
+        assert_eq!(c.verdict, Verdict::Better);
+        assert!(c.reasons[0].contains("connects faster"), "{:?}", c.reasons);
+        // Under 100 ms of change, even ten times slower: one sample each, not a change.
+        let c = compare("a", &fast, "b", &tried(json!(0.003), "ok"));
+        assert_eq!(c.verdict, Verdict::Same, "{:?}", c.reasons);
+        let c = compare("a", &tried(json!(0.2), "ok"), "b", &tried(json!(0.299), "ok"));
+        assert_eq!(c.verdict, Verdict::Same, "{:?}", c.reasons);
+        let c = compare("a", &tried(json!(0.2), "ok"), "b", &tried(json!(0.301), "ok"));
+        assert_eq!(c.verdict, Verdict::Worse, "{:?}", c.reasons);
+        // A try that stopped succeeding: worse (its time is no longer there).
+        let c = compare("a", &fast, "b", &tried(json!(0.0003), "refused"));
+        assert_eq!(c.verdict, Verdict::Worse);
+        assert_eq!(c.reasons, ["kube-system/kube-dns:53/udp try failed (ok -> refused)"]);
+        assert_eq!(
+            fact(&c, "service connect time kube-system/kube-dns:53/udp").state,
+            FactState::MissingAfter
+        );
+        // Without --try-services on one side: missing, not worse.
+        let c = compare("a", &doc("ok", 200, json!([])), "b", &slow);
+        assert_eq!(c.verdict, Verdict::Same, "{:?}", c.reasons);
     }
 }

@@ -472,7 +472,7 @@ pub struct Common {
     #[arg(long = "neighbour-tables.window", env = "PROXYWATCH_NEIGHBOUR_TABLES_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub neighbour_tables_window: Duration,
 
-    /// A Service the service_traffic probe also tries, as namespace/name:port (a TCP connect to its ClusterIP, found in kube-proxy's rules); repeatable, at most 20.
+    /// A Service the service_traffic probe also tries, as namespace/name:port (a TCP connect to its ClusterIP, found in kube-proxy's rules, and to its NodePort on the node's own address where it has one); repeatable, at most 20.
     #[arg(
         long = "service-traffic.target",
         env = "PROXYWATCH_SERVICE_TRAFFIC_TARGET",

@@ -503,8 +503,8 @@ async fn source_loop(
 }
 
 /// Runs every probe once, concurrently, and returns the publication (for `proxywatch check`).
-/// conntrack_stale runs once the others are done: it judges iptables-legacy
-/// rules by the table the iptables probe decoded from its save.
+/// conntrack_stale and service_traffic run once the others are done: they read
+/// iptables-legacy rules from the table the iptables probe decoded from its save.
 /// The event sources run while the probes do: what they saw by the end is in the publication.
 /// Before it waits on a verdict that depends on time (kube-proxy gone, within its grace) it hands
 /// `notice` one line saying so, at once: `check` never sits silent.
@@ -521,7 +521,8 @@ pub async fn run_once(
         (source.start)(ctx.clone(), tx);
         events.push(rx);
     }
-    let later = |s: &&Schedule| s.probe == crate::probe::ProbeName::ConntrackStale;
+    use crate::probe::ProbeName;
+    let later = |s: &&Schedule| matches!(s.probe, ProbeName::ConntrackStale | ProbeName::ServiceTraffic);
     let run = |s: &Schedule| {
         let (ctx, probe, timeout) = (ctx.clone(), s.probe, s.timeout);
         async move {

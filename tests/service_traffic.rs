@@ -7,7 +7,9 @@
 //! -L` shows for the same tuple; stopping the DNS server raises
 //! service_traffic_failing; a lossy endpoint link (its first SYN dropped: this
 //! kernel has no netem) raises service_connect_slow, removing the drop clears it; without
-//! `--try-services` the agent creates no conntrack entry toward the Services.
+//! `--try-services` the agent creates no conntrack entry toward the Services;
+//! `compare` of `baseline save --try-services` before and after the loss says
+//! worse for the API server's connect time.
 mod common;
 
 use std::io::{BufRead, BufReader};
@@ -26,6 +28,7 @@ const EP: &str = "10.77.0.2";
 const SERVER: &str = r#"
 import socket, struct, sys, threading
 addr, mode = sys.argv[1], sys.argv[2]
+port = int(sys.argv[3]) if len(sys.argv) > 3 else 6443
 def answer(q):
     hdr = q[:2] + b"\x81\x80" + b"\x00\x01\x00\x01\x00\x00\x00\x00"
     end = 12
@@ -36,7 +39,7 @@ def answer(q):
     return hdr + question + rr
 if mode == "tcp":
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, 6443)); s.listen(64)
+    s.bind((addr, port)); s.listen(64)
     print("ready", flush=True)
     while True:
         c, _ = s.accept(); c.close()
@@ -76,8 +79,12 @@ struct Server(Child);
 
 impl Server {
     fn start(ns: &Netns, mode: &str) -> Server {
+        Server::start_on(ns, mode, "6443")
+    }
+
+    fn start_on(ns: &Netns, mode: &str, port: &str) -> Server {
         let mut child = ns
-            .command("python3", &["-c", SERVER, EP, mode])
+            .command("python3", &["-c", SERVER, EP, mode, port])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -98,7 +105,12 @@ impl Drop for Server {
     }
 }
 
-/// kube-proxy's iptables layout (pkg/proxy/iptables) for the two Services, one endpoint each.
+/// A `--service-traffic.target` Service with a NodePort (its endpoint: `EP:8080`).
+const WEB: &str = "10.96.0.20";
+const WEB_NODE_PORT: u16 = 30080;
+
+/// kube-proxy's iptables layout (pkg/proxy/iptables) for the three Services, one endpoint each;
+/// `default/web` also has a NodePort (`KUBE-NODEPORTS`, from `KUBE-SERVICES`'s last rule).
 fn rules() -> String {
     format!(
         "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
@@ -106,11 +118,19 @@ fn rules() -> String {
          :KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\n:KUBE-SEP-API0000000000000 - [0:0]\n\
          :KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]\n:KUBE-SEP-DNSUDP000000000 - [0:0]\n\
          :KUBE-SVC-ERIFXISQEP7F7OF4 - [0:0]\n:KUBE-SEP-DNSTCP000000000 - [0:0]\n\
+         :KUBE-NODEPORTS - [0:0]\n:KUBE-SVC-WEB0000000000000 - [0:0]\n:KUBE-EXT-WEB0000000000000 - [0:0]\n:KUBE-SEP-WEB0000000000000 - [0:0]\n\
          -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
          -A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n\
          -A KUBE-SERVICES -d {API}/32 -p tcp -m comment --comment \"default/kubernetes:https cluster IP\" -m tcp --dport 443 -j KUBE-SVC-NPX46M4PTMTKRN6Y\n\
          -A KUBE-SERVICES -d {DNS}/32 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU\n\
          -A KUBE-SERVICES -d {DNS}/32 -p tcp -m comment --comment \"kube-system/kube-dns:dns-tcp cluster IP\" -m tcp --dport 53 -j KUBE-SVC-ERIFXISQEP7F7OF4\n\
+         -A KUBE-SERVICES -d {WEB}/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-WEB0000000000000\n\
+         -A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\n\
+         -A KUBE-NODEPORTS -p tcp -m comment --comment \"default/web:http\" -m tcp --dport {WEB_NODE_PORT} -j KUBE-EXT-WEB0000000000000\n\
+         -A KUBE-EXT-WEB0000000000000 -m comment --comment \"masquerade traffic for default/web:http external destinations\" -j KUBE-MARK-MASQ\n\
+         -A KUBE-EXT-WEB0000000000000 -j KUBE-SVC-WEB0000000000000\n\
+         -A KUBE-SVC-WEB0000000000000 -m comment --comment \"default/web:http -> {EP}:8080\" -j KUBE-SEP-WEB0000000000000\n\
+         -A KUBE-SEP-WEB0000000000000 -p tcp -m comment --comment \"default/web:http\" -m tcp -j DNAT --to-destination {EP}:8080\n\
          -A KUBE-SVC-NPX46M4PTMTKRN6Y -m comment --comment \"default/kubernetes:https -> {EP}:6443\" -j KUBE-SEP-API0000000000000\n\
          -A KUBE-SEP-API0000000000000 -s {EP}/32 -m comment --comment \"default/kubernetes:https\" -j KUBE-MARK-MASQ\n\
          -A KUBE-SEP-API0000000000000 -p tcp -m comment --comment \"default/kubernetes:https\" -m tcp -j DNAT --to-destination {EP}:6443\n\
@@ -122,8 +142,68 @@ fn rules() -> String {
     )
 }
 
+/// How kube-proxy's rules are loaded in the lab's node namespace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Backend {
+    IptablesNft,
+    IptablesLegacy,
+    /// kube-proxy's nftables mode: its `kube-proxy` table, from tests/tools/gen_kube_nft.py.
+    Nftables,
+}
+
+impl Backend {
+    fn tools(self) -> &'static [&'static str] {
+        match self {
+            Backend::IptablesNft => &["ip", "iptables-nft-restore", "nft", "conntrack", "python3"],
+            Backend::IptablesLegacy => &[
+                "ip",
+                "iptables-legacy-restore",
+                "iptables-legacy-save",
+                "nft",
+                "conntrack",
+                "python3",
+            ],
+            Backend::Nftables => &["ip", "nft", "conntrack", "python3"],
+        }
+    }
+
+    fn load(self, node: &Netns) {
+        match self {
+            Backend::IptablesNft => drop(node.exec_input("iptables-nft-restore", &[], &rules())),
+            Backend::IptablesLegacy => drop(node.exec_input("iptables-legacy-restore", &[], &rules())),
+            Backend::Nftables => drop(node.exec_input("nft", &["-f", "-"], &nft_rules())),
+        }
+    }
+}
+
+/// kube-proxy's nftables layout (pkg/proxy/nftables) for the two Services, one endpoint each.
+fn nft_rules() -> String {
+    let gen = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/gen_kube_nft.py");
+    let out = common::run(
+        "python3",
+        &[
+            gen.to_str().unwrap(),
+            "--services",
+            "0",
+            "--endpoints",
+            "1",
+            "--node-ip",
+            NODE,
+            "--service",
+            &format!("default/kubernetes/tcp/https={API}:443@{EP}:6443"),
+            "--service",
+            &format!("kube-system/kube-dns/udp/dns={DNS}:53@{EP}:53"),
+            "--service",
+            &format!("kube-system/kube-dns/tcp/dns-tcp={DNS}:53@{EP}:53"),
+            "--service",
+            &format!("default/web/tcp/http={WEB}:80@{EP}:8080,{WEB_NODE_PORT}"),
+        ],
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// The node namespace (rules, route to the ClusterIPs) and the endpoint namespace, joined by a veth.
-fn lab() -> (Netns, Netns) {
+fn lab(backend: Backend) -> (Netns, Netns) {
     let node = Netns::new("st-node");
     let ep = Netns::new("st-ep");
     node.exec_ok("ip", &["link", "add", "st-n", "type", "veth", "peer", "name", "st-e"]);
@@ -133,27 +213,41 @@ fn lab() -> (Netns, Netns) {
     node.exec_ok("ip", &["route", "add", "10.96.0.0/12", "dev", "st-n"]);
     ep.exec_ok("ip", &["addr", "add", &format!("{EP}/24"), "dev", "st-e"]);
     ep.exec_ok("ip", &["link", "set", "st-e", "up"]);
-    node.exec_input("iptables-nft-restore", &[], &rules());
+    backend.load(&node);
     (node, ep)
 }
 
+const RUN_FLAGS: &[&str] = &[
+    "--kube-proxy.down-grace",
+    "0s",
+    "--service-traffic.try-timeout",
+    "2s",
+    "--service-traffic.target",
+    "default/web:80",
+];
+
 /// `check --format json` in the node namespace (its exit code says the status: not asserted here).
 fn check(node: &Netns, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "check",
-        "--format",
-        "json",
-        "--kube-proxy.down-grace",
-        "0s",
-        "--service-traffic.try-timeout",
-        "2s",
-    ];
+    let mut args = vec!["check", "--format", "json"];
+    args.extend_from_slice(RUN_FLAGS);
     args.extend_from_slice(extra);
     let out = node
         .command(common::binary().to_str().unwrap(), &args)
         .output()
         .expect("proxywatch check");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `baseline save --try-services FILE` in the node namespace: the document it wrote.
+fn baseline(node: &Netns, file: &std::path::Path) -> Value {
+    let mut args = vec!["baseline", "save", file.to_str().unwrap(), "--try-services"];
+    args.extend_from_slice(RUN_FLAGS);
+    let out = node
+        .command(common::binary().to_str().unwrap(), &args)
+        .output()
+        .expect("proxywatch baseline save");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
 }
 
 fn tries(doc: &Value) -> Vec<Value> {
@@ -187,13 +281,99 @@ fn conntrack_lines(ns: &Netns, proto: &str, dst: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_the_data_plane() {
-    if !common::can_run(&["ip", "iptables-nft-restore", "nft", "conntrack", "python3"]) {
+/// The three built-in tries succeed, each naming the endpoint its own conntrack
+/// entry reached, as `conntrack -L` shows for the same tuple.
+fn assert_tries_reach_the_endpoint(node: &Netns, doc: &Value, source: &str) {
+    let t = tries(doc);
+    assert_eq!(
+        doc["facts"]["service_traffic"]["source"], source,
+        "{:#}",
+        doc["facts"]["service_traffic"]
+    );
+    for target in [
+        "default/kubernetes:443/tcp",
+        "kube-system/kube-dns:53/udp",
+        "kube-system/kube-dns:53/tcp",
+        "default/web:80/tcp",
+        "default/web:80/tcp nodeport",
+    ] {
+        let tr = try_of(&t, target);
+        assert_eq!(tr["result"], "ok", "{tr:#}");
+        assert_eq!(tr["path"], "current", "{tr:#}");
+    }
+    // The NodePort, on the node's own address, reached the Service's endpoint.
+    let np = try_of(&t, "default/web:80/tcp nodeport");
+    assert_eq!(np["service"], format!("{NODE}:{WEB_NODE_PORT}/tcp"), "{np:#}");
+    assert_eq!(np["endpoint"], format!("{EP}:8080"), "{np:#}");
+    assert_eq!(
+        np["rule_endpoints"],
+        serde_json::json!([format!("{EP}:8080")]),
+        "{np:#}"
+    );
+    let api = try_of(&t, "default/kubernetes:443/tcp");
+    assert_eq!(api["service"], format!("{API}:443/tcp"));
+    assert_eq!(api["endpoint"], format!("{EP}:6443"));
+    assert_eq!(api["rule_endpoints"], serde_json::json!([format!("{EP}:6443")]));
+    let dns_udp = try_of(&t, "kube-system/kube-dns:53/udp");
+    assert_eq!(dns_udp["endpoint"], format!("{EP}:53"));
+    assert!(
+        dns_udp["detail"].as_str().unwrap().starts_with("NOERROR, 1 answer"),
+        "{dns_udp:#}"
+    );
+    let dns_tcp = try_of(&t, "kube-system/kube-dns:53/tcp");
+    assert_eq!(dns_tcp["endpoint"], format!("{EP}:53"));
+    // The same tuple in `conntrack -L`: the try's source port, answered by the endpoint (to the
+    // node's address; kube-proxy's nftables masquerade is fully-random, so the reply's port may
+    // differ from the source's).
+    for (tr, proto, dst, ep_port) in [
+        (api, "tcp", API, 6443),
+        (dns_udp, "udp", DNS, 53),
+        (dns_tcp, "tcp", DNS, 53),
+        (np, "tcp", NODE, 8080),
+    ] {
+        let sport = tr["source"].as_str().unwrap().rsplit(':').next().unwrap().to_string();
+        let lines = conntrack_lines(node, proto, dst);
+        assert!(
+            lines.iter().any(|l| l.contains(&format!("sport={sport} dport="))
+                && l.contains(&format!("src={EP} dst={NODE} sport={ep_port} "))),
+            "no conntrack entry of the try from port {sport} reaching {EP}:{ep_port}: {lines:#?}"
+        );
+    }
+    assert_eq!(finding(doc, "service_traffic_failing"), None, "{:#}", doc["findings"]);
+    assert_eq!(finding(doc, "service_connect_slow"), None, "{:#}", doc["findings"]);
+}
+
+/// The lab on `backend`, its servers up: both built-in tries reach the endpoint.
+fn tries_reach_the_endpoint_on(backend: Backend, source: &str) {
+    if !common::can_run(backend.tools()) {
         return;
     }
-    let (node, ep) = lab();
+    let (node, ep) = lab(backend);
     let _api = Server::start(&ep, "tcp");
+    let _web = Server::start_on(&ep, "tcp", "8080");
+    let _dns = Server::start(&ep, "dns");
+    let on = check(&node, &["--try-services"]);
+    assert_tries_reach_the_endpoint(&node, &on, source);
+}
+
+#[test]
+fn service_tries_on_iptables_legacy_name_the_endpoint_conntrack_shows() {
+    tries_reach_the_endpoint_on(Backend::IptablesLegacy, "iptables-legacy");
+}
+
+#[test]
+fn service_tries_on_kube_proxys_nftables_table_name_the_endpoint_conntrack_shows() {
+    tries_reach_the_endpoint_on(Backend::Nftables, "nftables");
+}
+
+#[test]
+fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_the_data_plane() {
+    if !common::can_run(Backend::IptablesNft.tools()) {
+        return;
+    }
+    let (node, ep) = lab(Backend::IptablesNft);
+    let _api = Server::start(&ep, "tcp");
+    let _web = Server::start_on(&ep, "tcp", "8080");
     let dns = Server::start(&ep, "dns");
 
     // Off: no try, no conntrack entry toward the Services.
@@ -212,47 +392,19 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
         );
     }
 
-    // On: both Services tried, each naming the endpoint its own conntrack entry reached.
-    let on = check(&node, &["--try-services"]);
-    let t = tries(&on);
-    for target in [
-        "default/kubernetes:443/tcp",
-        "kube-system/kube-dns:53/udp",
-        "kube-system/kube-dns:53/tcp",
-    ] {
-        let tr = try_of(&t, target);
-        assert_eq!(tr["result"], "ok", "{tr:#}");
-        assert_eq!(tr["path"], "current", "{tr:#}");
-    }
-    let api = try_of(&t, "default/kubernetes:443/tcp");
-    assert_eq!(api["service"], format!("{API}:443/tcp"));
-    assert_eq!(api["endpoint"], format!("{EP}:6443"));
-    assert_eq!(api["rule_endpoints"], serde_json::json!([format!("{EP}:6443")]));
-    let dns_udp = try_of(&t, "kube-system/kube-dns:53/udp");
-    assert_eq!(dns_udp["endpoint"], format!("{EP}:53"));
-    assert!(
-        dns_udp["detail"].as_str().unwrap().starts_with("NOERROR, 1 answer"),
-        "{dns_udp:#}"
-    );
-    // The same tuple in `conntrack -L`: the try's source port, answered by the endpoint.
-    for (tr, proto, dst, ep_port) in [(api, "tcp", API, 6443), (dns_udp, "udp", DNS, 53)] {
-        let sport = tr["source"].as_str().unwrap().rsplit(':').next().unwrap().to_string();
-        let lines = conntrack_lines(&node, proto, dst);
-        assert!(
-            lines.iter().any(|l| l.contains(&format!("sport={sport} "))
-                && l.contains(&format!("src={EP} dst={NODE} sport={ep_port} dport={sport}"))),
-            "no conntrack entry of the try from port {sport} reaching {EP}:{ep_port}: {lines:#?}"
-        );
-    }
-    assert_eq!(finding(&on, "service_traffic_failing"), None, "{:#}", on["findings"]);
-    assert_eq!(finding(&on, "service_connect_slow"), None, "{:#}", on["findings"]);
+    // On (a baseline, as the runbook saves before a change): both Services tried, each
+    // naming the endpoint its own conntrack entry reached.
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = (dir.path().join("before.json"), dir.path().join("after.json"));
+    let on = baseline(&node, &before);
+    assert_tries_reach_the_endpoint(&node, &on, "iptables-nft");
 
     // A slow data plane: this kernel has no netem (CONFIG_NET_SCH_NETEM is not set, and no
     // module is loaded), so the endpoint's namespace drops each client's first SYN to the
     // API endpoint: the connect waits for the retransmission (TCP's initial RTO, 1 s).
     // Slow, naming the endpoint; the drop removed: clear.
     ep.exec_input("nft", &["-f", "-"], SLOW);
-    let slow = check(&node, &["--try-services"]);
+    let slow = baseline(&node, &after);
     let f = finding(&slow, "service_connect_slow").unwrap_or_else(|| panic!("{:#}", slow["findings"]));
     assert_eq!(f["severity"], "warning");
     assert!(
@@ -261,6 +413,48 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     );
     let api = try_of(&tries(&slow), "default/kubernetes:443/tcp").clone();
     assert!(api["seconds"].as_f64().unwrap() > 0.1, "{api:#}");
+    // compare, the runbook's verification step: the connect time change is worse, by itself.
+    let out = std::process::Command::new(common::binary())
+        .args([
+            "compare",
+            before.to_str().unwrap(),
+            after.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "worse exits 1: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(c["verdict"], "worse", "{c:#}");
+    assert!(
+        c["reasons"].as_array().unwrap().iter().any(|r| r
+            .as_str()
+            .unwrap()
+            .starts_with("default/kubernetes:443/tcp connects slower (")),
+        "{:#}",
+        c["reasons"]
+    );
+    let fact = c["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "service connect time default/kubernetes:443/tcp")
+        .unwrap_or_else(|| panic!("{:#}", c["facts"]));
+    assert_eq!(fact["state"], "changed", "{fact:#}");
+    // The DNS tries were not slowed: unchanged.
+    let dns_fact = c["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "service connect time kube-system/kube-dns:53/udp")
+        .unwrap();
+    assert_eq!(dns_fact["state"], "same", "{dns_fact:#}");
     ep.exec_ok("nft", &["delete", "table", "inet", "pwslow"]);
     let fast = check(&node, &["--try-services"]);
     assert_eq!(finding(&fast, "service_connect_slow"), None, "{:#}", fast["findings"]);

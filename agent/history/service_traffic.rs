@@ -1,8 +1,8 @@
 //! The service_traffic probe's tries over time, per target: the connect (or
 //! DNS answer) times as a histogram since the agent started (for Prometheus),
 //! their p50 and p99 over the latest [`WINDOW_TRIES`] tries, and the tries
-//! counted by result. Targets are at most the probe's ([`MAX_TARGETS`] flags
-//! and the three built-in tries), so memory is bounded.
+//! counted by result. Targets are at most the probe's ([`MAX_TARGETS`] flags,
+//! each with its NodePort, and the three built-in tries), so memory is bounded.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -14,8 +14,8 @@ use crate::probe::service_traffic::{ServiceTrafficFacts, MAX_TARGETS};
 pub const BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 /// Tries the percentiles are over, per target.
 pub const WINDOW_TRIES: usize = 60;
-/// Targets remembered, at most.
-const MAX_KEPT: usize = MAX_TARGETS + 3;
+/// Targets remembered, at most: the three built-in tries, each flag's and its NodePort's.
+const MAX_KEPT: usize = 2 * MAX_TARGETS + 3;
 
 /// One target's tries so far.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -329,7 +329,8 @@ async fn legacy_save_and_services(
 ) -> Result<SaveRun, ProbeError> {
     use super::service_endpoints::iptables::SaveText;
     let v6 = label == "ipv6";
-    let mut text = SaveText::new(if v6 { Family::Ip6 } else { Family::Ip });
+    let names = super::service_traffic::wanted(&ctx.service_traffic);
+    let mut text = SaveText::naming(if v6 { Family::Ip6 } else { Family::Ip }, names);
     let mut snat = super::snat::LegacySnatText::new(if v6 { Family::Ip6 } else { Family::Ip });
     let mut bad: Option<String> = None;
     // `-c`: the counters come with the table anyway (IPT_SO_GET_ENTRIES); the
@@ -368,7 +369,10 @@ async fn legacy_save_and_services(
     match (&run, bad) {
         (Err(e), _) => memory.put(v6, Err(format!("{command}: {e}"))),
         (Ok(_), Some(e)) => memory.put(v6, Err(e)),
-        (Ok(_), None) => memory.put(v6, Ok(text.finish(memory.previous(v6)))),
+        (Ok(_), None) => {
+            memory.put_named(v6, std::mem::take(&mut text.named));
+            memory.put(v6, Ok(text.finish(memory.previous(v6))));
+        }
     }
     run
 }

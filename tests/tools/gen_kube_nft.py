@@ -25,6 +25,8 @@ Service i (0-based) is:
     the firewall rule holds an anonymous interval set);
   * with ClientIP session affinity when i % 100 == 3 (one dynamic ``affinity-*``
     set per endpoint, empty until traffic).
+--service adds named Service ports (a lab's default/kubernetes, kube-system/kube-dns)
+with the endpoint given, before the N generated ones.
 Plus max(1, N // 100) services without endpoints (no-endpoint-services and
 cluster-ips elements) and one NodePort without endpoints (no-endpoint-nodeports).
 
@@ -113,11 +115,11 @@ HELPER_CHAINS = [
 ]
 
 
-def generate(services, endpoints, v):
+def generate(services, endpoints, v, named=(), node_ip=None):
     fam, m = v.family, v.match
     chains = [c for c, _ in BASE_CHAINS] + list(HELPER_CHAINS)
     rules = []
-    sets = {"cluster-ips": [], "nodeport-ips": [v.node_ip]}
+    sets = {"cluster-ips": [], "nodeport-ips": [node_ip or v.node_ip]}
     maps = {k: [] for k in ("service-ips", "service-nodeports", "no-endpoint-services",
                             "no-endpoint-nodeports", "firewall-ips")}
     # No local-* chains: every generated service has externalTrafficPolicy and
@@ -152,6 +154,36 @@ def generate(services, endpoints, v):
     rule("service-endpoints-check", "%s daddr . meta l4proto . th dport vmap @no-endpoint-services" % m)
 
     set_flags = {}
+
+    def named_service(base, proto, cluster_ip, port, eps, target, node_port=None):
+        """One Service port with the given endpoints [(ip)] (a lab's: --service)."""
+        svc = "service-" + hash_and_truncate(base)
+        if cluster_ip not in sets["cluster-ips"]:
+            sets["cluster-ips"].append(cluster_ip)
+        chains.append(svc)
+        counts["service_chains"] += 1
+        maps["service-ips"].append("%s . %s . %d : goto %s" % (cluster_ip, proto, port, svc))
+        rule(svc, "%s daddr %s %s dport %d %s saddr != %s jump mark-for-masquerade"
+             % (m, cluster_ip, proto, port, m, v.pod_cidr))
+        names = ["endpoint-" + hash_and_truncate("%s__%s/%d" % (base, ip.replace(":", "."), target)) for ip in eps]
+        vmap = ", ".join("%d : goto %s" % (k, n) for k, n in enumerate(names))
+        rule(svc, "numgen random mod %d vmap { %s }" % (len(names), vmap))
+        for name, ip in zip(names, eps):
+            chains.append(name)
+            counts["endpoint_chains"] += 1
+            rule(name, "%s saddr %s jump mark-for-masquerade" % (m, ip))
+            rule(name, "meta l4proto %s dnat to %s" % (proto, v.dnat(ip, target)))
+        if node_port is not None:
+            ext = "external-" + hash_and_truncate(base)
+            chains.append(ext)
+            counts["external_chains"] += 1
+            rule(ext, "jump mark-for-masquerade")
+            rule(ext, "goto %s" % svc)
+            maps["service-nodeports"].append("%s . %d : goto %s" % (proto, node_port, ext))
+
+    for spec in named:
+        named_service(*spec)
+
     ep_counter = lb_counter = 0
     for i in range(services):
         udp = i % 7 == 6
@@ -271,10 +303,26 @@ def main(argv=None):
     ap.add_argument("--endpoints", type=int, required=True, help="endpoints per service (M)")
     ap.add_argument("--ipv6", action="store_true", help="table ip6 kube-proxy")
     ap.add_argument("--expected", metavar="FILE", help="write the counts nft list table will show as JSON")
+    ap.add_argument("--service", action="append", default=[], metavar="NS/NAME/PROTO/PORTNAME=IP:PORT@EP:TPORT[,NODEPORT]",
+                    help="also a named Service port with one endpoint (a lab's kubernetes or kube-dns), "
+                         "optionally a NodePort; repeatable (IPv4)")
+    ap.add_argument("--node-ip", help="the nodeport-ips element (default %s)" % V4.node_ip)
     args = ap.parse_args(argv)
+    named = []
+    for spec in args.service:
+        try:
+            base, rest = spec.split("=", 1)
+            front, back = rest.split("@", 1)
+            ip, port = front.rsplit(":", 1)
+            back, _, node_port = back.partition(",")
+            ep, tport = back.rsplit(":", 1)
+            named.append((base, base.split("/")[2], ip, int(port), [ep], int(tport),
+                          int(node_port) if node_port else None))
+        except (ValueError, IndexError):
+            ap.error("--service %r: expected NS/NAME/PROTO/PORTNAME=IP:PORT@EP:TPORT[,NODEPORT]" % spec)
     if args.services < 0 or args.endpoints < 1:
         ap.error("--services must be >= 0 and --endpoints >= 1")
-    text, expected = generate(args.services, args.endpoints, V6 if args.ipv6 else V4)
+    text, expected = generate(args.services, args.endpoints, V6 if args.ipv6 else V4, named, args.node_ip)
     sys.stdout.write(text)
     if args.expected:
         with open(args.expected, "w") as f:

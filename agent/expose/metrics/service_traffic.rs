@@ -1,7 +1,7 @@
 //! The service_traffic probe's series: the tries' times as a histogram, the
 //! tries by result (both from history: since the agent started), and whether
 //! each target's latest try succeeded. The `target` label is bounded: the
-//! three built-in tries and at most `MAX_TARGETS` flags.
+//! three built-in tries and at most `MAX_TARGETS` flags, each with its NodePort.
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto;

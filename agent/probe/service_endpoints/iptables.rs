@@ -171,15 +171,27 @@ pub struct SaveText {
     table: String,
     line: u64,
     hash: std::collections::hash_map::DefaultHasher,
+    /// The Service names whose ports are kept (the service_traffic probe's targets).
+    names: Vec<String>,
+    /// The ClusterIP ports and NodePorts of those names, as kube-proxy's comments say.
+    pub named: Vec<crate::probe::service_traffic::NamedPort>,
 }
 
 impl SaveText {
     pub fn new(family: Family) -> Self {
+        Self::naming(family, Vec::new())
+    }
+
+    /// Also keeps the service ports of `names` (`ns/name`), from kube-proxy's
+    /// `KUBE-SERVICES` comments (`default/kubernetes:https cluster IP`).
+    pub fn naming(family: Family, names: Vec<String>) -> Self {
         SaveText {
             ipt: IptEndpoints::with_source(family, "iptables-legacy"),
             table: String::new(),
             line: 0,
             hash: Default::default(),
+            names,
+            named: Vec::new(),
         }
     }
 
@@ -209,26 +221,37 @@ impl SaveText {
         if !chain.starts_with("KUBE-") {
             return Ok(());
         }
-        let f = self.rule(rest).map_err(|e| {
+        let (f, comment) = self.rule(rest).map_err(|e| {
             format!(
                 "iptables-legacy-save line {}: {e}: {}",
                 self.line,
                 crate::parse::quote(line)
             )
         })?;
+        if self.table == "nat" && !self.names.is_empty() {
+            let v6 = self.ipt.family == Family::Ip6;
+            if let Some((name, svc, link)) =
+                crate::probe::service_traffic::iptables_entry(chain, comment.as_deref(), &f, v6)
+            {
+                if self.names.iter().any(|n| n == name) {
+                    self.named.push((name.to_string(), svc, link.to_string()));
+                }
+            }
+        }
         let table = std::mem::take(&mut self.table);
         self.ipt.add(&table, chain, &f);
         self.table = table;
         Ok(())
     }
 
-    /// The rule's facts from `CHAIN args...`.
-    fn rule(&self, rest: &str) -> Result<RuleFacts, String> {
+    /// The rule's facts from `CHAIN args...`, and its comment.
+    fn rule(&self, rest: &str) -> Result<(RuleFacts, Option<String>), String> {
         let words = split_words(rest)?;
         let v6 = self.ipt.family == Family::Ip6;
         let mut f = RuleFacts::default();
         let mut i = 1;
         let mut negated = false;
+        let mut comment = None;
         while i < words.len() {
             let w = words[i].as_str();
             let value = words.get(i + 1).map(String::as_str);
@@ -292,6 +315,10 @@ impl SaveText {
                     f.dnat = Some(endpoint(take(w)?, v6)?);
                     i += 1;
                 }
+                "--comment" => {
+                    comment = Some(take(w)?.to_string());
+                    i += 1;
+                }
                 _ => {}
             }
             negated = false;
@@ -300,7 +327,7 @@ impl SaveText {
         if words.iter().any(|w| w == "DNAT") && f.dnat.is_none() {
             return Err("a DNAT without --to-destination".into());
         }
-        Ok(f)
+        Ok((f, comment))
     }
 
     /// The text's hash and the table it decodes to; `previous` (the table of
@@ -324,9 +351,22 @@ type LegacySlot = Option<Result<(u64, std::sync::Arc<ServiceTable>), String>>;
 #[derive(Debug, Default)]
 pub struct LegacyMemory {
     slots: std::sync::Mutex<[LegacySlot; 2]>,
+    /// Per family, the service_traffic targets' ports in the latest save ([`SaveText::named`]).
+    named: std::sync::Mutex<[Vec<crate::probe::service_traffic::NamedPort>; 2]>,
 }
 
 impl LegacyMemory {
+    pub fn put_named(&self, v6: bool, named: Vec<crate::probe::service_traffic::NamedPort>) {
+        if let Ok(mut s) = self.named.lock() {
+            s[usize::from(v6)] = named;
+        }
+    }
+
+    /// The service_traffic targets' ports in both families' latest saves.
+    pub fn named(&self) -> Vec<crate::probe::service_traffic::NamedPort> {
+        self.named.lock().map(|s| s.concat()).unwrap_or_default()
+    }
+
     /// The table of the family's latest save and its text's hash, if it decoded.
     pub fn previous(&self, v6: bool) -> Option<(u64, std::sync::Arc<ServiceTable>)> {
         let s = self.slots.lock().ok()?;
@@ -344,6 +384,7 @@ impl LegacyMemory {
         if let Ok(mut s) = self.slots.lock() {
             s[usize::from(v6)] = None;
         }
+        self.put_named(v6, Vec::new());
     }
 
     /// Whether the family's latest legacy save was read (decoded or not).

@@ -95,7 +95,7 @@ impl NftEndpoints {
     }
 
     /// `inet_proto . inet_service`.
-    fn port_key(&self, set: &str, key: &[u8]) -> Result<ServicePort, NlError> {
+    pub(crate) fn port_key(&self, set: &str, key: &[u8]) -> Result<ServicePort, NlError> {
         match key {
             [protocol, _, _, _, hi, lo, ..] => Ok(ServicePort::node_port(
                 self.v6(),

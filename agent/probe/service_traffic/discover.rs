@@ -1,0 +1,345 @@
+//! Finding the targets in kube-proxy's rules: a Service's name is in
+//! kube-proxy's comment on its `KUBE-SERVICES` rule (iptables) or in the name
+//! of the chain its `service-ips` element goes to (nftables).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::super::service_endpoints::iptables::{IptEndpoints, LegacyMemory};
+use super::super::service_endpoints::nftables::{self, NftEndpoints};
+use super::super::service_endpoints::{ServicePort, ServiceTable};
+use crate::host::Host;
+use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
+use crate::netlink::nft_count::{self, Tally};
+use crate::netlink::nft_expr::RuleFacts;
+use crate::netlink::{NlError, NETLINK_NETFILTER};
+
+/// A Service's name from kube-proxy's `KUBE-SERVICES` comment
+/// (`ns/name:port cluster IP`, `ns/name cluster IP`).
+pub fn name_of_comment(comment: &str) -> Option<&str> {
+    let first = comment.split_whitespace().next()?;
+    let name = first.split(':').next()?;
+    name.contains('/').then_some(name)
+}
+
+/// A Service's name from an nftables chain (`service-HASH-ns/name/proto/port`,
+/// `external-HASH-...`).
+pub fn name_of_chain(chain: &str) -> Option<&str> {
+    let rest = chain
+        .strip_prefix("service-")
+        .or_else(|| chain.strip_prefix("external-"))?;
+    let (_hash, rest) = rest.split_once('-')?;
+    let mut parts = rest.splitn(3, '/');
+    let (ns, name) = (parts.next()?, parts.next()?);
+    parts.next()?;
+    rest.get(..ns.len() + 1 + name.len())
+}
+
+/// The hash a Service port's chains share: `KUBE-SVC-X` / `KUBE-EXT-X`
+/// (iptables), `service-X-...` / `external-X-...` (nftables). It pairs a
+/// Service port's ClusterIP with its NodePort.
+pub fn link_of_chain(chain: &str) -> Option<&str> {
+    for prefix in ["KUBE-SVC-", "KUBE-EXT-", "KUBE-XLB-"] {
+        if let Some(hash) = chain.strip_prefix(prefix) {
+            return Some(hash);
+        }
+    }
+    let rest = chain
+        .strip_prefix("service-")
+        .or_else(|| chain.strip_prefix("external-"))?;
+    Some(rest.split_once('-')?.0)
+}
+
+/// A Service port found by name: (`ns/name`, its ClusterIP port or NodePort, [`link_of_chain`]).
+pub type NamedPort = (String, ServicePort, String);
+
+/// The Service port of one of kube-proxy's iptables entry rules, by its
+/// comment: a `KUBE-SERVICES` rule of a ClusterIP (`ns/name:port cluster IP`)
+/// or a `KUBE-NODEPORTS` rule (`ns/name:port`), with the link of the chain it
+/// jumps to. iptables-nft (netlink) and iptables-legacy (save text) alike.
+pub fn iptables_entry<'a>(
+    chain: &str,
+    comment: Option<&'a str>,
+    f: &'a RuleFacts,
+    v6: bool,
+) -> Option<(&'a str, ServicePort, &'a str)> {
+    let (comment, port, protocol) = (comment?, f.dport?, f.l4proto?);
+    let link = f.jumps.iter().find_map(|j| link_of_chain(j))?;
+    let svc = match chain {
+        "KUBE-SERVICES" if comment.ends_with(" cluster IP") => ServicePort {
+            address: f.daddr?,
+            port,
+            protocol,
+        },
+        "KUBE-NODEPORTS" => ServicePort::node_port(v6, protocol, port),
+        _ => return None,
+    };
+    Some((name_of_comment(comment)?, svc, link))
+}
+
+/// One family's walk: kube-proxy's service table, and the service ports of the wanted names.
+struct Walk<'a> {
+    family: Family,
+    ipt: IptEndpoints,
+    nft: NftEndpoints,
+    wanted: &'a [String],
+    named: Vec<NamedPort>,
+}
+
+impl Walk<'_> {
+    fn want(&self, name: Option<&str>) -> Option<String> {
+        let n = name?;
+        self.wanted.iter().any(|w| w == n).then(|| n.to_string())
+    }
+}
+
+impl Tally for Walk<'_> {
+    fn wants(&self, table: &str) -> bool {
+        self.ipt.wants(table) || self.nft.wants(table)
+    }
+
+    fn table(&mut self, _: &str) {}
+
+    fn chain(&mut self, _: &Chain<'_>) -> Result<(), NlError> {
+        Ok(())
+    }
+
+    fn rule(&mut self, r: &Rule<'_>) -> Result<(), NlError> {
+        if r.table == nftables::TABLE {
+            return self.nft.rule(r);
+        }
+        if !(r.table == "nat" && (r.chain == "KUBE-SERVICES" || r.chain == "KUBE-NODEPORTS")) {
+            return self.ipt.rule(r);
+        }
+        let f = crate::netlink::nft_expr::rule_facts(self.family, r)?;
+        self.ipt.add(r.table, r.chain, &f);
+        let x = crate::probe::rule_counters::extra(r)?;
+        let comment = x
+            .comment
+            .or_else(|| r.userdata.and_then(crate::probe::rule_counters::userdata_comment));
+        if let Some((name, svc, link)) = iptables_entry(r.chain, comment, &f, self.family == Family::Ip6) {
+            if let Some(name) = self.want(Some(name)) {
+                self.named.push((name, svc, link.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    fn set(&mut self, s: &Set<'_>) -> bool {
+        s.table == nftables::TABLE && self.nft.set(s)
+    }
+
+    fn elements(&mut self, _: &str, _: &str, _: u64) {}
+
+    fn element_detail(&self) -> bool {
+        true
+    }
+
+    fn element(&mut self, set: &str, e: Element<'_>) -> Result<(), NlError> {
+        // A ClusterIP (its service- chain: not a LoadBalancer IP's external- one), a NodePort.
+        let key = match (set, e.chain) {
+            ("service-ips", Some(c)) if c.starts_with("service-") => self.nft.address_key(set, e.key).ok(),
+            ("service-nodeports", Some(_)) => self.nft.port_key(set, e.key).ok(),
+            _ => None,
+        };
+        if let (Some(svc), Some(chain)) = (key, e.chain) {
+            if let (Some(name), Some(link)) = (self.want(name_of_chain(chain)), link_of_chain(chain)) {
+                self.named.push((name, svc, link.to_string()));
+            }
+        }
+        self.nft.element(set, e)
+    }
+}
+
+/// The wanted Services' ports and their current endpoints, at one generation.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub sources: Vec<&'static str>,
+    /// (name, service port, link), sorted.
+    pub named: Vec<NamedPort>,
+    /// The named ports' endpoints only (the rest of the table is not kept).
+    pub table: ServiceTable,
+}
+
+/// (generation, the names looked for, what was found).
+type Kept = (u32, Vec<String>, Arc<Found>);
+
+/// The targets kept between runs, for one generation and one list of names.
+#[derive(Debug, Default)]
+pub struct TrafficMemory {
+    found: Mutex<Option<Kept>>,
+}
+
+pub(super) fn find(
+    host: &Host,
+    memory: &TrafficMemory,
+    wanted: &[String],
+    deadline: Instant,
+) -> Result<(u32, Arc<Found>), NlError> {
+    let mut why = Vec::new();
+    for _ in 0..nft_count::ATTEMPTS {
+        let gen = nft_count::generation(host.netlink(NETLINK_NETFILTER)?, deadline)?;
+        if let Ok(m) = memory.found.lock() {
+            if let Some((g, w, f)) = m.as_ref() {
+                if *g == gen && w == wanted {
+                    return Ok((gen, f.clone()));
+                }
+            }
+        }
+        let mut found = Found::default();
+        let mut gens = Vec::new();
+        let mut full = ServiceTable::default();
+        for family in [Family::Ip, Family::Ip6] {
+            let plan = nft_count::Plan { family, sets: true };
+            let c = nft_count::count(&mut || host.netlink(NETLINK_NETFILTER), plan, deadline, &|| Walk {
+                family,
+                ipt: IptEndpoints::new(family),
+                nft: NftEndpoints::new(family),
+                wanted,
+                named: Vec::new(),
+            })?;
+            gens.push(c.generation);
+            found.named.extend(c.tally.named);
+            for (name, t) in [
+                ("iptables-nft", c.tally.ipt.finish()),
+                ("nftables", c.tally.nft.finish()),
+            ] {
+                if !t.services.is_empty() && !found.sources.contains(&name) {
+                    found.sources.push(name);
+                }
+                full.merge(t);
+            }
+        }
+        if gens.iter().any(|g| *g != gens[0]) {
+            why.push(format!("generations {gens:?}"));
+            continue;
+        }
+        found.named.sort();
+        found.named.dedup();
+        for (_, svc, _) in &found.named {
+            if let Some(eps) = full.services.get(svc) {
+                found.table.services.insert(*svc, eps.clone());
+            }
+            if let Some(u) = full.undecoded.get(svc) {
+                found.table.undecoded.insert(*svc, u.clone());
+            }
+        }
+        let found = Arc::new(found);
+        if let Ok(mut m) = memory.found.lock() {
+            *m = Some((gens[0], wanted.to_vec(), found.clone()));
+        }
+        return Ok((gens[0], found));
+    }
+    Err(NlError::Changed(format!(
+        "a commit between the two families' walks, {} times: {}",
+        why.len(),
+        why.join("; ")
+    )))
+}
+
+/// What nf_tables gave, with the iptables-legacy part added: the targets' ports
+/// in the iptables probe's latest legacy saves (their names from kube-proxy's
+/// comments, [`crate::probe::service_endpoints::iptables::SaveText::naming`])
+/// and their endpoints. Legacy rules have no generation to keep them by: read
+/// each run (a few ports).
+pub(super) fn with_legacy(found: Arc<Found>, legacy: &LegacyMemory) -> Arc<Found> {
+    let named = legacy.named();
+    if named.is_empty() {
+        return found;
+    }
+    let mut f = Found {
+        sources: found.sources.clone(),
+        named: found.named.clone(),
+        table: found.table.clone(),
+    };
+    let (tables, _) = legacy.tables();
+    for (_, svc, _) in &named {
+        for t in &tables {
+            if let Some(eps) = t.services.get(svc) {
+                f.table.services.insert(*svc, eps.clone());
+            }
+            if let Some(u) = t.undecoded.get(svc) {
+                f.table.undecoded.insert(*svc, u.clone());
+            }
+        }
+    }
+    f.sources.push("iptables-legacy");
+    f.named.extend(named);
+    f.named.sort();
+    f.named.dedup();
+    Arc::new(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_in_kube_proxys_rules() {
+        // pkg/proxy/iptables: servicePortName + " cluster IP"; a port without a name: "ns/name".
+        assert_eq!(
+            name_of_comment("default/kubernetes:https cluster IP"),
+            Some("default/kubernetes")
+        );
+        assert_eq!(name_of_comment("ns/web cluster IP"), Some("ns/web"));
+        assert_eq!(
+            name_of_comment("kubernetes service nodeports; NOTE: this must be the last rule in this chain"),
+            None
+        );
+        // pkg/proxy/nftables: servicePortChainNamePrefix + hash + "-" + ns/name/proto/port.
+        assert_eq!(
+            name_of_chain("service-2QRHZV4L-default/kubernetes/tcp/https"),
+            Some("default/kubernetes")
+        );
+        assert_eq!(
+            name_of_chain("external-HVFWP5L3-kube-system/kube-dns/udp/dns"),
+            Some("kube-system/kube-dns")
+        );
+        assert_eq!(name_of_chain("service-X-default"), None);
+        assert_eq!(
+            name_of_chain("endpoint-X-default/kubernetes/tcp/https__10.0.0.1/6443"),
+            None
+        );
+    }
+
+    #[test]
+    fn links_pair_a_cluster_ip_with_its_node_port() {
+        assert_eq!(link_of_chain("KUBE-SVC-NPX46M4PTMTKRN6Y"), Some("NPX46M4PTMTKRN6Y"));
+        assert_eq!(link_of_chain("KUBE-EXT-NPX46M4PTMTKRN6Y"), Some("NPX46M4PTMTKRN6Y"));
+        assert_eq!(
+            link_of_chain("external-2QRHZV4L-default/kubernetes/tcp/https"),
+            Some("2QRHZV4L")
+        );
+        assert_eq!(link_of_chain("KUBE-MARK-MASQ"), None);
+        let f = RuleFacts {
+            daddr: Some("10.96.0.20".parse().unwrap()),
+            dport: Some(80),
+            l4proto: Some(6),
+            jumps: vec!["KUBE-SVC-WEB".into()],
+            ..RuleFacts::default()
+        };
+        let web = ServicePort {
+            address: "10.96.0.20".parse().unwrap(),
+            port: 80,
+            protocol: 6,
+        };
+        assert_eq!(
+            iptables_entry("KUBE-SERVICES", Some("ns/web:http cluster IP"), &f, false),
+            Some(("ns/web", web, "WEB"))
+        );
+        // A LoadBalancer IP's rule is not the ClusterIP.
+        assert_eq!(
+            iptables_entry("KUBE-SERVICES", Some("ns/web:http loadbalancer IP"), &f, false),
+            None
+        );
+        let np = RuleFacts {
+            daddr: None,
+            jumps: vec!["KUBE-EXT-WEB".into()],
+            ..f.clone()
+        };
+        assert_eq!(
+            iptables_entry("KUBE-NODEPORTS", Some("ns/web:http"), &np, false),
+            Some(("ns/web", ServicePort::node_port(false, 6, 80), "WEB"))
+        );
+    }
+}
