@@ -497,11 +497,15 @@ pub struct Common {
     #[arg(long = "service-traffic.slow", env = "PROXYWATCH_SERVICE_TRAFFIC_SLOW", default_value = "100ms", value_parser = parse_duration)]
     pub service_traffic_slow: Duration,
 
+    /// How long another process than kube-proxy may hold the xtables lock, while kube-proxy's syncs fail, lag or wait or a process waits for the lock, before iptables_lock_held is a warning: kube-proxy's iptables-restore waits 5 s for it (-w 5, kubernetes pkg/util/iptables WaitSecondsValue).
+    #[arg(long = "xtables-lock.held-warning", env = "PROXYWATCH_XTABLES_LOCK_HELD_WARNING", default_value = "5s", value_parser = parse_duration)]
+    pub xtables_lock_held_warning: Duration,
+
     /// Each probe's --<probe>.interval and --<probe>.timeout: from the probe table.
     #[command(flatten)]
     pub schedule: ProbeSchedules,
 
-    /// Deadline of one run of each probe without a timeout of its own (node, modules, conntrack, sysctls, neighbour_tables), ctnetlink or `conntrack -S` included.
+    /// Deadline of one run of each probe without a timeout of its own (node, modules, conntrack, sysctls, neighbour_tables, xtables_lock), ctnetlink or `conntrack -S` included.
     #[arg(long = "probe.timeout", env = "PROXYWATCH_PROBE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
 
@@ -672,6 +676,7 @@ impl Common {
             conntrack_drain_window_seconds: self.conntrack_stale_drain_window.as_secs_f64(),
             service_connect_slow_seconds: self.service_traffic_slow.as_secs_f64(),
             rules_changed_window_seconds: self.nftables_watch_window.as_secs_f64(),
+            xtables_lock_held_warning_seconds: self.xtables_lock_held_warning.as_secs_f64(),
         })
     }
 

@@ -111,6 +111,16 @@ macro_rules! probe_table {
                     "Deadline of one iptables probe run: its netlink counts and every iptables-save it runs share it")),
                 metrics: [iptables],
             }
+            /// Who holds the xtables lock (/proc/locks against /run/xtables.lock), and who waits.
+            XtablesLock => xtables_lock {
+                run: xtables_lock::probe,
+                facts: xtables_lock::XtablesLockFacts,
+                json: #[serde(default, skip_serializing_if = "Option::is_none")],
+                interval: Flag::or_never("xtables-lock.interval", "PROXYWATCH_XTABLES_LOCK_INTERVAL", "5s",
+                    "How often the xtables_lock probe reads who holds /run/xtables.lock (/proc/locks; the file is only stat'ed, the lock never taken); 0: never"),
+                timeout: None,
+                metrics: [xtables_lock],
+            }
             /// kube-proxy's nftables tables, counted over netlink.
             Nftables => nftables {
                 run: nftables::probe,

@@ -1145,3 +1145,128 @@ fn without_cap_net_admin_only_the_netlink_probes_fail() {
         .unwrap();
     assert_eq!(f["severity"], "warning", "{f}");
 }
+
+/// `prog args...` in `ns` and in a mount namespace of its own where `dir` is `/run`: its
+/// `/run/xtables.lock` is `dir`'s copy, never the host's.
+fn with_own_run(ns: &Netns, dir: &Path, prog_args: &[&str]) -> Command {
+    let mut args = vec![
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind \"$0\" /run && exec \"$@\"",
+        dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(prog_args);
+    ns.command("unshare", &args)
+}
+
+/// The xtables lock (a copy, in mount namespaces of the test's own) held by `flock` while
+/// `iptables-legacy-restore --wait` waits for it: iptables_lock_held names the holder, its PID
+/// and the waiter; released, the restore goes through and the finding clears.
+#[test]
+fn xtables_lock_held_by_another_process_is_named_and_clears_when_released() {
+    if !common::can_run(&["ip", "iptables-legacy-restore", "flock", "unshare", "mount"]) {
+        return;
+    }
+    let ns = netns("xtlock");
+    let run = tempfile::tempdir().unwrap();
+    std::fs::write(run.path().join("xtables.lock"), "").unwrap();
+    let mut serve = common::Serve::new();
+    for (k, v) in BASE_ENV {
+        serve = serve.env(k, v);
+    }
+    let agent = serve
+        .in_netns(&ns)
+        .wrap([
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount --bind \"$0\" /run && exec \"$@\"",
+            run.path().to_str().unwrap(),
+        ])
+        .args([
+            "--node-name=t",
+            "--xtables-lock.interval=300ms",
+            "--xtables-lock.held-warning=2s",
+        ])
+        .start();
+    // flock -o: the lock is flock's own, released when cat ends (its stdin closed).
+    let mut child = with_own_run(&ns, run.path(), &["flock", "-o", "/run/xtables.lock", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let release = child.stdin.take().unwrap();
+    let holder = common::Process::new("flock holder", child, None);
+    let holder_pid = holder.pid();
+    common::poll("the lock taken", std::time::Duration::from_secs(10), || {
+        let locks = std::fs::read_to_string("/proc/locks").unwrap();
+        locks
+            .lines()
+            .any(|l| l.split_whitespace().nth(4) == Some(&holder_pid.to_string()))
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    });
+    let mut waiter = with_own_run(&ns, run.path(), &["iptables-legacy-restore", "--wait"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = waiter.stdin.take().unwrap();
+        stdin
+            .write_all(b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s 192.0.2.1/32 -j DROP\nCOMMIT\n")
+            .unwrap();
+    }
+    let finding = common::poll("iptables_lock_held", std::time::Duration::from_secs(30), || {
+        let list: Value = serde_json::from_str(&agent.get_ok("/findings")).unwrap();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == "iptables_lock_held")
+            .cloned()
+            .ok_or_else(|| format!("not yet: {list}"))
+    });
+    assert_eq!(finding["severity"], "warning", "{finding}");
+    assert_eq!(finding["evidence"]["holder_pid"], holder_pid, "{finding}");
+    assert_eq!(finding["evidence"]["holder_name"], "flock", "{finding}");
+    assert_eq!(
+        finding["evidence"]["holder_command"], "flock -o /run/xtables.lock cat",
+        "{finding}"
+    );
+    assert_eq!(finding["evidence"]["waiters"], 1, "{finding}");
+    assert!(
+        finding["evidence"]["held_seconds"].as_f64().unwrap() >= 2.0,
+        "{finding}"
+    );
+    let summary = finding["summary"].as_str().unwrap();
+    assert!(summary.starts_with(&format!("flock (PID {holder_pid})")), "{summary}");
+    assert!(summary.contains("while 1 process(es) wait for it"), "{summary}");
+    let metrics = agent.get_ok("/metrics");
+    assert_eq!(common::series(&metrics, "proxywatch_xtables_lock_held"), Some(1.0));
+    assert_eq!(common::series(&metrics, "proxywatch_xtables_lock_waiters"), Some(1.0));
+
+    // Released: the restore that waited goes through, and the finding clears.
+    drop(release);
+    holder.stop();
+    let out = waiter.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(ns_stdout(&ns, "iptables-legacy-save", &["-t", "filter"]).contains("192.0.2.1"));
+    common::poll("iptables_lock_held cleared", std::time::Duration::from_secs(30), || {
+        let list: Value = serde_json::from_str(&agent.get_ok("/findings")).unwrap();
+        (!common::finding_ids(&list).contains(&"iptables_lock_held"))
+            .then_some(())
+            .ok_or_else(|| format!("still: {list}"))
+    });
+    assert_eq!(
+        common::series(&agent.get_ok("/metrics"), "proxywatch_xtables_lock_held"),
+        Some(0.0)
+    );
+}

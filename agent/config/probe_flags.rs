@@ -195,6 +195,7 @@ mod tests {
                 s("node_ports", 60, 10),
                 s("neighbour_tables", 15, 10),
                 s("iptables", 60, 30),
+                s("xtables_lock", 5, 10),
                 s("nftables", 120, 30),
                 s("ipvs", 30, 10),
                 s("kube_proxy", 15, 2),
@@ -206,7 +207,17 @@ mod tests {
             .filter(|(_, _, t)| *t == Duration::from_secs(3))
             .map(|(n, _, _)| n)
             .collect();
-        assert_eq!(shared, ["node", "modules", "conntrack", "sysctls", "neighbour_tables"]);
+        assert_eq!(
+            shared,
+            [
+                "node",
+                "modules",
+                "conntrack",
+                "sysctls",
+                "neighbour_tables",
+                "xtables_lock"
+            ]
+        );
         // And its help names them, as the README's row does.
         use clap::CommandFactory;
         let cmd = crate::config::Cli::command();
@@ -255,7 +266,7 @@ mod tests {
         );
         assert!(parse(&["--node-ports.interval", "0"]).is_ok());
         assert_eq!(
-            schedules(&["--kube-proxy.interval", "1m30s"])[10].1,
+            schedules(&["--kube-proxy.interval", "1m30s"])[11].1,
             Duration::from_secs(90)
         );
     }

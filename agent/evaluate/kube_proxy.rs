@@ -279,7 +279,7 @@ pub fn sync_stale(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Find
         .evidence("warning_at_seconds", t.kube_proxy_queued_warning_seconds)
         .remediation(&[
             "kube-proxy queued rule changes but has not synced them: syncs are failing or blocked (xtables lock held by another process, a slow iptables-restore).",
-            "Check kube-proxy's logs and kubeproxy_sync_proxy_rules_iptables_restore_failures_total; look for other processes holding /run/xtables.lock.",
+            "Check kube-proxy's logs and kubeproxy_sync_proxy_rules_iptables_restore_failures_total; iptables_lock_held names another process holding /run/xtables.lock.",
         ]),
     )
 }

@@ -44,11 +44,14 @@ pub fn sync_failing(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Fi
         .evidence("last_sync_age_seconds", age)
         .evidence("queued_unsynced_seconds", k.queued_unsynced_seconds)
         .evidence("critical_after_seconds", t.kube_proxy_sync_failing_critical_seconds)
-        .remediation(&[
-            "Service and endpoint changes are not reaching the kernel: the rules in place are the last ones that synced.",
-            "Read why: kubectl -n kube-system logs <kube-proxy pod on this node> --since=10m | grep -iE 'fail|restore|error'.",
-            "Common causes: another process holding the xtables lock (on the node: ls -l /proc/*/fd 2>/dev/null | grep xtables.lock), iptables-restore of the other backend (see iptables_backend_mismatch), a kernel without a feature the nftables rules use.",
-            "Once the cause is gone kube-proxy recovers on its next sync; if it does not: kubectl -n kube-system delete pod <kube-proxy pod on this node> (the DaemonSet recreates it).",
+        .remediation_owned(vec![
+            "Service and endpoint changes are not reaching the kernel: the rules in place are the last ones that synced.".into(),
+            "Read why: kubectl -n kube-system logs <kube-proxy pod on this node> --since=10m | grep -iE 'fail|restore|error'.".into(),
+            match super::xtables_lock::holder_line(s) {
+                Some(holder) => format!("The xtables lock is held by another process: {holder}. Other causes: iptables-restore of the other backend (see iptables_backend_mismatch), a kernel without a feature the nftables rules use."),
+                None => "Common causes: another process holding the xtables lock (iptables_lock_held names it, from /proc/locks), iptables-restore of the other backend (see iptables_backend_mismatch), a kernel without a feature the nftables rules use.".into(),
+            },
+            "Once the cause is gone kube-proxy recovers on its next sync; if it does not: kubectl -n kube-system delete pod <kube-proxy pod on this node> (the DaemonSet recreates it).".into(),
         ]),
     )
 }

@@ -21,6 +21,7 @@ mod probes;
 mod service_rejects;
 mod service_traffic;
 mod snat;
+mod xtables_lock;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -148,6 +149,9 @@ pub struct Thresholds {
     pub service_connect_slow_seconds: f64,
     /// Seconds rules_changed_by_other_process stands when kube-proxy does not restore its rules.
     pub rules_changed_window_seconds: f64,
+    /// Seconds another process may hold the xtables lock, while kube-proxy's syncs suffer or a
+    /// process waits for it, before iptables_lock_held is a warning.
+    pub xtables_lock_held_warning_seconds: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -200,6 +204,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "iptables_save_slow", run: iptables::save_slow },
     Check { id: "iptables_count_mismatch", run: iptables::count_mismatch },
     Check { id: "iptables_stale_kube_rules", run: iptables::stale_kube_rules },
+    Check { id: "iptables_lock_held", run: xtables_lock::held },
     Check { id: "ipvs_vs_conntrack", run: ipvs::vs_conntrack },
     Check { id: "ipvs_conn_reuse_mode", run: ipvs::conn_reuse_mode },
     Check { id: "ipvs_expire_sysctls", run: ipvs::expire_sysctls },

@@ -324,6 +324,35 @@ fn sysctls(out: &Out, s: &Snapshot) {
     }
 }
 
+/// Who holds the xtables lock: whether it is held, for how long, and how many wait (the holder
+/// itself is in /snapshot and the finding: a PID is no label).
+fn xtables_lock(out: &Out, s: &Snapshot) {
+    let Some(f) = &s.facts.xtables_lock else {
+        return;
+    };
+    out.gauge(
+        "proxywatch_xtables_lock_held",
+        "1 while a process holds /run/xtables.lock (/proc/locks), 0 when it is free.",
+        &[],
+    )
+    .with_label_values(&[] as &[&str])
+    .set(if f.holder.is_some() { 1.0 } else { 0.0 });
+    out.gauge(
+        "proxywatch_xtables_lock_held_seconds",
+        "How long the current holder has held /run/xtables.lock, from the first reading that showed it (a lower bound); 0 when free.",
+        &[],
+    )
+    .with_label_values(&[] as &[&str])
+    .set(s.derived.xtables_lock.as_ref().map_or(0.0, |h| h.held_seconds));
+    out.gauge(
+        "proxywatch_xtables_lock_waiters",
+        "Processes blocked waiting for /run/xtables.lock (an iptables --wait without a timeout; kube-proxy polls and is not counted).",
+        &[],
+    )
+    .with_label_values(&[] as &[&str])
+    .set(f.waiters_total as f64);
+}
+
 /// The kernel's neighbour tables, by family; a value that did not decode is left out, never 0.
 fn neighbour_tables(out: &Out, s: &Snapshot) {
     let Some(n) = &s.facts.neighbour_tables else {

@@ -95,7 +95,7 @@ fn area_of_probe(probe: &str) -> Area {
     match probe {
         "conntrack" | "conntrack_stale" | "node" => Area::Conntrack,
         "kube_proxy" => Area::KubeProxy,
-        "iptables" | "nftables" | "ipvs" | "service_traffic" => Area::Rules,
+        "iptables" | "nftables" | "ipvs" | "service_traffic" | "xtables_lock" => Area::Rules,
         "sysctls" | "modules" | "node_ports" | "neighbour_tables" => Area::Kernel,
         _ => Area::All,
     }

@@ -24,6 +24,7 @@ pub mod snat;
 pub mod stale;
 pub mod trend;
 pub mod window;
+pub mod xtables_lock;
 
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +73,9 @@ pub struct Derived {
     /// the change another process made to kube-proxy's rules while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nftables_watch: Option<nftables_watch::NftablesWatch>,
+    /// How long the xtables lock's current holder has held it (the xtables_lock probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xtables_lock: Option<xtables_lock::XtablesLockHold>,
 }
 
 impl Derived {
@@ -140,6 +144,7 @@ pub struct History {
     service_rejects: service_rejects::ServiceRejectHistory,
     service_traffic: service_traffic::ServiceTrafficHistory,
     nftables_watch: nftables_watch::WatchHistory,
+    xtables_lock: xtables_lock::XtablesLockHistory,
 }
 
 impl History {
@@ -161,6 +166,7 @@ impl History {
             service_rejects: Default::default(),
             service_traffic: Default::default(),
             nftables_watch: Default::default(),
+            xtables_lock: Default::default(),
         }
     }
 
@@ -214,6 +220,7 @@ impl History {
                     .and_then(|c| self.service_rejects.observe(c, mono))
             }
             Reading::ServiceTraffic(f) => derived.service_traffic = Some(self.service_traffic.observe(f)),
+            Reading::XtablesLock(f) => derived.xtables_lock = self.xtables_lock.observe(f, now, mono),
             _ => {}
         }
     }
@@ -260,6 +267,10 @@ impl History {
             }
             ProbeName::NeighbourTables => derived.neighbour_tables = None,
             ProbeName::Iptables => derived.service_rejects = None,
+            ProbeName::XtablesLock => {
+                self.xtables_lock.missed();
+                derived.xtables_lock = None;
+            }
             _ => {}
         }
     }

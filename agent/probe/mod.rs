@@ -37,6 +37,7 @@ pub mod service_endpoints;
 pub mod service_traffic;
 pub mod snat;
 pub mod sysctl;
+pub mod xtables_lock;
 
 use std::time::Duration;
 
@@ -232,6 +233,7 @@ mod tests {
                 ProbeName::NodePorts,
                 ProbeName::NeighbourTables,
                 ProbeName::ServiceTraffic,
+                ProbeName::XtablesLock,
             ];
             assert_eq!(
                 slot,

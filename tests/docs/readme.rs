@@ -395,6 +395,10 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
     let arp: Vec<u8> = (0..arp.len() / 2)
         .map(|i| u8::from_str_radix(&arp[2 * i..2 * i + 2], 16).unwrap())
         .collect();
+    s.facts.xtables_lock = Some(proxywatch::probe::xtables_lock::XtablesLockFacts {
+        path: "/run/xtables.lock".into(),
+        ..Default::default()
+    });
     s.facts.neighbour_tables = Some(proxywatch::probe::neighbour_tables::NeighbourFacts {
         tables: vec![proxywatch::probe::neighbour_tables::decode_table(&arp)
             .unwrap()

@@ -211,9 +211,14 @@ def check_daemonset(ds, where, overlay):
         errors.append(f"{where}: PROXYWATCH_HOST_CGROUP_ROOT must be the host-cgroup volume's mountPath")
     host_paths = [v for v in pod.get("volumes", []) if "hostPath" in v]
     # /lib/modules for modules.builtin; the host's cgroupfs for kube-proxy's cgroup (the
-    # container's own /sys/fs/cgroup shows only its subtree). Both read-only, below.
-    if [v["hostPath"]["path"] for v in host_paths] != ["/lib/modules", "/sys/fs/cgroup"]:
-        errors.append(f"{where}: the only hostPath volumes must be /lib/modules and /sys/fs/cgroup, got {host_paths}")
+    # container's own /sys/fs/cgroup shows only its subtree); the xtables lock file, stat'ed
+    # to find its holder in /proc/locks. All read-only, below.
+    if [v["hostPath"]["path"] for v in host_paths] != ["/lib/modules", "/sys/fs/cgroup", "/run/xtables.lock"]:
+        errors.append(f"{where}: the only hostPath volumes must be /lib/modules, /sys/fs/cgroup and /run/xtables.lock, got {host_paths}")
+    # FileOrCreate: an empty type would let the runtime make a directory of a missing lock file.
+    for v in host_paths:
+        if v["hostPath"]["path"] == "/run/xtables.lock" and v["hostPath"].get("type") != "FileOrCreate":
+            errors.append(f"{where}: the /run/xtables.lock hostPath must be type FileOrCreate, got {v['hostPath']}")
     for m in agent.get("volumeMounts", []):
         if m["name"] in {v["name"] for v in host_paths} and not m.get("readOnly"):
             errors.append(f"{where}: hostPath mount {m['mountPath']} must be readOnly")

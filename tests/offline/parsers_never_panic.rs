@@ -72,6 +72,12 @@ fn every_parser(text: &str) {
     let _ = modules::parse_proc_modules("t", text);
     let _ = modules::parse_modules_builtin("t", text);
     let _ = sysctl::parse_value("t", text);
+    let lock = proxywatch::probe::xtables_lock::FileId {
+        major: 0xfe,
+        minor: 0,
+        inode: 10059897,
+    };
+    let _ = proxywatch::probe::xtables_lock::parse_locks("t", text, lock);
     let _ = proxywatch::probe::node_ports::parse_port_range("t", text);
     let _ = proxywatch::probe::node_ports::parse_reserved_ports("t", text);
     let _ = proxywatch::probe::neighbour_tables::decode_table(text.as_bytes());
