@@ -706,7 +706,7 @@ impl Common {
         if self.nftables_watch_enabled {
             crate::watch::SOURCES
         } else {
-            &[]
+            crate::watch::WITHOUT_NFTABLES_WATCH
         }
     }
 

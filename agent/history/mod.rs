@@ -218,16 +218,27 @@ impl History {
         }
     }
 
-    /// An event source reported `event` (see `crate::watch`): the journal takes it.
+    /// An event source reported `event` (see `crate::watch`), folded in at `now` (Unix seconds)
+    /// and `mono`: the nf_tables journal takes a commit, kube-proxy's presence an exit.
     /// `kube_proxy_pid` is the kube-proxy process the kube_proxy probe found last, if any.
     pub fn event(
         &mut self,
         event: &crate::watch::Event,
         kube_proxy_pid: Option<i32>,
+        now: f64,
         mono: f64,
         derived: &mut Derived,
     ) {
-        derived.nftables_watch = Some(self.nftables_watch.observe(event, kube_proxy_pid, mono).clone());
+        use crate::watch::Event;
+        match event {
+            Event::ExitWatching | Event::ExitUnavailable(_) | Event::ProcessExited { .. } => {
+                self.kube_proxy.exit_event(event, now, mono);
+                derived.kube_proxy_presence = Some(self.kube_proxy.presence());
+            }
+            Event::Watching | Event::Unavailable(_) | Event::Commit(_) | Event::Lost { .. } => {
+                derived.nftables_watch = Some(self.nftables_watch.observe(event, kube_proxy_pid, mono).clone());
+            }
+        }
     }
 
     /// A probe found its source absent at `now` (Unix seconds), `mono` (monotonic seconds);

@@ -8,10 +8,13 @@
 //! - [`nftables_watch`]: nf_tables notifications (every family, so iptables-nft's tables and
 //!   kube-proxy's nftables tables alike), one [`Commit`] per NEWGEN, attributed to its writer
 //!   ([`attribute`]); decoded by the pure [`nft_decode`].
+//! - [`process_exit`]: kube-proxy's exit, from a pidfd on the process the kube_proxy probe
+//!   found; wakes that probe, and starts kube-proxy's absence at the exit.
 
 pub mod attribute;
 pub mod nft_decode;
 pub mod nftables_watch;
+pub mod process_exit;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,14 +39,28 @@ pub struct Source {
     pub start: fn(Arc<ProbeContext>, tokio::sync::mpsc::Sender<Event>),
 }
 
-/// Every event source.
-pub const SOURCES: &[Source] = &[Source {
+/// nf_tables commits.
+pub const NFTABLES_WATCH: Source = Source {
     name: "nftables_watch",
     wakes: &[ProbeName::Iptables, ProbeName::Nftables],
     debounce: Duration::from_millis(200),
     debounce_max: Duration::from_secs(1),
     start: nftables_watch::start,
-}];
+};
+
+/// kube-proxy's exit. The short debounce is no burst's: one exit, then the probe reads at once.
+pub const KUBE_PROXY_EXIT: Source = Source {
+    name: "kube_proxy_exit",
+    wakes: &[ProbeName::KubeProxy],
+    debounce: Duration::from_millis(20),
+    debounce_max: Duration::from_millis(100),
+    start: process_exit::start,
+};
+
+/// Every event source.
+pub const SOURCES: &[Source] = &[NFTABLES_WATCH, KUBE_PROXY_EXIT];
+/// Every one but the nf_tables watch (`--nftables-watch.enabled false`).
+pub const WITHOUT_NFTABLES_WATCH: &[Source] = &[KUBE_PROXY_EXIT];
 
 /// What a source reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,12 +76,22 @@ pub enum Event {
         /// Unix time, in seconds.
         at_seconds: f64,
     },
+    /// kube-proxy's exit watch can follow the process the probe finds.
+    ExitWatching,
+    /// It cannot, and why: kube-proxy's absence starts at the probe's next run.
+    ExitUnavailable(String),
+    /// The process the kube_proxy probe found exited.
+    ProcessExited {
+        pid: i32,
+        /// Unix time the exit was seen, in seconds.
+        at_seconds: f64,
+    },
 }
 
 impl Event {
     /// Whether the probes the source names should re-read now.
     pub fn wakes(&self) -> bool {
-        matches!(self, Event::Commit(_) | Event::Lost { .. })
+        matches!(self, Event::Commit(_) | Event::Lost { .. } | Event::ProcessExited { .. })
     }
 }
 
