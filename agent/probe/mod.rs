@@ -108,6 +108,9 @@ pub struct ProbeContext {
     pub snat: bool,
     /// What the service_traffic probe tries (`--service-traffic.*`).
     pub service_traffic: service_traffic::Settings,
+    /// How often the conntrack statistics are read between the conntrack probe's runs
+    /// (`--conntrack-stats.interval`, `crate::watch::conntrack_stats`); None: never.
+    pub conntrack_stats_interval: Option<Duration>,
 }
 
 /// What the agent remembers for its rule-set probes.
@@ -154,6 +157,7 @@ pub fn test_context(host: Host) -> ProbeContext {
         iptables_save_interval: None,
         snat: true,
         service_traffic: Default::default(),
+        conntrack_stats_interval: None,
     }
 }
 

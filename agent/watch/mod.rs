@@ -8,10 +8,13 @@
 //! - [`nftables_watch`]: nf_tables notifications (every family, so iptables-nft's tables and
 //!   kube-proxy's nftables tables alike), one [`Commit`] per NEWGEN, attributed to its writer
 //!   ([`attribute`]); decoded by the pure [`nft_decode`].
+//! - [`conntrack_stats`]: the per-CPU conntrack statistics every second (a timer, not a
+//!   kernel event), reported only when a drop counter moved.
 //! - [`process_exit`]: kube-proxy's exit, from a pidfd on the process the kube_proxy probe
 //!   found; wakes that probe, and starts kube-proxy's absence at the exit.
 
 pub mod attribute;
+pub mod conntrack_stats;
 pub mod nft_decode;
 pub mod nftables_watch;
 pub mod process_exit;
@@ -27,6 +30,7 @@ pub use attribute::Writer;
 pub use nft_decode::{CommitFacts, TableChange};
 
 /// One event source's row.
+#[derive(Clone, Copy)]
 pub struct Source {
     /// Its name in logs and in `/snapshot` (`derived.<name>`).
     pub name: &'static str,
@@ -57,10 +61,18 @@ pub const KUBE_PROXY_EXIT: Source = Source {
     start: process_exit::start,
 };
 
+/// The conntrack statistics every `--conntrack-stats.interval`: it wakes no probe (its events
+/// carry the counters themselves).
+pub const CONNTRACK_STATS: Source = Source {
+    name: "conntrack_stats",
+    wakes: &[],
+    debounce: Duration::ZERO,
+    debounce_max: Duration::ZERO,
+    start: conntrack_stats::start,
+};
+
 /// Every event source.
-pub const SOURCES: &[Source] = &[NFTABLES_WATCH, KUBE_PROXY_EXIT];
-/// Every one but the nf_tables watch (`--nftables-watch.enabled false`).
-pub const WITHOUT_NFTABLES_WATCH: &[Source] = &[KUBE_PROXY_EXIT];
+pub const SOURCES: &[Source] = &[NFTABLES_WATCH, KUBE_PROXY_EXIT, CONNTRACK_STATS];
 
 /// What a source reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +92,18 @@ pub enum Event {
     ExitWatching,
     /// It cannot, and why: kube-proxy's absence starts at the probe's next run.
     ExitUnavailable(String),
+    /// The conntrack statistics reader reads every `--conntrack-stats.interval`.
+    StatsReading,
+    /// It does not, and why.
+    StatsUnavailable(String),
+    /// A drop counter moved: the per-CPU statistics summed, as the conntrack probe reads them.
+    ConntrackStats {
+        /// Where they were read (the probe's `stats_source`).
+        source: String,
+        stats: std::collections::BTreeMap<String, u64>,
+        /// Unix time of the read, in seconds.
+        at_seconds: f64,
+    },
     /// The process the kube_proxy probe found exited.
     ProcessExited {
         pid: i32,
