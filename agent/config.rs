@@ -617,6 +617,10 @@ pub struct Common {
     #[arg(long = "nftables-watch.window", env = "PROXYWATCH_NFTABLES_WATCH_WINDOW", default_value = "15m", value_parser = parse_duration)]
     pub nftables_watch_window: Duration,
 
+    /// How often the kernel's per-CPU conntrack statistics are read between the conntrack probe's runs (one small read, no table dump), so that conntrack_drops and conntrack_insert_failed appear within this long of the first drop; a read whose drop counters did not move costs nothing more. 0: only at the conntrack probe's runs.
+    #[arg(long = "conntrack-stats.interval", env = "PROXYWATCH_CONNTRACK_STATS_INTERVAL", default_value = "1s", value_parser = parse_interval_or_never)]
+    pub conntrack_stats_interval: Every,
+
     /// Log level: error, warn, info, debug.
     #[arg(long = "log.level", env = "PROXYWATCH_LOG_LEVEL", default_value = "info")]
     pub log_level: tracing::Level,
@@ -718,12 +722,16 @@ impl Common {
     }
 
     /// The event sources that run (`crate::watch::SOURCES`, less those turned off).
-    pub fn sources(&self) -> &'static [crate::watch::Source] {
-        if self.nftables_watch_enabled {
-            crate::watch::SOURCES
-        } else {
-            &[]
-        }
+    pub fn sources(&self) -> Vec<crate::watch::Source> {
+        crate::watch::SOURCES
+            .iter()
+            .filter(|s| match s.name {
+                "nftables_watch" => self.nftables_watch_enabled,
+                "conntrack_stats" => self.conntrack_stats_interval.0.is_some(),
+                _ => true,
+            })
+            .copied()
+            .collect()
     }
 
     pub fn schedules(&self) -> Vec<Schedule> {

@@ -143,6 +143,7 @@ fn setup(common: &Common, schedules: &[scheduler::Schedule]) -> anyhow::Result<S
         iptables_save_interval: common.iptables_save_interval.0,
         snat: common.conntrack_snat,
         service_traffic: common.service_traffic(),
+        conntrack_stats_interval: common.conntrack_stats_interval.0,
     });
     let probes: Vec<_> = schedules.iter().map(|s| s.probe).collect();
     let aggregator = Aggregator::new(&node, thresholds, &probes, common.history());
@@ -152,7 +153,7 @@ fn setup(common: &Common, schedules: &[scheduler::Schedule]) -> anyhow::Result<S
 async fn check(format: Format, common: &Common, try_services: bool) -> anyhow::Result<ExitCode> {
     let schedules = common.schedules_trying(try_services);
     let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
-    let publication = scheduler::run_once(ctx, &schedules, common.sources(), aggregator, &mut say).await;
+    let publication = scheduler::run_once(ctx, &schedules, &common.sources(), aggregator, &mut say).await;
     let doc = &publication.document;
     let mut stdout = std::io::stdout().lock();
     match format {
@@ -171,7 +172,7 @@ async fn check(format: Format, common: &Common, try_services: bool) -> anyhow::R
 async fn snapshot_now(common: &Common, try_services: bool) -> anyhow::Result<bytes::Bytes> {
     let schedules = common.schedules_trying(try_services);
     let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
-    let publication = scheduler::run_once(ctx, &schedules, common.sources(), aggregator, &mut say).await;
+    let publication = scheduler::run_once(ctx, &schedules, &common.sources(), aggregator, &mut say).await;
     Ok(publication.snapshot_json)
 }
 
@@ -256,7 +257,7 @@ async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate
     let Some(from) = &args.from else {
         let schedules = args.common.schedules();
         let Setup { ctx, aggregator, .. } = setup(&args.common, &schedules)?;
-        let publication = scheduler::run_once(ctx, &schedules, args.common.sources(), aggregator, &mut say).await;
+        let publication = scheduler::run_once(ctx, &schedules, &args.common.sources(), aggregator, &mut say).await;
         return Ok(publication.document.findings);
     };
     let (url, agent) = match proxywatch::fetch::split_url(from) {
@@ -308,7 +309,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let latest = scheduler::spawn(
         ctx,
         schedules,
-        common.sources(),
+        &common.sources(),
         aggregator.log_changes(),
         liveness.clone(),
     );

@@ -160,7 +160,7 @@ impl Aggregator {
             .and_then(|k| k.process.as_ref())
             .map(|p| p.pid);
         self.history
-            .event(event, kube_proxy_pid, mono, &mut self.snapshot.derived);
+            .event(event, kube_proxy_pid, now, mono, &mut self.snapshot.derived);
         self.snapshot.collected_at = now;
         self.snapshot.collected_mono = mono;
         self.publish(now, mono)
@@ -403,6 +403,9 @@ async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender
     }
 }
 
+/// The shortest wait before a probe is woken for a verdict that turns with time.
+const RECHECK_MIN: Duration = Duration::from_secs(1);
+
 /// Starts every probe loop and the aggregator; returns the latest publication's receiver.
 pub fn spawn(
     ctx: Arc<ProbeContext>,
@@ -437,7 +440,16 @@ pub fn spawn(
     let origin = Instant::now();
     tokio::spawn(async move {
         let mut events_open = true;
+        // A verdict that turns with time (kube-proxy gone, within its grace): its probe is woken
+        // when the wait is over, so that the verdict changes then, not at the probe's next run.
+        let mut recheck: Option<(ProbeName, Instant)> = None;
         loop {
+            let timer = async move {
+                match recheck {
+                    Some((_, at)) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             let input = tokio::select! {
                 report = rx.recv() => match report {
                     Some(r) => Input::Run(Box::new(r)),
@@ -450,12 +462,22 @@ pub fn spawn(
                         continue;
                     }
                 },
+                _ = timer => {
+                    if let Some(w) = recheck.take().and_then(|(p, _)| wakers.get(&p)) {
+                        w.notify_one();
+                    }
+                    continue;
+                }
             };
             let now = unix_seconds(SystemTime::now());
             let mono = origin.elapsed().as_secs_f64();
             if let Some(p) = step(&mut aggregator, input, now, mono, &liveness) {
                 pub_tx.send_replace(Some(Arc::new(p)));
             }
+            // At least RECHECK_MIN apart: a probe that keeps failing is not re-run in a loop.
+            recheck = aggregator
+                .recheck()
+                .map(|(p, wait)| (p, Instant::now() + wait.max(RECHECK_MIN)));
         }
     });
     pub_rx
@@ -1006,6 +1028,71 @@ mod tests {
             let p = a.record(absent(), 1030.0 + step, 30.0).unwrap();
             assert_eq!(down(&p), (crate::evaluate::Severity::Critical, 1000.0), "step {step}");
         }
+    }
+
+    /// kube-proxy's exit seen by the exit watch: the evidence gives the exit time, and the grace
+    /// runs from it (critical at exit + grace on the monotonic clock, whenever the probe reads).
+    #[test]
+    fn an_exit_starts_the_down_grace_at_the_exit() {
+        use crate::probe::iptables::{IptablesFacts, SaveRun};
+        use crate::probe::kube_proxy::{KubeProxyFacts, ProcessFacts};
+        let probes = [ProbeName::Iptables, ProbeName::KubeProxy];
+        let mut a = Aggregator::new("n", crate::config::default_thresholds(), &probes, history(60.0, 900.0));
+        let mut run = SaveRun {
+            backend: "nft".into(),
+            family: "ipv4".into(),
+            ..Default::default()
+        };
+        run.counts.proxy_canary = true;
+        a.record(
+            ok(
+                ProbeName::Iptables,
+                Reading::Iptables(IptablesFacts {
+                    saves: vec![run],
+                    ..Default::default()
+                }),
+            ),
+            1000.0,
+            0.0,
+        );
+        let present = Reading::KubeProxy(Box::new(KubeProxyFacts {
+            metrics_up: true,
+            process: Some(ProcessFacts {
+                pid: 42,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }));
+        a.record(ok(ProbeName::KubeProxy, present), 1000.0, 0.0).unwrap();
+        let exit = Event::ProcessExited {
+            pid: 42,
+            at_seconds: 1003.0,
+        };
+        a.record_event(&exit, 1003.02, 3.02).unwrap();
+        let absent = || RunReport {
+            probe: ProbeName::KubeProxy,
+            result: Ok(Probed::Absent("nothing listens".into())),
+            duration: Duration::ZERO,
+        };
+        let down = |p: &Publication| {
+            let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+            (f.severity, f.evidence.clone())
+        };
+        // Woken by the exit, the probe finds nothing: info, absent since the exit.
+        let p = a.record(absent(), 1003.05, 3.05).unwrap();
+        let (severity, ev) = down(&p);
+        assert_eq!(severity, crate::evaluate::Severity::Info);
+        assert_eq!(ev["exited_seconds"], 1003.0);
+        assert_eq!(ev["exited_pid"], 42);
+        assert_eq!(ev["absent_since_seconds"], 1003.0);
+        let (_, wait) = a.recheck().unwrap();
+        assert!((wait.as_secs_f64() - 29.95).abs() < 1e-6, "{wait:?}");
+        // Read 29.9 s after the exit: still within the grace; 30 s after (and a float's): down.
+        let p = a.record(absent(), 1032.9, 32.9).unwrap();
+        assert_eq!(down(&p).0, crate::evaluate::Severity::Info);
+        let p = a.record(absent(), 1033.001, 33.001).unwrap();
+        assert_eq!(down(&p).0, crate::evaluate::Severity::Critical);
+        assert_eq!(down(&p).1["exited_seconds"], 1003.0);
     }
 
     #[test]

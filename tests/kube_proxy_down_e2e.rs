@@ -42,9 +42,13 @@ const INTERVAL_S: u64 = 1;
 const OWN_PIDS: &[&str] = &["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"];
 
 fn log_dir() -> PathBuf {
+    log_dir_of("kube_proxy_down_e2e")
+}
+
+fn log_dir_of(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let target = exe.ancestors().nth(3).unwrap().to_path_buf();
-    let dir = target.join("e2e-logs").join("kube_proxy_down_e2e");
+    let dir = target.join("e2e-logs").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -469,4 +473,125 @@ fn check_says_at_once_that_it_waits_for_the_down_grace() {
     eprintln!("grace 0s: exit after {latency:?}");
     assert!(!first.contains("waiting"), "no grace, no wait: {first}");
     assert_eq!(code, Some(2));
+}
+
+/// kube-proxy SIGKILLed, seen at its instant (issue #36): a stand-in kube-proxy process (`sleep`
+/// under the name `pwt-kpx`, `--kube-proxy.process-name`) beside the stand-in's ports, the
+/// kube_proxy probe every 60 s. Killed: `kube_proxy_down`'s evidence gives the exit time the
+/// agent's pidfd saw (within 100 ms of the kill's, as both recorded them), the absence starts
+/// there, and the finding turns critical once exit + grace is over: after it, never before,
+/// and long before the probe's next 60 s run (the exit woke the probe, the grace's end woke it
+/// again). The test reaps its own stand-in; the agent waits on nothing it did not start.
+/// Needs root, `ip`, `iptables-nft-restore`, `sleep`; about 5 s.
+#[test]
+fn a_killed_kube_proxy_is_seen_at_its_exit_and_down_at_exit_plus_grace() {
+    if !common::can_run(&["ip", "iptables-nft-restore", "sleep"]) {
+        return;
+    }
+    // Its own directory: log_dir() of a test running beside it empties the shared one.
+    let dir = log_dir_of("kube_proxy_down_e2e_exit");
+    let ns = Netns::new("kpexit");
+    ns.exec_ok("ip", &["link", "set", "lo", "up"]);
+    ns.exec_ok("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    ns.exec_input(
+        "iptables-nft-restore",
+        &[],
+        "*nat\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n",
+    );
+    const NAME: &str = "pwt-kpx";
+    const GRACE: f64 = 2.0;
+    let standin = dir.join(NAME);
+    let _ = std::fs::remove_file(&standin);
+    std::os::unix::fs::symlink(common::which("sleep").unwrap(), &standin).unwrap();
+    let child = std::process::Command::new(&standin)
+        .arg("600")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let standin_pid = child.id();
+    let standin = Process::new("stand-in kube-proxy", child, None);
+    // Its ports: the fake's, without a start time in /metrics (the only candidate is kube-proxy).
+    let kp = FakeKubeProxy::start_in(Some(&ns.name));
+    let scrape: String = common::fake_kube_proxy::kube_proxy_fixture(common::fake_kube_proxy::METRICS_FIXTURE)
+        .lines()
+        .filter(|l| !l.starts_with("process_start_time_seconds"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    kp.set("/metrics", common::fake_kube_proxy::Reply::ok(scrape));
+    let url = format!("http://127.0.0.1:{}", kp.port());
+    let agent = Serve::new()
+        .in_netns(&ns)
+        .listen(AGENT)
+        .args(["--node-name", NODE, "--kube-proxy.process-name", NAME])
+        .args(["--kube-proxy.metrics-url", &url, "--kube-proxy.healthz-url", &url])
+        .args(["--kube-proxy.interval", "60s", "--kube-proxy.down-grace", "2s"])
+        .log(dir.join("agent.log"))
+        .start();
+    common::poll("the stand-in found as kube-proxy", Duration::from_secs(30), || {
+        let s = agent.snapshot()?;
+        let pid = s["facts"]["kube_proxy"]["process"]["pid"].as_u64();
+        (pid == Some(u64::from(standin_pid)))
+            .then_some(())
+            .ok_or(format!("process {pid:?}: {}", s["facts"]["kube_proxy"]))
+    });
+    // The pidfd is opened as the probe's report reaches the watch: give it that moment.
+    std::thread::sleep(Duration::from_millis(300));
+
+    drop(kp);
+    let killed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(standin_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let status = standin.terminate(Duration::from_secs(5));
+    assert!(matches!(status, Some((_, true))), "SIGKILLed: {status:?}");
+
+    let f = common::poll("kube_proxy_down critical", Duration::from_secs(30), || {
+        let doc: Value = serde_json::from_str(&agent.get_ok("/findings")).map_err(|e| e.to_string())?;
+        let f = doc
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == "kube_proxy_down")
+            .cloned();
+        match f {
+            Some(f) if f["severity"] == "critical" => Ok(f),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let ev = &f["evidence"];
+    let exited = ev["exited_timestamp_seconds"].as_f64().unwrap_or_else(|| panic!("no exit time: {f:#}"));
+    eprintln!(
+        "exit seen {:.1} ms after the kill",
+        (exited - killed) * 1000.0
+    );
+    assert!(
+        exited >= killed && exited - killed <= 0.1,
+        "exit time {exited} against the kill's {killed}: {f:#}"
+    );
+    assert_eq!(ev["exited_pid"], u64::from(standin_pid), "{f:#}");
+    assert_eq!(ev["absent_since_timestamp_seconds"].as_f64(), Some(exited), "the absence starts at the exit");
+    let critical_since = metric(
+        &agent,
+        "proxywatch_finding_active_since_timestamp_seconds{id=\"kube_proxy_down\"}",
+    )
+    .unwrap();
+    eprintln!(
+        "critical {:.2} s after the exit (grace {GRACE} s)",
+        critical_since - exited
+    );
+    assert!(
+        critical_since >= exited + GRACE,
+        "critical at {critical_since}, before exit + grace {}",
+        exited + GRACE
+    );
+    assert!(
+        critical_since < exited + 60.0,
+        "critical at {critical_since}: at the probe's next run, not at exit + grace"
+    );
+    agent.stop();
 }

@@ -285,3 +285,116 @@ done",
     monitor.stop();
     kube_proxy.stop();
 }
+
+/// The agent's counts of the `nft` ipv4 tables as its latest iptables reading made them, and
+/// that reading's time.
+fn agent_counts(agent: &common::Agent) -> Result<(f64, Value), String> {
+    let s = agent.snapshot()?;
+    let at = s["probes"]["iptables"]["reading_timestamp_seconds"]
+        .as_f64()
+        .ok_or(format!("no iptables reading: {}", s["probes"]["iptables"]))?;
+    let run = s["facts"]["iptables"]["saves"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["backend"] == "nft" && r["family"] == "ipv4"))
+        .ok_or(format!("no nft ipv4 count: {}", s["facts"]["iptables"]))?;
+    Ok((at, run["counts"].clone()))
+}
+
+/// `iptables-nft-save`'s rules per table, and the rules in or jumping to a KUBE-* chain.
+fn save_counts(ns: &Netns) -> (std::collections::BTreeMap<String, u64>, u64) {
+    let out = ns.exec_ok("iptables-nft-save", &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (mut tables, mut kube, mut table) = (std::collections::BTreeMap::new(), 0, String::new());
+    for l in text.lines() {
+        if let Some(t) = l.strip_prefix('*') {
+            table = t.to_string();
+            tables.insert(table.clone(), 0);
+        } else if let Some(rule) = l.strip_prefix("-A ") {
+            *tables.get_mut(&table).unwrap() += 1;
+            let chain = rule.split(' ').next().unwrap_or_default();
+            let target = rule
+                .split_once(" -j ")
+                .or_else(|| rule.split_once(" -g "))
+                .map(|(_, t)| t.split(' ').next().unwrap_or_default());
+            if chain.starts_with("KUBE-") || target.is_some_and(|t| t.starts_with("KUBE-")) {
+                kube += 1;
+            }
+        }
+    }
+    (tables, kube)
+}
+
+/// A full resync (kube-proxy's 1000×3 rule set, tests/tools/gen_kube_rules.py, in one
+/// `iptables-nft-restore`) while the agent is stopped (SIGSTOP, as a node's agent starved of
+/// CPU): ~20 000 notifications do not fit the socket's buffer (its size is capped at
+/// `net.core.rmem_max`), so the kernel drops them (ENOBUFS). The loss is a fact: counted, the
+/// journal says "notifications lost, rules re-read", the rules are re-read (a reading after
+/// the loss, long before the 600 s interval), and its counts equal `iptables-nft-save`'s.
+/// Needs root, `ip`, `iptables-nft-restore`, `iptables-nft-save`, `python3`; about 10 s.
+/// `PWT_RESYNC_SIZE=10000x5` runs the full-size resync of the issue (minutes on a busy box).
+#[test]
+fn an_overflow_while_the_agent_is_stopped_during_a_resync_is_counted_and_the_rules_re_read() {
+    if !common::can_run(&["ip", "iptables-nft-restore", "iptables-nft-save", "python3"]) {
+        return;
+    }
+    let size = std::env::var("PWT_RESYNC_SIZE").unwrap_or("1000x3".into());
+    let (services, endpoints) = size.split_once('x').expect("PWT_RESYNC_SIZE: SERVICESxENDPOINTS");
+    // Its own directory: log_dir() of the test running beside it empties the shared one.
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.ancestors().nth(3).unwrap().join("e2e-logs/nftables_watch_e2e_resync");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (rules, _) = common::generate_kube_rules(&dir, services.parse().unwrap(), endpoints.parse().unwrap(), &[]);
+    let ns = Netns::new("nftenob");
+    let agent = Serve::new()
+        .in_netns(&ns)
+        .args(["--node-name", "pwt-enob", "--iptables.interval", "600s"])
+        .log(dir.join("agent.log"))
+        .start();
+    common::poll("the watcher listening and the rules read", Duration::from_secs(30), || {
+        let w = watch(&agent)?;
+        agent_counts(&agent)?;
+        (w["state"] == "watching").then_some(()).ok_or(format!("{w}"))
+    });
+    let pid = nix::unistd::Pid::from_raw(agent.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let loaded = ns
+        .command("iptables-nft-restore", &[])
+        .stdin(std::fs::File::open(&rules).unwrap())
+        .output()
+        .unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(loaded.status.success(), "{}", String::from_utf8_lossy(&loaded.stderr));
+    let (tables, kube_rules) = save_counts(&ns);
+    let (lost_at, counts) = common::poll(
+        "the loss counted and the rules re-read",
+        Duration::from_secs(120),
+        || {
+            let w = watch(&agent)?;
+            let lost = w["journal"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|e| e["lost"] == "notifications lost, rules re-read")
+                .and_then(|e| e["lost_timestamp_seconds"].as_f64());
+            let Some(lost_at) = lost.filter(|_| w["notifications_lost_total"].as_u64() >= Some(1)) else {
+                return Err(format!("no loss journaled: {w}"));
+            };
+            let (read_at, counts) = agent_counts(&agent)?;
+            (read_at > lost_at)
+                .then_some((lost_at, counts))
+                .ok_or(format!("read at {read_at}, lost at {lost_at}"))
+        },
+    );
+    eprintln!("{size}: notifications lost at {lost_at}, rules re-read; save: {tables:?}, {kube_rules} KUBE-* rules");
+    for (table, rules) in &tables {
+        assert_eq!(counts["tables"][table]["rules"], *rules, "{table}: {counts:#}");
+    }
+    assert_eq!(counts["kube_rules"], kube_rules, "{counts:#}");
+    let metrics = agent.get_ok("/metrics");
+    assert!(
+        common::series(&metrics, "proxywatch_nftables_notifications_lost_total") >= Some(1.0),
+        "{metrics}"
+    );
+    agent.stop_cleanly();
+}

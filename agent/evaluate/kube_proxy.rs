@@ -523,6 +523,9 @@ pub fn down(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
             .evidence("expected_because", why)
             .evidence("absent_since_timestamp_seconds", since)
             .evidence("absent_for_seconds", gone)
+            .evidence("exited_timestamp_seconds", presence.exited_seconds)
+            .evidence("exited_pid", presence.exited_pid)
+            .evidence("exit_watch_unavailable", presence.exit_watch_unavailable.clone())
             .evidence("grace_seconds", grace)
             .evidence("last_seen_timestamp_seconds", presence.last_seen_seconds)
             .evidence("kube_proxy_last_sync_timestamp_seconds", presence.last_sync_seconds)
@@ -900,6 +903,7 @@ mod tests {
             absent_since_mono: Some(since),
             last_seen_seconds: Some(since - 15.0),
             last_sync_seconds: Some(since - 20.0),
+            ..Default::default()
         });
         s
     }

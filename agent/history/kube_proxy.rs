@@ -189,6 +189,16 @@ pub struct KubeProxyPresence {
     /// (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`), Unix seconds: when it last wrote rules.
     #[serde(rename = "last_sync_timestamp_seconds", alias = "last_sync_seconds")]
     pub last_sync_seconds: Option<f64>,
+    /// Unix time the exit watch saw kube-proxy's process exit, in seconds (the current absence
+    /// starts there); None while it runs, or where the exit was not seen.
+    #[serde(default, rename = "exited_timestamp_seconds", skip_serializing_if = "Option::is_none")]
+    pub exited_seconds: Option<f64>,
+    /// The PID of that process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exited_pid: Option<i32>,
+    /// Why the exit watch cannot follow kube-proxy's process, where it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_watch_unavailable: Option<String>,
 }
 
 impl KubeProxyPresence {
@@ -220,8 +230,16 @@ impl KubeProxyHistory {
     /// Takes a reading made at `now` (wall clock, Unix seconds: timestamps, and ages against
     /// kube-proxy's own timestamps) and `mono` (monotonic seconds: every window).
     pub fn observe(&mut self, facts: &KubeProxyFacts, now: f64, mono: f64) -> KubeProxyDerived {
-        self.presence.absent_since_seconds = None;
-        self.presence.absent_since_mono = None;
+        // A reading made before the exit it is folded after (the exited PID still in it) does
+        // not end the absence that exit started.
+        let stale = self.presence.exited_pid.is_some()
+            && facts.process.as_ref().map(|p| p.pid) == self.presence.exited_pid;
+        if !stale {
+            self.presence.absent_since_seconds = None;
+            self.presence.absent_since_mono = None;
+            self.presence.exited_seconds = None;
+            self.presence.exited_pid = None;
+        }
         let answered = facts.metrics_up || facts.healthz.as_ref().is_some_and(|h| h.status_code != 0);
         if answered {
             self.presence.last_seen_seconds = Some(now);
@@ -289,6 +307,27 @@ impl KubeProxyHistory {
         if self.presence.absent_since_mono.is_none() {
             self.presence.absent_since_seconds = Some(now);
             self.presence.absent_since_mono = Some(mono);
+        }
+    }
+
+    /// An event of the exit watch (`crate::watch::process_exit`), folded in at `now` (Unix
+    /// seconds) and `mono` (monotonic seconds): an exit starts the absence at its own time.
+    pub fn exit_event(&mut self, event: &crate::watch::Event, now: f64, mono: f64) {
+        use crate::watch::Event;
+        match event {
+            Event::ExitWatching => self.presence.exit_watch_unavailable = None,
+            Event::ExitUnavailable(why) => self.presence.exit_watch_unavailable = Some(why.clone()),
+            Event::ProcessExited { pid, at_seconds } => {
+                // The exit on the monotonic clock: as long before this fold as the wall clock says.
+                let ago = (now - at_seconds).clamp(0.0, 60.0);
+                if self.presence.absent_since_mono.is_none() {
+                    self.presence.absent_since_seconds = Some(*at_seconds);
+                    self.presence.absent_since_mono = Some(mono - ago);
+                }
+                self.presence.exited_seconds = Some(*at_seconds);
+                self.presence.exited_pid = Some(*pid);
+            }
+            _ => {}
         }
     }
 
@@ -474,6 +513,40 @@ mod tests {
                 (Some(1045.0 + step), Some(45.0))
             );
         }
+    }
+
+    /// The exit watch saw the process exit: the absence starts at the exit (wall and monotonic
+    /// alike), not at the probe's later run; a reading made before the exit, folded after it,
+    /// does not end it; a new process does.
+    #[test]
+    fn an_exit_starts_the_absence_at_its_own_time() {
+        use crate::watch::Event;
+        let mut h = KubeProxyHistory::default();
+        h.observe(&throttled(7, "/a", 0, 0), 1000.0, 0.0);
+        h.exit_event(&Event::ExitWatching, 1000.0, 0.0);
+        // Exited at 1004.9, folded in at 1005.0 (mono 5.0).
+        let exit = Event::ProcessExited {
+            pid: 7,
+            at_seconds: 1004.9,
+        };
+        h.exit_event(&exit, 1005.0, 5.0);
+        let p = h.presence();
+        assert_eq!((p.exited_seconds, p.exited_pid), (Some(1004.9), Some(7)));
+        assert_eq!(p.absent_since_seconds, Some(1004.9));
+        assert!((p.absent_since_mono.unwrap() - 4.9).abs() < 1e-9);
+        // The reading in flight at the exit (PID 7 still in it): the absence holds.
+        h.observe(&throttled(7, "/a", 0, 0), 1005.1, 5.1);
+        assert_eq!(h.presence().absent_since_seconds, Some(1004.9));
+        // The probe finds nothing at 1005.2: still absent since the exit.
+        h.absent(1005.2, 5.2);
+        assert_eq!(h.presence().absent_since_seconds, Some(1004.9));
+        // Restarted (PID 8): present, the exit forgotten.
+        h.observe(&throttled(8, "/a", 0, 0), 1010.0, 10.0);
+        let p = h.presence();
+        assert_eq!((p.absent_since_seconds, p.exited_seconds, p.exited_pid), (None, None, None));
+        // Where the watch cannot follow the process, the evidence says why.
+        h.exit_event(&Event::ExitUnavailable("pidfd_open: ENOSYS".into()), 1011.0, 11.0);
+        assert_eq!(h.presence().exit_watch_unavailable.as_deref(), Some("pidfd_open: ENOSYS"));
     }
 
     fn throttled(pid: i32, path: &str, periods: u64, throttled: u64) -> KubeProxyFacts {

@@ -145,6 +145,8 @@ pub struct History {
     service_traffic: service_traffic::ServiceTrafficHistory,
     nftables_watch: nftables_watch::WatchHistory,
     xtables_lock: xtables_lock::XtablesLockHistory,
+    /// Where the conntrack probe's latest statistics came from (`stats_source`).
+    conntrack_source: Option<String>,
 }
 
 impl History {
@@ -167,6 +169,7 @@ impl History {
             service_traffic: Default::default(),
             nftables_watch: Default::default(),
             xtables_lock: Default::default(),
+            conntrack_source: None,
         }
     }
 
@@ -179,6 +182,7 @@ impl History {
     pub fn observe(&mut self, reading: &Reading, now: f64, mono: f64, derived: &mut Derived) {
         match reading {
             Reading::Conntrack(ct) => {
+                self.conntrack_source = ct.stats_source.clone();
                 let d = ConntrackDerived {
                     window: self.conntrack_window.push(mono, &ct.stats),
                     trend: self.conntrack_trend.push(mono, ct.entries, ct.max),
@@ -225,16 +229,44 @@ impl History {
         }
     }
 
-    /// An event source reported `event` (see `crate::watch`): the journal takes it.
+    /// An event source reported `event` (see `crate::watch`), folded in at `now` (Unix seconds)
+    /// and `mono`: the nf_tables journal takes a commit, kube-proxy's presence an exit.
     /// `kube_proxy_pid` is the kube-proxy process the kube_proxy probe found last, if any.
     pub fn event(
         &mut self,
         event: &crate::watch::Event,
         kube_proxy_pid: Option<i32>,
+        now: f64,
         mono: f64,
         derived: &mut Derived,
     ) {
-        derived.nftables_watch = Some(self.nftables_watch.observe(event, kube_proxy_pid, mono).clone());
+        use crate::watch::Event;
+        match event {
+            Event::ExitWatching | Event::ExitUnavailable(_) | Event::ProcessExited { .. } => {
+                self.kube_proxy.exit_event(event, now, mono);
+                derived.kube_proxy_presence = Some(self.kube_proxy.presence());
+            }
+            // Between the conntrack probe's readings, into the same counter window, when they
+            // come from the same place (the window compares counters of one source).
+            Event::ConntrackStats { source, stats, .. } => {
+                if self.conntrack_source.as_deref() == Some(source.as_str()) {
+                    let window = self.conntrack_window.push(mono, stats);
+                    match derived.conntrack.as_mut() {
+                        Some(d) => d.window = window,
+                        None => {
+                            derived.conntrack = window.map(|w| ConntrackDerived {
+                                window: Some(w),
+                                trend: None,
+                            })
+                        }
+                    }
+                }
+            }
+            Event::StatsReading | Event::StatsUnavailable(_) => {}
+            Event::Watching | Event::Unavailable(_) | Event::Commit(_) | Event::Lost { .. } => {
+                derived.nftables_watch = Some(self.nftables_watch.observe(event, kube_proxy_pid, mono).clone());
+            }
+        }
     }
 
     /// A probe found its source absent at `now` (Unix seconds), `mono` (monotonic seconds);
@@ -307,6 +339,41 @@ mod tests {
         h.observe(&ct(10, 9), 110.0, 10.0, &mut d);
         let w = d.conntrack.as_ref().unwrap().window.clone().unwrap();
         assert_eq!((w.seconds, w.get("drop")), (10.0, 4), "the window spans the failed run");
+    }
+
+    /// The statistics read between the conntrack probe's runs go into its window when they come
+    /// from the same source: the drop shows a second after it, not at the probe's next run.
+    #[test]
+    fn conntrack_statistics_between_readings_fill_the_window() {
+        use crate::watch::Event;
+        let mut h = History::new(HistoryConfig {
+            conntrack_window_seconds: 60.0,
+            conntrack_trend_window_seconds: 600.0,
+            conntrack_interval_seconds: 5.0,
+            neighbour_tables_window_seconds: 300.0,
+        });
+        let mut d = Derived::default();
+        let reading = |drop: u64| {
+            let Reading::Conntrack(mut f) = ct(10, drop) else { unreachable!() };
+            f.stats_source = Some("/proc/net/stat/nf_conntrack".into());
+            Reading::Conntrack(f)
+        };
+        h.observe(&reading(5), 100.0, 0.0, &mut d);
+        let stats = |source: &str, drop: u64| Event::ConntrackStats {
+            source: source.into(),
+            stats: [("drop".to_string(), drop)].into(),
+            at_seconds: 101.0,
+        };
+        // Another source's numbers are not compared with the probe's.
+        h.event(&stats("ctnetlink", 9), None, 101.0, 1.0, &mut d);
+        assert_eq!(d.conntrack, None);
+        h.event(&stats("/proc/net/stat/nf_conntrack", 9), None, 101.0, 1.0, &mut d);
+        let w = d.conntrack.as_ref().unwrap().window.clone().unwrap();
+        assert_eq!((w.seconds, w.get("drop")), (1.0, 4));
+        // The probe's next reading goes on from there.
+        h.observe(&reading(10), 105.0, 5.0, &mut d);
+        let w = d.conntrack.as_ref().unwrap().window.clone().unwrap();
+        assert_eq!((w.seconds, w.get("drop")), (5.0, 5));
     }
 
     #[test]

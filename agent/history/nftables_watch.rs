@@ -216,6 +216,13 @@ impl WatchHistory {
                     lost_timestamp_seconds: Some(*at_seconds),
                 });
             }
+            // Another source's (kube-proxy's exit): not the journal's.
+            Event::ExitWatching
+            | Event::ExitUnavailable(_)
+            | Event::ProcessExited { .. }
+            | Event::StatsReading
+            | Event::StatsUnavailable(_)
+            | Event::ConntrackStats { .. } => {}
             Event::Commit(c) => {
                 let (class, by) = classify(c, kube_proxy_pid);
                 match class {

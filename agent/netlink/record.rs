@@ -122,6 +122,7 @@ mod tests {
             iptables_save_interval: None,
             snat: true,
             service_traffic: Default::default(),
+            conntrack_stats_interval: None,
         };
         for p in PROBES {
             if *p == probe::ProbeName::KubeProxy {

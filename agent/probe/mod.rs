@@ -109,6 +109,9 @@ pub struct ProbeContext {
     pub snat: bool,
     /// What the service_traffic probe tries (`--service-traffic.*`).
     pub service_traffic: service_traffic::Settings,
+    /// How often the conntrack statistics are read between the conntrack probe's runs
+    /// (`--conntrack-stats.interval`, `crate::watch::conntrack_stats`); None: never.
+    pub conntrack_stats_interval: Option<Duration>,
 }
 
 /// What the agent remembers for its rule-set probes.
@@ -132,6 +135,40 @@ pub struct Memory {
     pub legacy_snat: snat::LegacySnatMemory,
     /// When the iptables-nft-save cross-check last ran, and what it found.
     cross_check: std::sync::Mutex<Option<(std::time::Instant, iptables::CrossCheck)>>,
+    /// The kube-proxy process the kube_proxy probe found last (None: none), for the event
+    /// source that watches its exit (`crate::watch::process_exit`).
+    pub kube_proxy_process: tokio::sync::watch::Sender<Option<WatchedProcess>>,
+}
+
+/// A context on `host` with nothing configured (unit tests).
+#[cfg(test)]
+pub fn test_context(host: Host) -> ProbeContext {
+    ProbeContext {
+        host,
+        runner: crate::exec::Runner::new(1),
+        max_output_bytes: 1 << 20,
+        kube_proxy: kube_proxy::Endpoints {
+            metrics_url: String::new(),
+            healthz_url: String::new(),
+            max_body_bytes: 0,
+            cgroup_root: None,
+            process_name: String::new(),
+        },
+        memory: Default::default(),
+        iptables_save_interval: None,
+        snat: true,
+        service_traffic: Default::default(),
+        conntrack_stats_interval: None,
+    }
+}
+
+/// A process the kube_proxy probe found, as the exit watch opens it: its PID and its start
+/// time (what tells it from a later process given the same PID).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WatchedProcess {
+    pub pid: i32,
+    /// Unix time it started, in seconds (`/proc/<pid>/stat` with `btime`).
+    pub start_time_seconds: f64,
 }
 
 impl Memory {
@@ -159,6 +196,15 @@ impl Memory {
         if let Ok(mut l) = self.cross_check.lock() {
             *l = Some((at, check));
         }
+    }
+
+    /// The kube_proxy probe found `process` (or none): the exit watch follows it.
+    pub fn found_kube_proxy(&self, process: Option<WatchedProcess>) {
+        self.kube_proxy_process.send_if_modified(|p| {
+            let changed = *p != process;
+            *p = process;
+            changed
+        });
     }
 }
 

@@ -8,10 +8,16 @@
 //! - [`nftables_watch`]: nf_tables notifications (every family, so iptables-nft's tables and
 //!   kube-proxy's nftables tables alike), one [`Commit`] per NEWGEN, attributed to its writer
 //!   ([`attribute`]); decoded by the pure [`nft_decode`].
+//! - [`conntrack_stats`]: the per-CPU conntrack statistics every second (a timer, not a
+//!   kernel event), reported only when a drop counter moved.
+//! - [`process_exit`]: kube-proxy's exit, from a pidfd on the process the kube_proxy probe
+//!   found; wakes that probe, and starts kube-proxy's absence at the exit.
 
 pub mod attribute;
+pub mod conntrack_stats;
 pub mod nft_decode;
 pub mod nftables_watch;
+pub mod process_exit;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +30,7 @@ pub use attribute::Writer;
 pub use nft_decode::{CommitFacts, TableChange};
 
 /// One event source's row.
+#[derive(Clone, Copy)]
 pub struct Source {
     /// Its name in logs and in `/snapshot` (`derived.<name>`).
     pub name: &'static str,
@@ -36,14 +43,36 @@ pub struct Source {
     pub start: fn(Arc<ProbeContext>, tokio::sync::mpsc::Sender<Event>),
 }
 
-/// Every event source.
-pub const SOURCES: &[Source] = &[Source {
+/// nf_tables commits.
+pub const NFTABLES_WATCH: Source = Source {
     name: "nftables_watch",
     wakes: &[ProbeName::Iptables, ProbeName::Nftables],
     debounce: Duration::from_millis(200),
     debounce_max: Duration::from_secs(1),
     start: nftables_watch::start,
-}];
+};
+
+/// kube-proxy's exit. The short debounce is no burst's: one exit, then the probe reads at once.
+pub const KUBE_PROXY_EXIT: Source = Source {
+    name: "kube_proxy_exit",
+    wakes: &[ProbeName::KubeProxy],
+    debounce: Duration::from_millis(20),
+    debounce_max: Duration::from_millis(100),
+    start: process_exit::start,
+};
+
+/// The conntrack statistics every `--conntrack-stats.interval`: it wakes no probe (its events
+/// carry the counters themselves).
+pub const CONNTRACK_STATS: Source = Source {
+    name: "conntrack_stats",
+    wakes: &[],
+    debounce: Duration::ZERO,
+    debounce_max: Duration::ZERO,
+    start: conntrack_stats::start,
+};
+
+/// Every event source.
+pub const SOURCES: &[Source] = &[NFTABLES_WATCH, KUBE_PROXY_EXIT, CONNTRACK_STATS];
 
 /// What a source reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,12 +88,34 @@ pub enum Event {
         /// Unix time, in seconds.
         at_seconds: f64,
     },
+    /// kube-proxy's exit watch can follow the process the probe finds.
+    ExitWatching,
+    /// It cannot, and why: kube-proxy's absence starts at the probe's next run.
+    ExitUnavailable(String),
+    /// The conntrack statistics reader reads every `--conntrack-stats.interval`.
+    StatsReading,
+    /// It does not, and why.
+    StatsUnavailable(String),
+    /// A drop counter moved: the per-CPU statistics summed, as the conntrack probe reads them.
+    ConntrackStats {
+        /// Where they were read (the probe's `stats_source`).
+        source: String,
+        stats: std::collections::BTreeMap<String, u64>,
+        /// Unix time of the read, in seconds.
+        at_seconds: f64,
+    },
+    /// The process the kube_proxy probe found exited.
+    ProcessExited {
+        pid: i32,
+        /// Unix time the exit was seen, in seconds.
+        at_seconds: f64,
+    },
 }
 
 impl Event {
     /// Whether the probes the source names should re-read now.
     pub fn wakes(&self) -> bool {
-        matches!(self, Event::Commit(_) | Event::Lost { .. })
+        matches!(self, Event::Commit(_) | Event::Lost { .. } | Event::ProcessExited { .. })
     }
 }
 

@@ -582,6 +582,7 @@ mod tests {
             iptables_save_interval: None,
             snat: true,
             service_traffic: Default::default(),
+            conntrack_stats_interval: None,
         };
         let run = || probe(&ctx, Deadline::after(Duration::from_secs(5)));
         let err = run().await.unwrap_err();

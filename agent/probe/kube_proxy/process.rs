@@ -166,6 +166,14 @@ pub fn identify(starts: &[f64], metrics_start: Option<f64>) -> Option<(usize, Id
     }
 }
 
+/// The start time of process `pid` under the host's `/proc`, Unix seconds, as [`scan`] computes it.
+pub fn start_time(host: &Host, pid: i32) -> Result<f64, ProbeError> {
+    let stat = procfs::process::Process::new_with_root(host.path(&format!("/proc/{pid}")))
+        .and_then(|p| p.stat())
+        .map_err(|e| ProbeError::Inconsistent(format!("/proc/{pid}/stat: {e}")))?;
+    Ok(boot_time(host)? + stat.starttime as f64 / procfs::ticks_per_second() as f64)
+}
+
 pub(super) fn boot_time(host: &Host) -> Result<f64, ProbeError> {
     let text = host.read("/proc/stat")?;
     parse_btime(&host.path("/proc/stat").display().to_string(), &text).map_err(Into::into)

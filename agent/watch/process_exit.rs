@@ -1,0 +1,198 @@
+//! kube-proxy's exit at its instant: a pidfd (`pidfd_open(2)`) on the process the kube_proxy
+//! probe found (`Memory::kube_proxy_process`), polled by the runtime's reactor. A pidfd becomes
+//! readable when its process exits, so the watch costs nothing until then: no timer, no read of
+//! `/proc`. At the exit it reports [`Event::ProcessExited`] with the time it saw it; the
+//! scheduler wakes the kube_proxy probe, and the history stage starts kube-proxy's absence (and
+//! so `--kube-proxy.down-grace`) at that time, not at the probe's next run.
+//!
+//! The agent does not wait on the process (it is not its parent: the container runtime reaps
+//! kube-proxy), so nothing is left behind. A PID is opened only after the probe found it, and
+//! the start time read back after the open tells whether the PID still names that process (a
+//! PID reused meanwhile is not watched). Where pidfds are missing (Linux < 5.3, a seccomp
+//! profile that refuses the call) or the agent does not see the node's PIDs (`--host-root`
+//! not `/`), it says why in an [`Event::ExitUnavailable`]: the absence then starts at the probe's
+//! next run, as before.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc::Sender;
+
+use super::Event;
+use crate::netlink::replay::KernelSource;
+use crate::probe::{ProbeContext, WatchedProcess};
+use crate::timefmt::unix_seconds;
+
+/// Start times read back after the open agree within this many seconds (both come from the same
+/// `/proc/<pid>/stat` field and `btime`: they are equal unless the PID names another process).
+const SAME_START_SECONDS: f64 = 0.5;
+
+/// Starts the watch as a task of the current runtime.
+pub fn start(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn(run(ctx, tx));
+        }
+        Err(e) => {
+            let _ = tx.try_send(Event::ExitUnavailable(format!("no runtime to run in: {e}")));
+        }
+    }
+}
+
+/// Whether pidfds work here: opening one on the agent itself.
+fn probe_pidfd() -> Result<(), String> {
+    let me = rustix::process::getpid();
+    rustix::process::pidfd_open(me, rustix::process::PidfdFlags::NONBLOCK)
+        .map(drop)
+        .map_err(|e| format!("pidfd_open: {e} (Linux 5.3 or later, and a seccomp profile that allows it)"))
+}
+
+/// A pidfd on `p`, once its start time says it is still that process; None when it is gone
+/// already or the PID names another process now.
+fn open(ctx: &ProbeContext, p: WatchedProcess) -> Option<AsyncFd<OwnedFd>> {
+    let pid = rustix::process::Pid::from_raw(p.pid).filter(|_| p.pid > 0)?;
+    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK).ok()?;
+    // The pidfd now pins the process: the start time read after the open is its own.
+    let start = crate::probe::kube_proxy::process::start_time(&ctx.host, p.pid).ok()?;
+    if (start - p.start_time_seconds).abs() > SAME_START_SECONDS {
+        return None;
+    }
+    // Deprecated for a raw fd closed while still registered (tokio#8587); this one is an
+    // OwnedFd that the AsyncFd owns and closes after deregistering it. Its replacement is unsafe.
+    #[allow(deprecated)]
+    AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok()
+}
+
+async fn run(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
+    if !matches!(ctx.host.kernel(), KernelSource::Live) {
+        let _ = tx
+            .send(Event::ExitUnavailable(format!(
+                "--host-root is not / (kernel answers from {}): no process to watch",
+                ctx.host.kernel().as_str()
+            )))
+            .await;
+        return;
+    }
+    if let Err(why) = probe_pidfd() {
+        let _ = tx
+            .send(Event::ExitUnavailable(format!(
+                "{why}; kube-proxy's absence starts at the kube_proxy probe's next run"
+            )))
+            .await;
+        return;
+    }
+    if tx.send(Event::ExitWatching).await.is_err() {
+        return;
+    }
+    let mut found = ctx.memory.kube_proxy_process.subscribe();
+    // The process whose exit was reported: not watched again while the probe still names it.
+    let mut reported: Option<WatchedProcess> = None;
+    loop {
+        let target = *found.borrow_and_update();
+        let watched = target.filter(|t| Some(*t) != reported).and_then(|t| Some((t, open(&ctx, t)?)));
+        match watched {
+            None => tokio::select! {
+                changed = found.changed() => if changed.is_err() { return },
+                _ = tx.closed() => return,
+            },
+            Some((t, fd)) => tokio::select! {
+                ready = fd.readable() => {
+                    let at_seconds = unix_seconds(SystemTime::now());
+                    if ready.is_err() {
+                        return;
+                    }
+                    reported = Some(t);
+                    if tx.send(Event::ProcessExited { pid: t.pid, at_seconds }).await.is_err() {
+                        return;
+                    }
+                }
+                changed = found.changed() => if changed.is_err() { return },
+                _ = tx.closed() => return,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::kube_proxy::process::start_time;
+
+    fn live_ctx() -> Arc<ProbeContext> {
+        Arc::new(crate::probe::test_context(crate::host::Host::new("/")))
+    }
+
+    /// A child of the test exits: the watch says so with the time it saw it, once, and watches
+    /// the next process the probe names. The test reaps its own child (the agent reaps none).
+    #[tokio::test]
+    async fn an_exit_is_reported_once_with_its_time() {
+        let ctx = live_ctx();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        start(ctx.clone(), tx);
+        assert_eq!(rx.recv().await, Some(Event::ExitWatching));
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let started = start_time(&ctx.host, pid).unwrap();
+        ctx.memory.found_kube_proxy(Some(WatchedProcess {
+            pid,
+            start_time_seconds: started,
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(rx.try_recv().is_err(), "nothing before the exit");
+        let killed = unix_seconds(SystemTime::now());
+        child.kill().unwrap();
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the exit is reported")
+            .unwrap();
+        let Event::ProcessExited { pid: p, at_seconds } = event else {
+            panic!("{event:?}")
+        };
+        assert_eq!(p, pid);
+        assert!(at_seconds >= killed, "{at_seconds} < {killed}");
+        child.wait().unwrap();
+        // The probe still names it (a reading in flight): not reported twice.
+        ctx.memory.found_kube_proxy(None);
+        ctx.memory.found_kube_proxy(Some(WatchedProcess {
+            pid,
+            start_time_seconds: started,
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(rx.try_recv().is_err());
+    }
+
+    /// A PID whose start time is not the one the probe found (reused) is not watched.
+    #[tokio::test]
+    async fn a_reused_pid_is_not_watched() {
+        let ctx = live_ctx();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        start(ctx.clone(), tx);
+        assert_eq!(rx.recv().await, Some(Event::ExitWatching));
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let started = start_time(&ctx.host, pid).unwrap();
+        ctx.memory.found_kube_proxy(Some(WatchedProcess {
+            pid,
+            start_time_seconds: started - 100.0,
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(rx.try_recv().is_err(), "another process's exit is not kube-proxy's");
+    }
+
+    #[tokio::test]
+    async fn a_recorded_root_has_no_process_to_watch() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = Arc::new(crate::probe::test_context(crate::host::Host::new(dir.path())));
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        start(ctx, tx);
+        let Some(Event::ExitUnavailable(why)) = rx.recv().await else {
+            panic!()
+        };
+        assert!(why.contains("--host-root is not /"), "{why}");
+    }
+}
