@@ -564,17 +564,20 @@ fn a_killed_kube_proxy_is_seen_at_its_exit_and_down_at_exit_plus_grace() {
         }
     });
     let ev = &f["evidence"];
-    let exited = ev["exited_timestamp_seconds"].as_f64().unwrap_or_else(|| panic!("no exit time: {f:#}"));
-    eprintln!(
-        "exit seen {:.1} ms after the kill",
-        (exited - killed) * 1000.0
-    );
+    let exited = ev["exited_timestamp_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no exit time: {f:#}"));
+    eprintln!("exit seen {:.1} ms after the kill", (exited - killed) * 1000.0);
     assert!(
         exited >= killed && exited - killed <= 0.1,
         "exit time {exited} against the kill's {killed}: {f:#}"
     );
     assert_eq!(ev["exited_pid"], u64::from(standin_pid), "{f:#}");
-    assert_eq!(ev["absent_since_timestamp_seconds"].as_f64(), Some(exited), "the absence starts at the exit");
+    assert_eq!(
+        ev["absent_since_timestamp_seconds"].as_f64(),
+        Some(exited),
+        "the absence starts at the exit"
+    );
     let critical_since = metric(
         &agent,
         "proxywatch_finding_active_since_timestamp_seconds{id=\"kube_proxy_down\"}",

@@ -341,7 +341,11 @@ fn an_overflow_while_the_agent_is_stopped_during_a_resync_is_counted_and_the_rul
     let (services, endpoints) = size.split_once('x').expect("PWT_RESYNC_SIZE: SERVICESxENDPOINTS");
     // Its own directory: log_dir() of the test running beside it empties the shared one.
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.ancestors().nth(3).unwrap().join("e2e-logs/nftables_watch_e2e_resync");
+    let dir = exe
+        .ancestors()
+        .nth(3)
+        .unwrap()
+        .join("e2e-logs/nftables_watch_e2e_resync");
     std::fs::create_dir_all(&dir).unwrap();
     let (rules, _) = common::generate_kube_rules(&dir, services.parse().unwrap(), endpoints.parse().unwrap(), &[]);
     let ns = Netns::new("nftenob");
@@ -350,11 +354,15 @@ fn an_overflow_while_the_agent_is_stopped_during_a_resync_is_counted_and_the_rul
         .args(["--node-name", "pwt-enob", "--iptables.interval", "600s"])
         .log(dir.join("agent.log"))
         .start();
-    common::poll("the watcher listening and the rules read", Duration::from_secs(30), || {
-        let w = watch(&agent)?;
-        agent_counts(&agent)?;
-        (w["state"] == "watching").then_some(()).ok_or(format!("{w}"))
-    });
+    common::poll(
+        "the watcher listening and the rules read",
+        Duration::from_secs(30),
+        || {
+            let w = watch(&agent)?;
+            agent_counts(&agent)?;
+            (w["state"] == "watching").then_some(()).ok_or(format!("{w}"))
+        },
+    );
     let pid = nix::unistd::Pid::from_raw(agent.pid() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
     let loaded = ns

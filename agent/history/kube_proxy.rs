@@ -191,7 +191,11 @@ pub struct KubeProxyPresence {
     pub last_sync_seconds: Option<f64>,
     /// Unix time the exit watch saw kube-proxy's process exit, in seconds (the current absence
     /// starts there); None while it runs, or where the exit was not seen.
-    #[serde(default, rename = "exited_timestamp_seconds", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "exited_timestamp_seconds",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub exited_seconds: Option<f64>,
     /// The PID of that process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -232,8 +236,8 @@ impl KubeProxyHistory {
     pub fn observe(&mut self, facts: &KubeProxyFacts, now: f64, mono: f64) -> KubeProxyDerived {
         // A reading made before the exit it is folded after (the exited PID still in it) does
         // not end the absence that exit started.
-        let stale = self.presence.exited_pid.is_some()
-            && facts.process.as_ref().map(|p| p.pid) == self.presence.exited_pid;
+        let stale =
+            self.presence.exited_pid.is_some() && facts.process.as_ref().map(|p| p.pid) == self.presence.exited_pid;
         if !stale {
             self.presence.absent_since_seconds = None;
             self.presence.absent_since_mono = None;
@@ -543,10 +547,16 @@ mod tests {
         // Restarted (PID 8): present, the exit forgotten.
         h.observe(&throttled(8, "/a", 0, 0), 1010.0, 10.0);
         let p = h.presence();
-        assert_eq!((p.absent_since_seconds, p.exited_seconds, p.exited_pid), (None, None, None));
+        assert_eq!(
+            (p.absent_since_seconds, p.exited_seconds, p.exited_pid),
+            (None, None, None)
+        );
         // Where the watch cannot follow the process, the evidence says why.
         h.exit_event(&Event::ExitUnavailable("pidfd_open: ENOSYS".into()), 1011.0, 11.0);
-        assert_eq!(h.presence().exit_watch_unavailable.as_deref(), Some("pidfd_open: ENOSYS"));
+        assert_eq!(
+            h.presence().exit_watch_unavailable.as_deref(),
+            Some("pidfd_open: ENOSYS")
+        );
     }
 
     fn throttled(pid: i32, path: &str, periods: u64, throttled: u64) -> KubeProxyFacts {

@@ -354,7 +354,9 @@ mod tests {
         });
         let mut d = Derived::default();
         let reading = |drop: u64| {
-            let Reading::Conntrack(mut f) = ct(10, drop) else { unreachable!() };
+            let Reading::Conntrack(mut f) = ct(10, drop) else {
+                unreachable!()
+            };
             f.stats_source = Some("/proc/net/stat/nf_conntrack".into());
             Reading::Conntrack(f)
         };

@@ -16,10 +16,13 @@ pub struct XtablesLockHold {
     pub since_timestamp_seconds: f64,
 }
 
+/// A holder as told apart: its PID and name.
+type HolderKey = (Option<u32>, Option<String>);
+
 /// The holder seen last, with when it was first seen (monotonic and wall clock).
 #[derive(Debug, Default)]
 pub struct XtablesLockHistory {
-    holder: Option<((Option<u32>, Option<String>), f64, f64)>,
+    holder: Option<(HolderKey, f64, f64)>,
 }
 
 impl XtablesLockHistory {

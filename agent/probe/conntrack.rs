@@ -251,7 +251,10 @@ pub const CTNETLINK: &str = "ctnetlink";
 
 /// The per-CPU statistics over ctnetlink; None when nf_conntrack_netlink is
 /// not loaded (asking would load it).
-pub(crate) fn read_ctnetlink(host: &Host, deadline: std::time::Instant) -> Result<Option<BTreeMap<String, u64>>, ProbeError> {
+pub(crate) fn read_ctnetlink(
+    host: &Host,
+    deadline: std::time::Instant,
+) -> Result<Option<BTreeMap<String, u64>>, ProbeError> {
     use crate::netlink::{ctnetlink, NETLINK_NETFILTER};
     if super::modules::tool_would_load(host, "nf_conntrack_netlink") {
         return Ok(None);

@@ -284,9 +284,10 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
         }
         facts.process = Some(p);
     }
-    ctx.memory.found_kube_proxy(facts.process.as_ref().map(|p| super::WatchedProcess {
-        pid: p.pid,
-        start_time_seconds: p.start_time_seconds,
-    }));
+    ctx.memory
+        .found_kube_proxy(facts.process.as_ref().map(|p| super::WatchedProcess {
+            pid: p.pid,
+            start_time_seconds: p.start_time_seconds,
+        }));
     Ok(Probed::Present(facts))
 }

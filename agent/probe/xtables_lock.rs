@@ -442,7 +442,7 @@ mod tests {
         std::fs::write(dir.path().join("proc/4242/comm"), "flock\n").unwrap();
         std::fs::write(
             dir.path().join("proc/4242/cmdline"),
-            "flock\0/run/xtables.lock\0sleep\0600\0",
+            "flock\0/run/xtables.lock\0sleep\x00600\0",
         )
         .unwrap();
         std::fs::write(dir.path().join("proc/4242/stat"), "4242 (flock) S 880 1 1 0").unwrap();

@@ -115,7 +115,10 @@ pub enum Event {
 impl Event {
     /// Whether the probes the source names should re-read now.
     pub fn wakes(&self) -> bool {
-        matches!(self, Event::Commit(_) | Event::Lost { .. } | Event::ProcessExited { .. })
+        matches!(
+            self,
+            Event::Commit(_) | Event::Lost { .. } | Event::ProcessExited { .. }
+        )
     }
 }
 

@@ -91,7 +91,9 @@ async fn run(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
     let mut reported: Option<WatchedProcess> = None;
     loop {
         let target = *found.borrow_and_update();
-        let watched = target.filter(|t| Some(*t) != reported).and_then(|t| Some((t, open(&ctx, t)?)));
+        let watched = target
+            .filter(|t| Some(*t) != reported)
+            .and_then(|t| Some((t, open(&ctx, t)?)));
         match watched {
             None => tokio::select! {
                 changed = found.changed() => if changed.is_err() { return },
