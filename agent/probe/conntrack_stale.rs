@@ -615,16 +615,18 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     }
     for (family, only, status) in plans {
         let conn = run.host.netlink(NETLINK_NETFILTER).map_err(nl)?;
-        let each = |e: &ct_dump::CtEntry| {
+        let each = |n: &ct_dump::NatEntry| {
+            let e = &n.entry;
             let stale = stale_in[usize::from(e.orig_dst.is_ipv6())];
-            if stale && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
+            // ICMP entries (their id in place of ports) are for the SNAT grouping only.
+            if stale && !n.icmp && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
                 counter.add(&table, e);
             }
             if run.snat {
-                grouper.add(e);
+                grouper.add_nat(n);
             }
         };
-        match ct_dump::dump(conn, deadline, family, only, status, each) {
+        match ct_dump::dump_nat(conn, deadline, family, only, (status, status), each) {
             Ok(_) => {}
             // The conntrack table itself changed under the dump (NLM_F_DUMP_INTR).
             Err(NlError::Changed(w)) => return Ok(Err(format!("the conntrack table changed during its dump ({w})"))),
