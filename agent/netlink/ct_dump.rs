@@ -302,8 +302,8 @@ pub struct DumpStats {
 /// of `status` set (`IPS_DST_NAT`, `IPS_SRC_NAT`; 0: all) — giving each decoded
 /// entry to `each`; memory is one receive buffer. (IPVS rewrites an entry's
 /// reply tuple without setting DST_NAT, so IPVS mode asks for every entry;
-/// the kernel's filter is `(status & mask) == value`, no "either bit", so a
-/// dump shared by the stale check and the SNAT grouping asks for all too.)
+/// the kernel's filter is `(status & mask) == value`, no "either bit": the
+/// stale check with the SNAT grouping makes two dumps, see [`dump_nat`].)
 pub fn dump<C: Conn>(
     conn: C,
     deadline: Instant,

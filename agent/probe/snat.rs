@@ -94,7 +94,7 @@ pub struct SnatRule {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SnatFacts {
-    /// Entries with the SRC_NAT status seen (ports-carrying protocols).
+    /// Entries with the SRC_NAT status seen (ports-carrying protocols and ICMP).
     pub entries: u64,
     /// Groups (all of them, even beyond the list).
     pub groups: u64,
