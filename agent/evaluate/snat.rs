@@ -13,6 +13,7 @@ fn group_evidence(g: &SnatGroup) -> Value {
         "destination": g.destination.to_string(),
         "port": g.port,
         "protocol": g.protocol,
+        "zone": g.zone,
         "ports_in_use": g.ports_in_use,
         "range": g.range,
         "range_from": g.range_from,
@@ -20,9 +21,29 @@ fn group_evidence(g: &SnatGroup) -> Value {
     })
 }
 
+fn icmp(g: &SnatGroup) -> bool {
+    g.protocol.starts_with("icmp")
+}
+
 fn describe(g: &SnatGroup) -> String {
+    let zone = if g.zone == 0 {
+        String::new()
+    } else {
+        format!(" in zone {}", g.zone)
+    };
+    if icmp(g) {
+        return format!(
+            "{} → {}/{}{zone} uses {} of {} ids ({:.0} %)",
+            g.source,
+            g.destination,
+            g.protocol,
+            g.ports_in_use,
+            g.range_size,
+            g.fill * 100.0
+        );
+    }
     format!(
-        "{} → {}:{}/{} uses {} of {} ports ({:.0} %)",
+        "{} → {}:{}/{}{zone} uses {} of {} ports ({:.0} %)",
         g.source,
         g.destination,
         g.port,
@@ -34,11 +55,16 @@ fn describe(g: &SnatGroup) -> String {
 }
 
 /// The conntrack listing of one group's entries (conntrack takes bare IPv6 addresses).
-fn inspect(g: &SnatGroup) -> String {
-    format!(
-        "conntrack -L -p {} --reply-src {} --reply-port-src {} --reply-dst {}",
-        g.protocol, g.destination, g.port, g.source
-    )
+pub fn inspect(g: &SnatGroup) -> String {
+    let mut c = format!("conntrack -L -p {} --reply-src {}", g.protocol, g.destination);
+    if !icmp(g) {
+        c += &format!(" --reply-port-src {}", g.port);
+    }
+    c += &format!(" --reply-dst {}", g.source);
+    if g.zone != 0 {
+        c += &format!(" --zone {}", g.zone);
+    }
+    c
 }
 
 pub fn ports_near_exhaustion(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
@@ -224,7 +250,38 @@ mod tests {
             range_size: size,
             range_from: "rule".into(),
             fill: n as f64 / size as f64,
+            zone: 0,
         }
+    }
+
+    #[test]
+    fn a_zone_and_an_icmp_group_are_named_and_listed_as_such() {
+        let t = crate::config::default_thresholds();
+        let g = SnatGroup {
+            protocol: "icmp".into(),
+            port: 0,
+            zone: 7,
+            range: "0-65535".into(),
+            range_from: "default".into(),
+            ..group(60_000, 65536)
+        };
+        let s = with(SnatFacts {
+            max_fill: Some(g.fill),
+            top: vec![g],
+            ..Default::default()
+        });
+        let f = judge(ports_near_exhaustion, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(
+            f.summary.contains("203.0.113.7/icmp in zone 7 uses 60000 of 65536 ids"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(
+            f.remediation[0],
+            "See the connections of the fullest group (read-only): conntrack -L -p icmp --reply-src 203.0.113.7 --reply-dst 192.168.0.2 --zone 7"
+        );
+        assert_eq!(f.evidence["groups"][0]["zone"], 7);
     }
 
     fn with(snat: SnatFacts) -> Snapshot {

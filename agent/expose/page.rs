@@ -193,6 +193,7 @@ pub fn render(doc: &Document, collected_at: f64) -> String {
     charts(&mut o, doc, collected_at);
     conntrack(&mut o, doc);
     stale(&mut o, doc);
+    snat(&mut o, doc);
     o.push_str("<div class=\"grid\">\n");
     rules(&mut o, doc);
     changes(&mut o, doc);
@@ -324,6 +325,76 @@ fn stale(o: &mut String, doc: &Document) {
         );
     }
     o.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+/// Groups shown in the Source NAT section (the snapshot lists up to [`crate::probe::snat::MAX_LISTED`]).
+const SNAT_SHOWN: usize = 10;
+
+/// The fullest source NAT groups (translated source, destination, zone) and
+/// the ports they use, from the snapshot's SNAT facts.
+fn snat(o: &mut String, doc: &Document) {
+    let Some(f) = doc.facts.conntrack_stale.as_ref().and_then(|c| c.snat.as_ref()) else {
+        return;
+    };
+    section(o, "snat", "Source NAT");
+    let _ = writeln!(
+        o,
+        "<p>{} source-NATed entries in {} groups; {} source NAT rules ({} without random-fully).</p>",
+        f.entries,
+        f.groups,
+        f.rules.len(),
+        f.rules.iter().filter(|r| !r.random_fully).count()
+    );
+    if f.top.is_empty() {
+        o.push_str("<p class=\"muted\">No source-NATed connection in the conntrack table.</p>\n</section>\n");
+        return;
+    }
+    o.push_str("<table>\n<thead><tr><th scope=\"col\">translated source</th><th scope=\"col\">destination</th><th scope=\"col\" class=\"num\">zone</th><th scope=\"col\" class=\"num\">ports in use</th><th scope=\"col\">range</th><th scope=\"col\" class=\"num\">fill</th></tr></thead>\n<tbody>\n");
+    // Marked: at or past the fill the snat_ports_near_exhaustion finding warns from.
+    let limit = doc
+        .findings
+        .iter()
+        .find(|x| x.id == "snat_ports_near_exhaustion")
+        .and_then(|x| x.evidence.get("fill_warning"))
+        .and_then(|v| v.as_f64())
+        .unwrap_or(f64::INFINITY);
+    for g in f.top.iter().take(SNAT_SHOWN) {
+        let class = if g.fill >= limit { " class=\"bad\"" } else { "" };
+        let destination = if g.protocol.starts_with("icmp") {
+            format!(
+                "{}/{}",
+                crate::probe::service_endpoints::socket(g.destination, None),
+                g.protocol
+            )
+        } else {
+            format!(
+                "{}/{}",
+                crate::probe::service_endpoints::socket(g.destination, Some(g.port)),
+                g.protocol
+            )
+        };
+        let _ = writeln!(
+            o,
+            "<tr{class}><th scope=\"row\">{}</th><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{} ({})</td><td class=\"num\">{:.1}%</td></tr>",
+            esc(&g.source.to_string()),
+            esc(&destination),
+            g.zone,
+            g.ports_in_use,
+            esc(&g.range),
+            esc(&g.range_from),
+            g.fill * 100.0
+        );
+    }
+    o.push_str("</tbody>\n</table>\n");
+    if f.top.len() > SNAT_SHOWN || f.groups > f.top.len() as u64 {
+        let _ = writeln!(
+            o,
+            "<p class=\"muted\">The {} fullest of {} groups; all listed groups are in /snapshot (facts.conntrack_stale.snat.top).</p>",
+            SNAT_SHOWN.min(f.top.len()),
+            f.groups
+        );
+    }
+    o.push_str("</section>\n");
 }
 
 fn rules(o: &mut String, doc: &Document) {
@@ -605,6 +676,46 @@ mod tests {
         let text = text_status(&doc(&s));
         assert!(text.starts_with("status: CRITICAL on node node-a at "), "{text}");
         assert!(text.contains("  [critical] sysctl_ip_forward: "), "{text}");
+    }
+
+    #[test]
+    fn snat_top_groups_from_the_snapshot() {
+        use crate::probe::snat::{SnatFacts, SnatGroup};
+        let mut s = crate::evaluate::test_support::healthy();
+        let group = |zone: u16, n: u64, protocol: &str, port: u16| SnatGroup {
+            source: "192.168.0.2".parse().unwrap(),
+            destination: "203.0.113.7".parse().unwrap(),
+            port,
+            protocol: protocol.into(),
+            zone,
+            ports_in_use: n,
+            range: "20000-20009".into(),
+            range_size: 10,
+            range_from: "rule".into(),
+            fill: n as f64 / 10.0,
+        };
+        s.facts.conntrack_stale = Some(crate::probe::conntrack_stale::ConntrackStaleFacts {
+            snat: Some(SnatFacts {
+                entries: 13,
+                groups: 3,
+                top: vec![group(1, 9, "tcp", 443), group(2, 3, "tcp", 443), group(0, 1, "icmp", 0)],
+                max_fill: Some(0.9),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let html = render(&doc(&s), 0.0);
+        assert!(html.contains("<h2 id=\"snat-h\">Source NAT</h2>"), "{html}");
+        assert!(html.contains("13 source-NATed entries in 3 groups"), "{html}");
+        assert!(
+            html.contains("<tr class=\"bad\"><th scope=\"row\">192.168.0.2</th><td>203.0.113.7:443/tcp</td><td class=\"num\">1</td><td class=\"num\">9</td><td>20000-20009 (rule)</td><td class=\"num\">90.0%</td></tr>"),
+            "{html}"
+        );
+        assert!(html.contains("<tr><th scope=\"row\">192.168.0.2</th><td>203.0.113.7:443/tcp</td><td class=\"num\">2</td><td class=\"num\">3</td>"), "{html}");
+        assert!(html.contains("<td>203.0.113.7/icmp</td>"), "{html}");
+        // No SNAT facts (--conntrack.snat false): no section.
+        let html = render(&doc(&crate::evaluate::test_support::healthy()), 0.0);
+        assert!(!html.contains("Source NAT</h2>"));
     }
 
     #[test]

@@ -23,10 +23,12 @@ const IPCTNL_MSG_CT_GET: u16 = 1;
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
 const CTA_STATUS: u16 = 3;
+const CTA_ZONE: u16 = 18;
 const CTA_FILTER: u16 = 25;
 const CTA_STATUS_MASK: u16 = 26;
 const CTA_TUPLE_IP: u16 = 1;
 const CTA_TUPLE_PROTO: u16 = 2;
+const CTA_TUPLE_ZONE: u16 = 3;
 const CTA_IP_V4_SRC: u16 = 1;
 const CTA_IP_V4_DST: u16 = 2;
 const CTA_IP_V6_SRC: u16 = 3;
@@ -34,6 +36,11 @@ const CTA_IP_V6_DST: u16 = 4;
 const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
+const CTA_PROTO_ICMP_ID: u16 = 4;
+const CTA_PROTO_ICMPV6_ID: u16 = 7;
+/// IPPROTO_ICMP, IPPROTO_ICMPV6: no ports, an id the NAT core keeps unique.
+pub const ICMP: u8 = 1;
+pub const ICMPV6: u8 = 58;
 const CTA_FILTER_ORIG_FLAGS: u16 = 1;
 const CTA_FILTER_FLAG_CTA_PROTO_NUM: u32 = 1 << 3;
 const NLA_F_NESTED: u16 = 0x8000;
@@ -79,6 +86,8 @@ struct Tuple {
     proto: Option<u8>,
     sport: Option<u16>,
     dport: Option<u16>,
+    icmp_id: Option<u16>,
+    zone: Option<u16>,
 }
 
 fn ip(a: &Attr<'_>) -> Option<IpAddr> {
@@ -120,10 +129,12 @@ fn tuple(t: Attr<'_>) -> Result<Tuple, NlError> {
                         CTA_PROTO_NUM => out.proto = p.value.first().copied(),
                         CTA_PROTO_SRC_PORT => out.sport = Some(port(&p)?),
                         CTA_PROTO_DST_PORT => out.dport = Some(port(&p)?),
+                        CTA_PROTO_ICMP_ID | CTA_PROTO_ICMPV6_ID => out.icmp_id = Some(port(&p)?),
                         _ => {}
                     }
                 }
             }
+            CTA_TUPLE_ZONE => out.zone = Some(port(&a)?),
             _ => {}
         }
     }
@@ -133,44 +144,72 @@ fn tuple(t: Attr<'_>) -> Result<Tuple, NlError> {
 /// Decodes one `IPCTNL_MSG_CT_NEW` message of a dump. `Ok(None)`: an entry
 /// without ports (ICMP, GRE...) or addresses, which no service NAT makes.
 pub fn decode_entry(ty: u16, payload: &[u8]) -> Result<Option<CtEntry>, NlError> {
+    Ok(decode_nat_entry(ty, payload)?.filter(|n| !n.icmp).map(|n| n.entry))
+}
+
+/// An entry as the source NAT grouping reads it: [`CtEntry`] and its
+/// conntrack zone; an ICMP entry too, its id standing for the ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NatEntry {
+    /// For ICMP (`icmp`): `orig_dport` and `reply_sport` 0, `reply_dport` the
+    /// reply tuple's id (after source NAT, the translated id: the NAT core
+    /// keeps it unique per translated address, as it does a port).
+    pub entry: CtEntry,
+    /// `CTA_ZONE` (else the reply tuple's own zone, a zone of one direction); 0: none.
+    pub zone: u16,
+    pub icmp: bool,
+}
+
+/// [`decode_entry`], ICMP entries and the zone included.
+pub fn decode_nat_entry(ty: u16, payload: &[u8]) -> Result<Option<NatEntry>, NlError> {
     if ty != msg_type(IPCTNL_MSG_CT_NEW) {
         return Err(NlError::Malformed(format!(
             "message type {ty:#06x} where a conntrack entry belongs"
         )));
     }
     let (_, _, list) = nfgen(payload)?;
-    let (mut orig, mut reply, mut status) = (None, None, 0);
+    let (mut orig, mut reply, mut status, mut zone) = (None, None, 0, None);
     for a in list {
         let a = a?;
         match a.kind {
             CTA_TUPLE_ORIG => orig = Some(tuple(a)?),
             CTA_TUPLE_REPLY => reply = Some(tuple(a)?),
             CTA_STATUS => status = a.be_u32()?,
+            CTA_ZONE => zone = Some(port(&a)?),
             _ => {}
         }
     }
     let (Some(o), Some(r)) = (orig, reply) else {
         return Err(NlError::Malformed("a conntrack entry without both tuples".into()));
     };
-    Ok(match (o.proto, o.dst, o.dport, r.src, r.sport, r.dst, r.dport) {
+    let zone = zone.or(r.zone).unwrap_or(0);
+    let icmp = matches!(o.proto, Some(ICMP | ICMPV6));
+    let ports = if icmp {
+        (Some(0), Some(0), r.icmp_id)
+    } else {
+        (o.dport, r.sport, r.dport)
+    };
+    Ok(match (o.proto, o.dst, ports, r.src, r.dst) {
         (
             Some(l4proto),
             Some(orig_dst),
-            Some(orig_dport),
+            (Some(orig_dport), Some(reply_sport), Some(reply_dport)),
             Some(reply_src),
-            Some(reply_sport),
             Some(reply_dst),
-            Some(reply_dport),
-        ) => Some(CtEntry {
-            l4proto,
-            orig_src: o.src,
-            orig_dst,
-            orig_dport,
-            reply_src,
-            reply_sport,
-            reply_dst,
-            reply_dport,
-            status,
+        ) => Some(NatEntry {
+            entry: CtEntry {
+                l4proto,
+                orig_src: o.src,
+                orig_dst,
+                orig_dport,
+                reply_src,
+                reply_sport,
+                reply_dst,
+                reply_dport,
+                status,
+            },
+            zone,
+            icmp,
         }),
         _ => None,
     })
@@ -194,11 +233,18 @@ fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
 /// The dump request of one L3 family (2 or 10): only entries with every bit
 /// of `status` set (none: every entry), and of `l4proto` only when given.
 pub fn dump_request(family: u8, l4proto: Option<u8>, status: u32) -> Request {
+    dump_request_masked(family, l4proto, status, status)
+}
+
+/// The dump request of entries whose status, masked with `mask`, is `status`
+/// (the kernel's `(ct->status & mask) == status`): `SRC_NAT` under the mask
+/// `SRC_NAT | DST_NAT` asks for the source-NATed entries without DNAT.
+pub fn dump_request_masked(family: u8, l4proto: Option<u8>, status: u32, mask: u32) -> Request {
     let mut r = Request::new(msg_type(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, family);
-    if status != 0 {
+    if mask != 0 {
         r = r
             .attr(CTA_STATUS, &status.to_be_bytes())
-            .attr(CTA_STATUS_MASK, &status.to_be_bytes());
+            .attr(CTA_STATUS_MASK, &mask.to_be_bytes());
     }
     if let Some(p) = l4proto {
         let proto = nla(CTA_TUPLE_PROTO | NLA_F_NESTED, &nla(CTA_PROTO_NUM, &[p]));
@@ -256,8 +302,8 @@ pub struct DumpStats {
 /// of `status` set (`IPS_DST_NAT`, `IPS_SRC_NAT`; 0: all) — giving each decoded
 /// entry to `each`; memory is one receive buffer. (IPVS rewrites an entry's
 /// reply tuple without setting DST_NAT, so IPVS mode asks for every entry;
-/// the kernel's filter is `(status & mask) == value`, no "either bit", so a
-/// dump shared by the stale check and the SNAT grouping asks for all too.)
+/// the kernel's filter is `(status & mask) == value`, no "either bit": the
+/// stale check with the SNAT grouping makes two dumps, see [`dump_nat`].)
 pub fn dump<C: Conn>(
     conn: C,
     deadline: Instant,
@@ -266,13 +312,30 @@ pub fn dump<C: Conn>(
     status: u32,
     mut each: impl FnMut(&CtEntry),
 ) -> Result<DumpStats, NlError> {
+    dump_nat(conn, deadline, family, l4proto, (status, status), |n| {
+        if !n.icmp {
+            each(&n.entry)
+        }
+    })
+}
+
+/// [`dump`] of the entries whose status masked with `mask.1` is `mask.0`
+/// (checked here again), each given with its zone, ICMP entries included.
+pub fn dump_nat<C: Conn>(
+    conn: C,
+    deadline: Instant,
+    family: u8,
+    l4proto: Option<u8>,
+    (status, mask): (u32, u32),
+    mut each: impl FnMut(&NatEntry),
+) -> Result<DumpStats, NlError> {
     let mut s = Session::new(conn, deadline);
     let mut stats = DumpStats::default();
-    s.dump(&mut dump_request(family, l4proto, status), |p| {
+    s.dump(&mut dump_request_masked(family, l4proto, status, mask), |p| {
         stats.messages += 1;
-        if let Some(e) = decode_entry(p.ty, p.payload)? {
-            if e.status & status == status && l4proto.is_none_or(|want| want == e.l4proto) {
-                each(&e);
+        if let Some(n) = decode_nat_entry(p.ty, p.payload)? {
+            if n.entry.status & mask == status & mask && l4proto.is_none_or(|want| want == n.entry.l4proto) {
+                each(&n);
             }
         }
         Ok(())
@@ -284,6 +347,7 @@ pub fn dump<C: Conn>(
 /// The attributes of a payload after nfgenmsg, for the fuzz target.
 pub fn fuzz_decode(data: &[u8]) {
     let _ = decode_entry(msg_type(IPCTNL_MSG_CT_NEW), data);
+    let _ = decode_nat_entry(msg_type(IPCTNL_MSG_CT_NEW), data);
     for a in attrs(data).flatten() {
         let _ = tuple(a);
     }
@@ -311,6 +375,83 @@ mod tests {
         assert_eq!((e.reply_src, e.reply_sport), ("10.244.1.2".parse().unwrap(), 53));
         assert_eq!((e.reply_dst, e.reply_dport), ("10.244.1.2".parse().unwrap(), 40003));
         assert!(e.dst_nat() && !e.src_nat());
+    }
+
+    /// An ICMP echo source-NATed in zone 5: orig 10.0.0.2 → 10.0.0.9 id 100,
+    /// reply 10.0.0.9 → 192.168.0.2 id 200.
+    fn icmp_in_zone() -> Vec<u8> {
+        let tuple = |src: [u8; 4], dst: [u8; 4], id: u16| {
+            let mut ip = nla(CTA_IP_V4_SRC, &src);
+            ip.extend(nla(CTA_IP_V4_DST, &dst));
+            let mut proto = nla(CTA_PROTO_NUM, &[ICMP]);
+            proto.extend(nla(CTA_PROTO_ICMP_ID, &id.to_be_bytes()));
+            proto.extend(nla(5, &[8])); // CTA_PROTO_ICMP_TYPE
+            let mut t = nla(CTA_TUPLE_IP | NLA_F_NESTED, &ip);
+            t.extend(nla(CTA_TUPLE_PROTO | NLA_F_NESTED, &proto));
+            t
+        };
+        let mut b = vec![2, 0, 0, 0];
+        b.extend(nla(
+            CTA_TUPLE_ORIG | NLA_F_NESTED,
+            &tuple([10, 0, 0, 2], [10, 0, 0, 9], 100),
+        ));
+        b.extend(nla(
+            CTA_TUPLE_REPLY | NLA_F_NESTED,
+            &tuple([10, 0, 0, 9], [192, 168, 0, 2], 200),
+        ));
+        b.extend(nla(CTA_STATUS, &(IPS_SRC_NAT | 0x188).to_be_bytes()));
+        b.extend(nla(CTA_ZONE, &5u16.to_be_bytes()));
+        b
+    }
+
+    #[test]
+    fn icmp_and_zones_for_the_snat_grouping_only() {
+        let ty = msg_type(IPCTNL_MSG_CT_NEW);
+        let b = icmp_in_zone();
+        let n = decode_nat_entry(ty, &b).unwrap().unwrap();
+        assert!(n.icmp && n.entry.src_nat());
+        assert_eq!(n.zone, 5);
+        assert_eq!(
+            (n.entry.reply_dst, n.entry.reply_dport),
+            ("192.168.0.2".parse().unwrap(), 200)
+        );
+        assert_eq!((n.entry.orig_dport, n.entry.reply_sport), (0, 0));
+        // What service_traffic and the stale count read: no ICMP entry.
+        assert_eq!(decode_entry(ty, &b).unwrap(), None);
+        let udp = decode_nat_entry(ty, &hex(UDP_DNAT)).unwrap().unwrap();
+        assert_eq!((udp.zone, udp.icmp), (0, false));
+        for cut in 0..b.len() {
+            let _ = decode_nat_entry(ty, &b[..cut]);
+        }
+    }
+
+    #[test]
+    fn a_masked_dump_asks_for_source_nat_without_dnat_and_rechecks_it() {
+        let ty = msg_type(IPCTNL_MSG_CT_NEW);
+        let (icmp, dnat) = (icmp_in_zone(), hex(UDP_DNAT));
+        let conn = Fake::new(move |sent| {
+            let get = |k| sent.attrs.iter().find(|(kind, _)| *kind == k).map(|(_, v)| v.clone());
+            assert_eq!(sent.family, 0);
+            assert_eq!(get(CTA_STATUS), Some(IPS_SRC_NAT.to_be_bytes().to_vec()));
+            assert_eq!(
+                get(CTA_STATUS_MASK),
+                Some((IPS_SRC_NAT | IPS_DST_NAT).to_be_bytes().to_vec())
+            );
+            vec![Ok([
+                msg(ty, super::super::NLM_F_MULTI, sent.seq, &icmp),
+                // A kernel that ignored the mask: checked here again.
+                msg(ty, super::super::NLM_F_MULTI, sent.seq, &dnat),
+                done(sent.seq),
+            ]
+            .concat())]
+        });
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let mask = (IPS_SRC_NAT, IPS_SRC_NAT | IPS_DST_NAT);
+        let st = dump_nat(conn, deadline, 0, None, mask, |n| seen.push(*n)).unwrap();
+        assert_eq!(st.messages, 2);
+        assert_eq!(seen.len(), 1);
+        assert!(seen[0].icmp && seen[0].zone == 5);
     }
 
     #[test]

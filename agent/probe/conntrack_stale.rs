@@ -17,7 +17,8 @@
 //! 3. the node's addresses (rtnetlink), to tell NodePort traffic;
 //! 4. per family with service ports, one ctnetlink dump ([`ct_dump`]),
 //!    streamed — only DST_NAT entries, filtered in the kernel, unless IPVS
-//!    lists services (IPVS does not set DST_NAT) or SNAT is grouped too: an entry whose
+//!    lists services (IPVS does not set DST_NAT); with the SNAT grouping, one
+//!    dump of both families and a second of SRC_NAT entries (below): an entry whose
 //!    original destination is a service port (or a NodePort on a node
 //!    address) and whose reply source is the address of none of its
 //!    endpoints, in any path the rules give it, adds one to its (service,
@@ -31,11 +32,13 @@
 //!    (never a false count; the scheduler keeps the last good reading meanwhile).
 //!
 //! The SNAT grouping ([`super::snat`], `--conntrack.snat`) shares step 4's
-//! dump, which is then one dump of both families (AF_UNSPEC: one walk of the
-//! global hash table): whole when a family has service ports (the kernel's
-//! status filter is `(status & mask) == value`, no "DST_NAT or SRC_NAT"),
-//! else of SRC_NAT entries only; each entry is checked here. The source NAT
-//! rules are read after the dump (their counters are history's to compare).
+//! dump, which is then of both families (AF_UNSPEC: one walk of the global
+//! hash table) and of DST_NAT entries, followed by a second dump of SRC_NAT
+//! entries without DST_NAT (the kernel's status filter is `(status & mask)
+//! == value`, no "DST_NAT or SRC_NAT"): only NATed entries cross to user
+//! space, each once; under IPVS one whole dump; each entry is checked here.
+//! The source NAT rules are read after the dumps (their counters are
+//! history's to compare).
 //!
 //! Memory: one receive buffer and the counts per (service, dead endpoint),
 //! at most [`MAX_GROUPS`] of them (beyond, entries still count in the
@@ -587,22 +590,25 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     // namespace), so a dump per protocol would walk it once more per
     // protocol. Without the SNAT grouping: one dump per family with service
     // ports, the protocol filtered in the kernel only when the family's
-    // service ports have a single one. With it: one dump of both families
-    // (AF_UNSPEC: one walk), whole when a family has service ports (the
-    // kernel's status filter is `(status & mask) == value`: no "DST_NAT or
-    // SRC_NAT"), else of SRC_NAT entries only; every entry checked here.
+    // service ports have a single one. With it, only NATed entries cross to
+    // user space, each once (the kernel's status filter is `(status & mask)
+    // == value`, no "DST_NAT or SRC_NAT", hence two): the DST_NAT entries of
+    // both families (AF_UNSPEC: one walk), counted and grouped, then the
+    // SRC_NAT entries without DST_NAT, grouped; without service ports, the
+    // second alone; under IPVS (no DST_NAT to filter on), one whole dump.
+    // Every entry is checked here again.
     let stale_in = [!table.protocols(false).is_empty(), !table.protocols(true).is_empty()];
-    let mut plans: Vec<(u8, Option<u8>, u32)> = Vec::new();
+    let (dnat, snat) = (ct_dump::IPS_DST_NAT, ct_dump::IPS_SRC_NAT);
+    let mut plans: Vec<(u8, Option<u8>, (u32, u32))> = Vec::new();
     if run.snat {
-        plans.push((
-            0,
-            None,
-            if stale_in.contains(&true) {
-                0
-            } else {
-                ct_dump::IPS_SRC_NAT
-            },
-        ));
+        if !stale_in.contains(&true) {
+            plans.push((0, None, (snat, snat)));
+        } else if dst_nat_only {
+            plans.push((0, None, (dnat, dnat)));
+            plans.push((0, None, (snat, snat | dnat)));
+        } else {
+            plans.push((0, None, (0, 0)));
+        }
     } else {
         for (family, v6) in [(2u8, false), (10u8, true)] {
             let protocols = table.protocols(v6);
@@ -610,21 +616,24 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
                 continue;
             }
             let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
-            plans.push((family, only, if dst_nat_only { ct_dump::IPS_DST_NAT } else { 0 }));
+            let status = if dst_nat_only { dnat } else { 0 };
+            plans.push((family, only, (status, status)));
         }
     }
     for (family, only, status) in plans {
         let conn = run.host.netlink(NETLINK_NETFILTER).map_err(nl)?;
-        let each = |e: &ct_dump::CtEntry| {
+        let each = |n: &ct_dump::NatEntry| {
+            let e = &n.entry;
             let stale = stale_in[usize::from(e.orig_dst.is_ipv6())];
-            if stale && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
+            // ICMP entries (their id in place of ports) are for the SNAT grouping only.
+            if stale && !n.icmp && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
                 counter.add(&table, e);
             }
             if run.snat {
-                grouper.add(e);
+                grouper.add_nat(n);
             }
         };
-        match ct_dump::dump(conn, deadline, family, only, status, each) {
+        match ct_dump::dump_nat(conn, deadline, family, only, status, each) {
             Ok(_) => {}
             // The conntrack table itself changed under the dump (NLM_F_DUMP_INTR).
             Err(NlError::Changed(w)) => return Ok(Err(format!("the conntrack table changed during its dump ({w})"))),

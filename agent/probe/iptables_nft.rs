@@ -334,15 +334,16 @@ async fn legacy_save_and_services(
     let mut snat = super::snat::LegacySnatText::new(if v6 { Family::Ip6 } else { Family::Ip });
     let mut bad: Option<String> = None;
     // `-c`: the counters come with the table anyway (IPT_SO_GET_ENTRIES); the
-    // other decoders get each line as a save without -c prints it.
+    // source NAT rules take theirs from each line, the service table's
+    // decoder gets each line as a save without -c prints it.
     // The rules are appended to the reading itself (one list, never copied); a
     // failed save takes back what it added.
     let mut counted = rule_counters::LegacyLines::new(v6);
     counted.counters = std::mem::take(rules);
     let before = (counted.counters.rules.len(), counted.counters.undecoded);
     let run = run_save_with(ctx, ("legacy", label, command, &["-c"]), deadline, &mut |line| {
-        let line = counted.feed_line(line);
         snat.feed_line(line);
+        let line = counted.feed_line(line);
         if bad.is_none() {
             bad = text.feed_line(line).err();
         }

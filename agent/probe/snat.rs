@@ -1,6 +1,6 @@
 //! Source NAT: the translated source ports in use per (translated source,
-//! destination, destination port, protocol), counted from the conntrack dump
-//! the conntrack_stale probe streams (one dump per family for both), and the
+//! destination, destination port, protocol, conntrack zone), counted from the
+//! conntrack dumps the conntrack_stale probe streams, and the
 //! source NAT rules of nat POSTROUTING (MASQUERADE, SNAT) with or without
 //! `random-fully`.
 //!
@@ -10,6 +10,11 @@
 //! reply tuple unique (per conntrack zone: `nf_nat_used_tuple` in
 //! net/netfilter/nf_nat_core.c refuses a tuple already taken), so within a
 //! group each entry holds one distinct port and the entries are the ports in use.
+//! Two zones may each hold the same translated tuple: they are two groups,
+//! each with its own ports. ICMP has no ports: the NAT core keeps the echo id
+//! unique instead (`nf_nat_l4proto_unique_tuple`, ids 0-65535 unless a range
+//! is given), so an ICMP group is (translated source, destination, zone) and
+//! its ids in use, with port 0.
 //!
 //! Ports allowed: a rule's own range (`--to-ports`, `to :A-B`), else the NAT
 //! core's default (net/netfilter/nf_nat_core.c, `nf_nat_l4proto_unique_tuple`,
@@ -27,7 +32,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::netlink::ct_dump::CtEntry;
+use crate::netlink::ct_dump::{CtEntry, NatEntry, ICMP, ICMPV6};
 use crate::netlink::nft::Family;
 use crate::netlink::nft_snat::FoundRule;
 
@@ -46,9 +51,13 @@ pub struct SnatGroup {
     /// The translated source address (the node's, for MASQUERADE).
     pub source: IpAddr,
     pub destination: IpAddr,
+    /// 0 for ICMP (no ports: its ids are counted, see the module doc).
     pub port: u16,
     pub protocol: String,
-    /// Distinct translated source ports in use (= entries, see the module doc).
+    /// The conntrack zone (`CT --zone`); 0, the default, is not written.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zone: u16,
+    /// Distinct translated source ports (ICMP: ids) in use (= entries, see the module doc).
     pub ports_in_use: u64,
     /// The range the ports are taken from: `20000-20009`.
     pub range: String,
@@ -85,7 +94,7 @@ pub struct SnatRule {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SnatFacts {
-    /// Entries with the SRC_NAT status seen (ports-carrying protocols).
+    /// Entries with the SRC_NAT status seen (ports-carrying protocols and ICMP).
     pub entries: u64,
     /// Groups (all of them, even beyond the list).
     pub groups: u64,
@@ -104,8 +113,21 @@ pub struct SnatFacts {
     pub rule_errors: Vec<String>,
 }
 
-/// (translated source, destination, destination port, protocol).
-type GroupKey = (IpAddr, IpAddr, u16, u8);
+fn is_zero(z: &u16) -> bool {
+    *z == 0
+}
+
+/// The protocol's name as conntrack -p takes it.
+pub fn protocol_name(p: u8) -> String {
+    match p {
+        ICMP => "icmp".into(),
+        ICMPV6 => "icmpv6".into(),
+        p => super::service_endpoints::protocol_name(p),
+    }
+}
+
+/// (translated source, destination, destination port, protocol, zone).
+type GroupKey = (IpAddr, IpAddr, u16, u8, u16);
 
 /// Groups SRC_NAT entries as the dump streams them.
 #[derive(Debug, Default)]
@@ -122,12 +144,22 @@ pub struct Grouper {
 const MAX_DROPPED_TRACKED: usize = 10_000;
 
 impl Grouper {
+    /// An entry of the default zone.
     pub fn add(&mut self, e: &CtEntry) {
+        self.add_in(e, 0);
+    }
+
+    /// An entry of a dump, in its zone (ICMP: its id as the port).
+    pub fn add_nat(&mut self, n: &NatEntry) {
+        self.add_in(&n.entry, n.zone);
+    }
+
+    fn add_in(&mut self, e: &CtEntry, zone: u16) {
         if !e.src_nat() {
             return;
         }
         self.entries += 1;
-        let key = (e.reply_dst, e.reply_src, e.reply_sport, e.l4proto);
+        let key = (e.reply_dst, e.reply_src, e.reply_sport, e.l4proto, zone);
         let p = e.reply_dport;
         if let Some(g) = self.groups.get_mut(&key) {
             g.0 += 1;
@@ -154,20 +186,27 @@ impl Grouper {
         let mut top: Vec<SnatGroup> = self
             .groups
             .into_iter()
-            .map(|((source, destination, port, proto), (n, lo, hi))| {
+            .map(|((source, destination, port, proto, zone), (n, lo, hi))| {
                 let family = if source.is_ipv6() { Family::Ip6 } else { Family::Ip };
                 let ranges: Vec<(u16, u16)> = rules
                     .iter()
                     .filter(|r| r.family == family)
                     .filter_map(|r| r.action.ports)
                     .collect();
-                let ((a, b), from) = capacity(&ranges, lo, hi);
+                // ICMP: rules' port ranges are for ports-carrying protocols
+                // (iptables and nft take them with a protocol only); ids 0-65535.
+                let ((a, b), from) = if matches!(proto, ICMP | ICMPV6) {
+                    ((0, 65535), "default")
+                } else {
+                    capacity(&ranges, lo, hi)
+                };
                 let size = u64::from(b - a) + 1;
                 SnatGroup {
                     source,
                     destination,
                     port,
-                    protocol: super::service_endpoints::protocol_name(proto),
+                    protocol: protocol_name(proto),
+                    zone,
                     ports_in_use: n,
                     range: format!("{a}-{b}"),
                     range_size: size,
@@ -179,7 +218,7 @@ impl Grouper {
         top.sort_by(|a, b| {
             b.fill
                 .total_cmp(&a.fill)
-                .then_with(|| (a.source, a.destination, a.port).cmp(&(b.source, b.destination, b.port)))
+                .then_with(|| (a.source, a.destination, a.port, a.zone).cmp(&(b.source, b.destination, b.port, b.zone)))
         });
         let groups = top.len() as u64 + self.dropped_count;
         let max_fill = top.first().map(|g| g.fill);
@@ -311,8 +350,14 @@ impl LegacySnatText {
         }
     }
 
+    /// One line of the save, with its `[packets:bytes] ` prefix (`-c`) or without.
     pub fn feed_line(&mut self, line: &str) {
         let line = line.trim();
+        // `-c`: the rule's counter; not numbers, or no prefix: no counter (unknown, never 0).
+        let (packets, line) = match line.strip_prefix('[').and_then(|r| r.split_once("] ")) {
+            Some((counts, rule)) => (counts.split_once(':').and_then(|(p, _)| p.parse::<u64>().ok()), rule),
+            None => (None, line),
+        };
         if let Some(t) = line.strip_prefix('*') {
             self.in_nat = t == "nat";
             return;
@@ -377,7 +422,7 @@ impl LegacySnatText {
                         kind: if kind == "SNAT" { "SNAT" } else { "MASQUERADE" },
                         flags,
                         ports,
-                        packets: None,
+                        packets,
                     },
                 });
             }
@@ -587,6 +632,72 @@ mod tests {
                 ("192.168.0.2".into(), "20000-20009".into())
             ]
         );
+    }
+
+    #[test]
+    fn zones_are_groups_of_their_own_and_icmp_ids_are_counted() {
+        let mut g = Grouper::default();
+        let e = snat("192.168.0.2", "203.0.113.7", 443, 20000);
+        // The same translated tuple in zones 1 and 2: two groups of one port each.
+        for zone in [1, 2] {
+            g.add_nat(&NatEntry {
+                entry: e,
+                zone,
+                icmp: false,
+            });
+        }
+        let ping = |id: u16| NatEntry {
+            entry: CtEntry {
+                l4proto: ICMP,
+                orig_dport: 0,
+                reply_sport: 0,
+                reply_dport: id,
+                ..snat("192.168.0.2", "203.0.113.9", 0, 0)
+            },
+            zone: 0,
+            icmp: true,
+        };
+        for id in [7, 8, 9] {
+            g.add_nat(&ping(id));
+        }
+        let f = g.facts(&[rule(Family::Ip, Some((20000, 20009)))]);
+        assert_eq!((f.entries, f.groups), (5, 3));
+        let by: Vec<(String, u16, u16, u64, String)> = f
+            .top
+            .iter()
+            .map(|g| (g.protocol.clone(), g.port, g.zone, g.ports_in_use, g.range.clone()))
+            .collect();
+        assert_eq!(
+            by,
+            [
+                ("tcp".into(), 443, 1, 1, "20000-20009".into()),
+                ("tcp".into(), 443, 2, 1, "20000-20009".into()),
+                // ICMP: no rule's port range, the NAT core's ids.
+                ("icmp".into(), 0, 0, 3, "0-65535".into()),
+            ]
+        );
+        let json = serde_json::to_value(&f.top).unwrap();
+        assert_eq!(json[0]["zone"], 1);
+        assert!(json[2].get("zone").is_none(), "zone 0 is not written: {json}");
+    }
+
+    #[test]
+    fn legacy_counters_from_the_save_with_c() {
+        let mut t = LegacySnatText::new(Family::Ip);
+        for l in [
+            "*nat",
+            ":POSTROUTING ACCEPT [0:0]",
+            "[12:720] -A POSTROUTING -s 10.9.0.0/16 -j MASQUERADE",
+            "[x:1] -A POSTROUTING -j MASQUERADE --random-fully",
+            "-A POSTROUTING -j MASQUERADE --to-ports 1000-2000",
+        ] {
+            t.feed_line(l);
+        }
+        let r = t.finish().unwrap();
+        let got: Vec<(u32, Option<u64>)> = r.iter().map(|r| (r.position, r.action.packets)).collect();
+        // A counter that is not a number, or none: unknown, never 0.
+        assert_eq!(got, [(1, Some(12)), (2, None), (3, None)]);
+        assert_eq!(r[2].action.ports, Some((1000, 2000)));
     }
 
     #[test]

@@ -1113,36 +1113,149 @@ fn snat_ports_in_use_match_conntrack_and_masquerade_without_random_fully_is_repo
     assert!(finding_by(&doc, "snat_ports_near_exhaustion").is_none());
 }
 
-/// iptables-legacy's source NAT rules, from the iptables probe's own save
-/// (`iptables-legacy-save`, no `-c`): listed with their chain, position and
-/// random-fully, with no counter, so a rule without random-fully is reported
-/// as of unknown traffic (info), never as idle or as carrying traffic.
+/// Sends from the node, every `every` seconds (once when 0): one UDP datagram
+/// 10.252.1.1:40000 → 10.252.1.2:9999 with SO_MARK 1 and one with SO_MARK 2
+/// (the raw table puts them in conntrack zones 1 and 2: the same tuple twice),
+/// and one ICMP echo of id 0x4242 to 10.252.1.2.
+fn zoned_traffic(every: u32) -> String {
+    format!(
+        r#"
+import socket, struct, time
+def once():
+    for mark in (1, 2):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, 36, mark)  # SO_MARK
+        s.bind(("10.252.1.1", 40000))
+        s.sendto(b"x", ("10.252.1.2", 9999))
+        s.close()
+    body = struct.pack("!BBHHH", 8, 0, 0, 0x4242, 1)
+    c = 0
+    for i in range(0, len(body), 2):
+        c += (body[i] << 8) + body[i + 1]
+    c = (c >> 16) + (c & 0xffff)
+    c = ~(c + (c >> 16)) & 0xffff
+    r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    r.sendto(struct.pack("!BBHHH", 8, 0, c, 0x4242, 1), ("10.252.1.2", 0))
+    r.close()
+once()
+while {every} > 0:
+    time.sleep({every})
+    once()
+"#
+    )
+}
+
+/// Entries `conntrack -L` shows in `zone` (None: all) of `proto` source-NATed.
+fn src_nat_entries(ns: &Netns, proto: &str, zone: Option<u16>) -> u64 {
+    let mut args = vec!["-L".to_string(), "-p".into(), proto.into(), "--src-nat".into()];
+    if let Some(z) = zone {
+        args.extend(["--zone".into(), z.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = ns.command("conntrack", &args).stderr(Stdio::null()).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(proto))
+        .count() as u64
+}
+
+/// iptables-legacy's source NAT rules, from the iptables probe's own
+/// `iptables-legacy-save -c`, on the real kernel: listed with their chain,
+/// position, random-fully and counter; a MASQUERADE without random-fully
+/// whose counter moves between two readings is the warning (as on
+/// iptables-nft). The same run: two conntrack zones (raw `CT --zone`) holding
+/// the same translated UDP tuple are two groups, and an ICMP echo SNATed to
+/// another address is a group counted by its id, each equal to what
+/// `conntrack -L --src-nat` lists.
 #[test]
-fn legacy_masquerade_rules_are_listed_without_counters() {
-    if !common::can_run(&["ip", "iptables-legacy", "iptables-legacy-save", "conntrack"]) {
+fn legacy_masquerade_counter_moves_zones_apart_and_icmp_counted() {
+    if !common::can_run(&["ip", "iptables-legacy", "iptables-legacy-save", "conntrack", "python3"]) {
         return;
     }
     let _lock = common::global_lock();
     let node = Netns::new("snl");
+    let remote = Netns::new("snlr");
+    let veth = format!("pwsl{}", std::process::id() % 10_000);
+    node.exec_ok(
+        "ip",
+        &[
+            "link",
+            "add",
+            &veth,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &remote.name,
+        ],
+    );
+    node.exec_ok("ip", &["addr", "add", "10.252.1.1/24", "dev", &veth]);
+    node.exec_ok("ip", &["link", "set", &veth, "up"]);
+    remote.exec_ok("ip", &["addr", "add", "10.252.1.2/24", "dev", "eth0"]);
+    remote.exec_ok("ip", &["link", "set", "eth0", "up"]);
     for rule in [
-        "-N KUBE-POSTROUTING",
-        "-A POSTROUTING -m comment --comment kubernetes -j KUBE-POSTROUTING",
-        "-A KUBE-POSTROUTING -j MASQUERADE --random-fully",
-        "-A POSTROUTING -s 10.9.0.0/16 -p tcp -j MASQUERADE --to-ports 20000-20009",
-        "-N UNREACHED",
-        "-A UNREACHED -j MASQUERADE",
+        "-t nat -N KUBE-POSTROUTING",
+        "-t nat -A POSTROUTING -m comment --comment kubernetes -j KUBE-POSTROUTING",
+        "-t nat -A KUBE-POSTROUTING -s 10.9.0.0/16 -j MASQUERADE --random-fully",
+        "-t nat -A POSTROUTING -d 10.252.1.2 -p udp -j MASQUERADE --to-ports 20000-20009",
+        "-t nat -A POSTROUTING -d 10.252.1.2 -p icmp -j SNAT --to-source 10.252.1.100",
+        "-t nat -N UNREACHED",
+        "-t nat -A UNREACHED -j MASQUERADE",
+        "-t raw -A OUTPUT -m mark --mark 1 -j CT --zone 1",
+        "-t raw -A OUTPUT -m mark --mark 2 -j CT --zone 2",
     ] {
-        let mut args = vec!["-t", "nat"];
-        args.extend(rule.split(' '));
-        node.exec_ok("iptables-legacy", &args);
+        node.exec_ok("iptables-legacy", &rule.split(' ').collect::<Vec<_>>());
     }
-    let doc = check_json(&node);
-    let snat = &doc["facts"]["conntrack_stale"]["snat"];
-    let rules: Vec<(String, u64, bool, Value, Value)> = snat["rules"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no SNAT facts: {}", doc["probes"]["conntrack_stale"]))
+    let port = 9897;
+    let listen = format!("127.0.0.1:{port}");
+    let mut procs = vec![Proc(
+        node.command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
+            .args(common::NO_KUBE_PROXY)
+            .args(["--conntrack-stale.interval", "1s", "--iptables.interval", "1s"])
+            .args(["--iptables.save-interval", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )];
+    let wait = |what: &str, ok: &dyn Fn(&Value) -> bool| -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = Value::Null;
+        while Instant::now() < deadline {
+            if let Some(body) = ns_get(&node, port, "/snapshot") {
+                last = serde_json::from_str(&body).unwrap();
+                if ok(&last) {
+                    return last;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!(
+            "{what}: not within 30 s; snat facts: {} derived: {} probe: {}",
+            last["facts"]["conntrack_stale"]["snat"], last["derived"]["snat_rules"], last["probes"]["conntrack_stale"]
+        );
+    };
+    let legacy = |d: &Value| -> Vec<Value> {
+        d["derived"]["snat_rules"]["rules"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter(|r| r["backend"] == "iptables-legacy")
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Two readings of the counters, no traffic yet: known, not moving.
+    let doc = wait("two readings of the legacy counters", &|d| {
+        legacy(d).len() == 3 && legacy(d).iter().all(|r| r["packets_delta"] == 0)
+    });
+    let rules: Vec<(String, u64, bool, Value, Value)> = legacy(&doc)
         .iter()
-        .filter(|r| r["backend"] == "iptables-legacy")
         .map(|r| {
             (
                 r["chain"].as_str().unwrap().to_string(),
@@ -1161,20 +1274,82 @@ fn legacy_masquerade_rules_are_listed_without_counters() {
                 2,
                 false,
                 Value::from("20000-20009"),
-                Value::Null
+                Value::from(0)
             ),
-            ("KUBE-POSTROUTING".to_string(), 1, true, Value::Null, Value::Null),
+            ("POSTROUTING".to_string(), 3, false, Value::Null, Value::from(0)),
+            ("KUBE-POSTROUTING".to_string(), 1, true, Value::Null, Value::from(0)),
         ],
-        "{snat}"
+        "{}",
+        doc["facts"]["conntrack_stale"]["snat"]
     );
-    let f = finding_by(&doc, "masquerade_without_random_fully").expect("a rule without random-fully, traffic unknown");
-    assert_eq!(f["severity"], "info", "{f}");
+    let f = finding_by(&doc, "masquerade_without_random_fully").map(|f| f["severity"].clone());
+    assert_eq!(f, None, "counters known and not moving: nothing to say");
+
+    procs.push(spawn(&node, &zoned_traffic(5)));
+    let groups = |d: &Value| -> Vec<(String, u64, u64, u64, String)> {
+        d["facts"]["conntrack_stale"]["snat"]["top"]
+            .as_array()
+            .map(|t| {
+                let mut v: Vec<_> = t
+                    .iter()
+                    .filter(|g| g["destination"] == "10.252.1.2")
+                    .map(|g| {
+                        (
+                            g["protocol"].as_str().unwrap().to_string(),
+                            g["port"].as_u64().unwrap(),
+                            g["zone"].as_u64().unwrap_or(0),
+                            g["ports_in_use"].as_u64().unwrap(),
+                            g["range"].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect();
+                v.sort();
+                v
+            })
+            .unwrap_or_default()
+    };
+    let doc = wait("the counter moved, zones and ICMP grouped", &|d| {
+        groups(d).len() == 3
+            && finding_by(d, "masquerade_without_random_fully").is_some_and(|f| f["severity"] == "warning")
+    });
+    assert_eq!(
+        groups(&doc),
+        [
+            ("icmp".to_string(), 0, 0, 1, "0-65535".to_string()),
+            ("udp".to_string(), 9999, 1, 1, "20000-20009".to_string()),
+            ("udp".to_string(), 9999, 2, 1, "20000-20009".to_string()),
+        ],
+        "{}",
+        doc["facts"]["conntrack_stale"]["snat"]
+    );
+    for (proto, zone, want) in [("udp", Some(1), 1), ("udp", Some(2), 1), ("icmp", None, 1)] {
+        assert_eq!(
+            src_nat_entries(&node, proto, zone),
+            want,
+            "conntrack -L {proto} zone {zone:?}"
+        );
+    }
+    let g = &doc["facts"]["conntrack_stale"]["snat"]["top"];
+    let icmp = g.as_array().unwrap().iter().find(|g| g["protocol"] == "icmp").unwrap();
+    assert_eq!(icmp["source"], "10.252.1.100", "{icmp}");
+    let masq = finding_by(&doc, "masquerade_without_random_fully").unwrap();
+    let moved: Vec<(&Value, &Value)> = masq["evidence"]["rules_without_random_fully"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["packets_delta"].as_u64() > Some(0))
+        .map(|r| (&r["backend"], &r["position"]))
+        .collect();
     assert!(
-        f["remediation"][0]
+        moved.contains(&(&Value::from("iptables-legacy"), &Value::from(2))),
+        "{masq}"
+    );
+    assert!(
+        masq["remediation"][0]
             .as_str()
             .unwrap()
             .contains("iptables-legacy -t nat -L POSTROUTING"),
-        "{f}"
+        "{masq}"
     );
 }
 

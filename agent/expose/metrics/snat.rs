@@ -19,7 +19,7 @@ pub(super) fn snat(out: &Out, s: &Snapshot) {
     );
     one(
         "proxywatch_snat_entries",
-        "Conntrack entries with the SRC_NAT status (TCP, UDP, SCTP) at the latest conntrack_stale check.",
+        "Conntrack entries with the SRC_NAT status (TCP, UDP, SCTP, ICMP) at the latest conntrack_stale check.",
         f.entries as f64,
     );
     one(
