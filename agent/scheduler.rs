@@ -1082,9 +1082,9 @@ mod tests {
         let p = a.record(absent(), 1003.05, 3.05).unwrap();
         let (severity, ev) = down(&p);
         assert_eq!(severity, crate::evaluate::Severity::Info);
-        assert_eq!(ev["exited_seconds"], 1003.0);
+        assert_eq!(ev["exited_timestamp_seconds"], 1003.0);
         assert_eq!(ev["exited_pid"], 42);
-        assert_eq!(ev["absent_since_seconds"], 1003.0);
+        assert_eq!(ev["absent_since_timestamp_seconds"], 1003.0);
         let (_, wait) = a.recheck().unwrap();
         assert!((wait.as_secs_f64() - 29.95).abs() < 1e-6, "{wait:?}");
         // Read 29.9 s after the exit: still within the grace; 30 s after (and a float's): down.
@@ -1092,7 +1092,7 @@ mod tests {
         assert_eq!(down(&p).0, crate::evaluate::Severity::Info);
         let p = a.record(absent(), 1033.001, 33.001).unwrap();
         assert_eq!(down(&p).0, crate::evaluate::Severity::Critical);
-        assert_eq!(down(&p).1["exited_seconds"], 1003.0);
+        assert_eq!(down(&p).1["exited_timestamp_seconds"], 1003.0);
     }
 
     #[test]
