@@ -244,7 +244,13 @@ fn a_full_agent_run_changes_nothing() {
 
     // 1. check: every probe once, on the real host root and the real tools.
     let mut check = ns.command(bin, &["check", "--format", "json", "--node-name", "nse"]);
-    check.args(kube_proxy_flags).env_clear().env("PATH", &path);
+    // No grace: with kube-proxy's canary and no kube-proxy, check would wait 30 s re-reading
+    // kube-proxy's ports only (serve below runs every probe on its intervals anyway).
+    check
+        .args(kube_proxy_flags)
+        .args(["--kube-proxy.down-grace", "0s"])
+        .env_clear()
+        .env("PATH", &path);
     let out = check.stdin(Stdio::null()).output().unwrap();
     let doc: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
