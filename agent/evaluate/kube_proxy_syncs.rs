@@ -47,7 +47,7 @@ pub fn sync_failing(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Fi
         .remediation_owned(vec![
             "Service and endpoint changes are not reaching the kernel: the rules in place are the last ones that synced.".into(),
             "Read why: kubectl -n kube-system logs <kube-proxy pod on this node> --since=10m | grep -iE 'fail|restore|error'.".into(),
-            match super::xtables_lock::holder_line(s) {
+            match super::lock_holder::holder_line(s) {
                 Some(holder) => format!("The xtables lock is held by another process: {holder}. Other causes: iptables-restore of the other backend (see iptables_backend_mismatch), a kernel without a feature the nftables rules use."),
                 None => "Common causes: another process holding the xtables lock (iptables_lock_held names it, from /proc/locks), iptables-restore of the other backend (see iptables_backend_mismatch), a kernel without a feature the nftables rules use.".into(),
             },

@@ -13,6 +13,7 @@ mod ipvs;
 mod kernel;
 mod kube_proxy;
 mod kube_proxy_syncs;
+mod lock_holder;
 mod mode;
 mod neighbour;
 mod nftables_watch;

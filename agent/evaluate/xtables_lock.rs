@@ -2,18 +2,9 @@
 //! waiting for the lock) suffers: kube-proxy's `iptables-restore -w 5 -W 100000` gives up after
 //! 5 s ("Another app is currently holding the xtables lock"), so its syncs fail or lag.
 
+use super::lock_holder::is_kube_proxy;
 use super::{Finding, ModeDecision, ProxyMode, Severity, Thresholds};
-use crate::probe::xtables_lock::LockProcess;
 use crate::snapshot::Snapshot;
-
-/// Whether `p` is kube-proxy or one of its children (its `iptables-restore`).
-fn is_kube_proxy(s: &Snapshot, p: &LockProcess) -> bool {
-    let Some(kp) = s.facts.kube_proxy.as_ref().and_then(|k| k.process.as_ref()) else {
-        return false;
-    };
-    let pid = kp.pid;
-    p.process.pid.and_then(|x| i32::try_from(x).ok()) == Some(pid) || p.process.parent_pid == Some(pid)
-}
 
 /// What kube-proxy's syncs show now: failing, slow or late (None: fine or not seen).
 fn kube_proxy_suffers(s: &Snapshot, t: &Thresholds, mode: &ModeDecision) -> Option<&'static str> {
@@ -99,27 +90,13 @@ pub fn held(s: &Snapshot, t: &Thresholds, mode: &ModeDecision) -> Option<Finding
     )
 }
 
-/// The holder, in the words other findings' remediations use: `flock (PID 42) ... for 12 s`.
-pub(super) fn holder_line(s: &Snapshot) -> Option<String> {
-    let f = s.facts.xtables_lock.as_ref()?;
-    let h = f.holder.as_ref()?;
-    if is_kube_proxy(s, h) {
-        return None;
-    }
-    let held = s.derived.xtables_lock.as_ref().map_or(0.0, |h| h.held_seconds);
-    Some(format!(
-        "{} has held {} for {held:.0} s (see iptables_lock_held)",
-        h.process.describe(),
-        f.path
-    ))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::lock_holder::holder_line;
     use super::*;
     use crate::evaluate::test_support::{healthy, judge};
     use crate::history::xtables_lock::XtablesLockHold;
-    use crate::probe::xtables_lock::XtablesLockFacts;
+    use crate::probe::xtables_lock::{LockProcess, XtablesLockFacts};
     use crate::watch::attribute::Writer;
 
     fn locked(pid: u32, parent: i32, held: f64, waiters: u32) -> Snapshot {

@@ -174,7 +174,7 @@ pub struct SaveText {
     /// The Service names whose ports are kept (the service_traffic probe's targets).
     names: Vec<String>,
     /// The ClusterIP ports and NodePorts of those names, as kube-proxy's comments say.
-    pub named: Vec<crate::probe::service_traffic::NamedPort>,
+    pub named: Vec<super::names::NamedPort>,
 }
 
 impl SaveText {
@@ -230,9 +230,7 @@ impl SaveText {
         })?;
         if self.table == "nat" && !self.names.is_empty() {
             let v6 = self.ipt.family == Family::Ip6;
-            if let Some((name, svc, link)) =
-                crate::probe::service_traffic::iptables_entry(chain, comment.as_deref(), &f, v6)
-            {
+            if let Some((name, svc, link)) = super::names::iptables_entry(chain, comment.as_deref(), &f, v6) {
                 if self.names.iter().any(|n| n == name) {
                     self.named.push((name.to_string(), svc, link.to_string()));
                 }
@@ -352,18 +350,18 @@ type LegacySlot = Option<Result<(u64, std::sync::Arc<ServiceTable>), String>>;
 pub struct LegacyMemory {
     slots: std::sync::Mutex<[LegacySlot; 2]>,
     /// Per family, the service_traffic targets' ports in the latest save ([`SaveText::named`]).
-    named: std::sync::Mutex<[Vec<crate::probe::service_traffic::NamedPort>; 2]>,
+    named: std::sync::Mutex<[Vec<super::names::NamedPort>; 2]>,
 }
 
 impl LegacyMemory {
-    pub fn put_named(&self, v6: bool, named: Vec<crate::probe::service_traffic::NamedPort>) {
+    pub fn put_named(&self, v6: bool, named: Vec<super::names::NamedPort>) {
         if let Ok(mut s) = self.named.lock() {
             s[usize::from(v6)] = named;
         }
     }
 
     /// The service_traffic targets' ports in both families' latest saves.
-    pub fn named(&self) -> Vec<crate::probe::service_traffic::NamedPort> {
+    pub fn named(&self) -> Vec<super::names::NamedPort> {
         self.named.lock().map(|s| s.concat()).unwrap_or_default()
     }
 

@@ -40,6 +40,7 @@
 
 pub mod iptables;
 pub mod ipvs;
+pub mod names;
 pub mod nftables;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

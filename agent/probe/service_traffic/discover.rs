@@ -6,76 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::super::service_endpoints::iptables::{IptEndpoints, LegacyMemory};
+use super::super::service_endpoints::names::{iptables_entry, link_of_chain, name_of_chain, NamedPort};
 use super::super::service_endpoints::nftables::{self, NftEndpoints};
-use super::super::service_endpoints::{ServicePort, ServiceTable};
+use super::super::service_endpoints::ServiceTable;
 use crate::host::Host;
 use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Tally};
-use crate::netlink::nft_expr::RuleFacts;
 use crate::netlink::{NlError, NETLINK_NETFILTER};
-
-/// A Service's name from kube-proxy's `KUBE-SERVICES` comment
-/// (`ns/name:port cluster IP`, `ns/name cluster IP`).
-pub fn name_of_comment(comment: &str) -> Option<&str> {
-    let first = comment.split_whitespace().next()?;
-    let name = first.split(':').next()?;
-    name.contains('/').then_some(name)
-}
-
-/// A Service's name from an nftables chain (`service-HASH-ns/name/proto/port`,
-/// `external-HASH-...`).
-pub fn name_of_chain(chain: &str) -> Option<&str> {
-    let rest = chain
-        .strip_prefix("service-")
-        .or_else(|| chain.strip_prefix("external-"))?;
-    let (_hash, rest) = rest.split_once('-')?;
-    let mut parts = rest.splitn(3, '/');
-    let (ns, name) = (parts.next()?, parts.next()?);
-    parts.next()?;
-    rest.get(..ns.len() + 1 + name.len())
-}
-
-/// The hash a Service port's chains share: `KUBE-SVC-X` / `KUBE-EXT-X`
-/// (iptables), `service-X-...` / `external-X-...` (nftables). It pairs a
-/// Service port's ClusterIP with its NodePort.
-pub fn link_of_chain(chain: &str) -> Option<&str> {
-    for prefix in ["KUBE-SVC-", "KUBE-EXT-", "KUBE-XLB-"] {
-        if let Some(hash) = chain.strip_prefix(prefix) {
-            return Some(hash);
-        }
-    }
-    let rest = chain
-        .strip_prefix("service-")
-        .or_else(|| chain.strip_prefix("external-"))?;
-    Some(rest.split_once('-')?.0)
-}
-
-/// A Service port found by name: (`ns/name`, its ClusterIP port or NodePort, [`link_of_chain`]).
-pub type NamedPort = (String, ServicePort, String);
-
-/// The Service port of one of kube-proxy's iptables entry rules, by its
-/// comment: a `KUBE-SERVICES` rule of a ClusterIP (`ns/name:port cluster IP`)
-/// or a `KUBE-NODEPORTS` rule (`ns/name:port`), with the link of the chain it
-/// jumps to. iptables-nft (netlink) and iptables-legacy (save text) alike.
-pub fn iptables_entry<'a>(
-    chain: &str,
-    comment: Option<&'a str>,
-    f: &'a RuleFacts,
-    v6: bool,
-) -> Option<(&'a str, ServicePort, &'a str)> {
-    let (comment, port, protocol) = (comment?, f.dport?, f.l4proto?);
-    let link = f.jumps.iter().find_map(|j| link_of_chain(j))?;
-    let svc = match chain {
-        "KUBE-SERVICES" if comment.ends_with(" cluster IP") => ServicePort {
-            address: f.daddr?,
-            port,
-            protocol,
-        },
-        "KUBE-NODEPORTS" => ServicePort::node_port(v6, protocol, port),
-        _ => return None,
-    };
-    Some((name_of_comment(comment)?, svc, link))
-}
 
 /// One family's walk: kube-proxy's service table, and the service ports of the wanted names.
 struct Walk<'a> {
@@ -272,7 +209,10 @@ pub(super) fn with_legacy(found: Arc<Found>, legacy: &LegacyMemory) -> Arc<Found
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::service_endpoints::names::name_of_comment;
+    use super::super::super::service_endpoints::ServicePort;
     use super::*;
+    use crate::netlink::nft_expr::RuleFacts;
 
     #[test]
     fn names_in_kube_proxys_rules() {

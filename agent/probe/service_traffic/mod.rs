@@ -42,11 +42,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::service_endpoints::names::{iptables_entry, link_of_chain, name_of_chain, name_of_comment, NamedPort};
 use super::service_endpoints::{service_label, socket, ServicePort, ServiceTable};
 use super::{Deadline, ProbeContext, ProbeError, Probed};
 use crate::netlink::{ct_dump, NlError, NETLINK_NETFILTER};
 use attempt::{attempt, Outcome};
-pub use discover::{iptables_entry, link_of_chain, name_of_chain, name_of_comment, Found, NamedPort, TrafficMemory};
+pub use discover::{Found, TrafficMemory};
 
 /// `--service-traffic.target` flags read, at most.
 pub const MAX_TARGETS: usize = 20;
