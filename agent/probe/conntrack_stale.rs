@@ -52,13 +52,11 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::service_endpoints::iptables::IptEndpoints;
-use super::service_endpoints::nftables::{self, NftEndpoints};
+use super::service_endpoints::BothLayouts;
 use super::service_endpoints::{protocol_name, service_label, socket, ServicePort, ServiceTable};
 use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
-use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
-use crate::netlink::nft_count::Tally;
+use crate::netlink::nft::Family;
 use crate::netlink::{ct_dump, nft_count, NlError, NETLINK_NETFILTER};
 
 /// Distinct (service, dead endpoint) pairs counted one by one.
@@ -195,47 +193,6 @@ fn generation(host: &Host, deadline: Instant) -> Result<u32, NlError> {
     nft_count::generation(host.netlink(NETLINK_NETFILTER)?, deadline)
 }
 
-/// One family's walk of both kube-proxy layouts in nf_tables.
-struct Walk {
-    ipt: IptEndpoints,
-    nft: NftEndpoints,
-}
-
-impl Tally for Walk {
-    fn wants(&self, table: &str) -> bool {
-        self.ipt.wants(table) || self.nft.wants(table)
-    }
-
-    fn table(&mut self, _: &str) {}
-
-    fn chain(&mut self, _: &Chain<'_>) -> Result<(), NlError> {
-        Ok(())
-    }
-
-    fn rule(&mut self, r: &Rule<'_>) -> Result<(), NlError> {
-        if r.table == nftables::TABLE {
-            self.nft.rule(r)
-        } else {
-            self.ipt.rule(r)
-        }
-    }
-
-    fn set(&mut self, s: &Set<'_>) -> bool {
-        s.table == nftables::TABLE && self.nft.set(s)
-    }
-
-    fn elements(&mut self, _: &str, _: &str, _: u64) {}
-
-    fn element_detail(&self) -> bool {
-        true
-    }
-
-    /// Only sets of `kube-proxy` get here ([`Walk::set`]).
-    fn element(&mut self, set: &str, e: Element<'_>) -> Result<(), NlError> {
-        self.nft.element(set, e)
-    }
-}
-
 /// The nf_tables service table at the current generation (both families, one
 /// generation): read again, up to [`nft_count::ATTEMPTS`] times, when a commit
 /// fell between the two families' walks.
@@ -259,9 +216,8 @@ fn nf_table_once(host: &Host, memory: &StaleMemory, deadline: Instant) -> Result
     let mut gens = Vec::new();
     for family in [Family::Ip, Family::Ip6] {
         let plan = nft_count::Plan { family, sets: true };
-        let c = nft_count::count(&mut || host.netlink(NETLINK_NETFILTER), plan, deadline, &|| Walk {
-            ipt: IptEndpoints::new(family),
-            nft: NftEndpoints::new(family),
+        let c = nft_count::count(&mut || host.netlink(NETLINK_NETFILTER), plan, deadline, &|| {
+            BothLayouts::new(family)
         })?;
         gens.push(c.generation);
         for (name, t) in [

@@ -38,6 +38,7 @@
 //! compared with conntrack, and a port one source decodes and another does
 //! not is undecoded.
 
+pub mod both;
 pub mod iptables;
 pub mod ipvs;
 pub mod names;
@@ -49,6 +50,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::nft_expr::SourceGuard;
+pub use both::BothLayouts;
 
 /// A service port: the address clients send to, its port and L4 protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
