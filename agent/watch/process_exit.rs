@@ -126,17 +126,30 @@ mod tests {
         Arc::new(crate::probe::test_context(crate::host::Host::new("/")))
     }
 
-    /// A child of the test exits: the watch says so with the time it saw it, once, and watches
-    /// the next process the probe names. The test reaps its own child (the agent reaps none).
-    #[tokio::test]
-    async fn an_exit_is_reported_once_with_its_time() {
+    /// The watch started (its first word said), and a child of the test with its PID and start
+    /// time, not yet named to the watch.
+    async fn watch_started_with_a_child() -> (
+        Arc<ProbeContext>,
+        tokio::sync::mpsc::Receiver<Event>,
+        std::process::Child,
+        i32,
+        f64,
+    ) {
         let ctx = live_ctx();
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);
         start(ctx.clone(), tx);
         assert_eq!(rx.recv().await, Some(Event::ExitWatching));
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id() as i32;
         let started = start_time(&ctx.host, pid).unwrap();
+        (ctx, rx, child, pid, started)
+    }
+
+    /// A child of the test exits: the watch says so with the time it saw it, once, and watches
+    /// the next process the probe names. The test reaps its own child (the agent reaps none).
+    #[tokio::test]
+    async fn an_exit_is_reported_once_with_its_time() {
+        let (ctx, mut rx, mut child, pid, started) = watch_started_with_a_child().await;
         ctx.memory.found_kube_proxy(Some(WatchedProcess {
             pid,
             start_time_seconds: started,
@@ -168,13 +181,7 @@ mod tests {
     /// A PID whose start time is not the one the probe found (reused) is not watched.
     #[tokio::test]
     async fn a_reused_pid_is_not_watched() {
-        let ctx = live_ctx();
-        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-        start(ctx.clone(), tx);
-        assert_eq!(rx.recv().await, Some(Event::ExitWatching));
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        let pid = child.id() as i32;
-        let started = start_time(&ctx.host, pid).unwrap();
+        let (ctx, mut rx, mut child, pid, started) = watch_started_with_a_child().await;
         ctx.memory.found_kube_proxy(Some(WatchedProcess {
             pid,
             start_time_seconds: started - 100.0,
