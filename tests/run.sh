@@ -11,9 +11,11 @@
 #                        cpio, kmod (depmod), binutils (strip), xz-utils
 #   2. cargo fmt --check, cargo clippy -D warnings
 #   3. cargo test        unit tests, fixture nodes, real-kernel tests in
-#                        network namespaces, the end-to-end Prometheus test
+#                        network namespaces, the end-to-end Prometheus test;
+#                        stages 4, 5 and the image build run beside it (they
+#                        neither need a test nor are needed by one), niced
 #   4. fuzz              every cargo-fuzz target for a fixed number of runs
-#                        (fuzz/ci.sh; installs cargo-fuzz, pinned)
+#                        (fuzz/ci.sh: plain cargo with cargo-fuzz's flags)
 #   5. manifests         tests/manifests/check.sh (promtool rules tests,
 #                        kubernetes-validate, checkov, hadolint, dashboard)
 #   6. image             tests/image/: builds the Dockerfile unchanged with podman
@@ -83,28 +85,55 @@ echo "=== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 
 stage_done fmt+clippy
-echo "=== cargo test"
+echo "=== cargo test: build"
+CI=${CI:-} cargo test --locked --all-targets --no-run 2>&1
+stage_done test-build
+
+# Stages 4, 5 and the image build need no test and no test needs them, while the
+# tests mostly wait (on kernels, timers, Prometheus' rule evaluations): so they run
+# beside the tests, one after the other, under nice so that the tests keep the CPU
+# they ask for. Their output is printed whole when the tests are done.
+SIDE_LOG=$(mktemp /tmp/proxywatch-side-stages.XXXXXX)
+SIDE_TIMES=$(mktemp /tmp/proxywatch-side-times.XXXXXX)
+side_stages() {
+    local t=$SECONDS
+    if [ "${PROXYWATCH_SKIP_FUZZ:-}" != 1 ]; then
+        echo "=== fuzz targets, fixed runs"
+        nice -n 10 bash fuzz/ci.sh || return 1
+        echo "fuzz $((SECONDS - t)) s" >>"$SIDE_TIMES"; t=$SECONDS
+    fi
+    if [ "${PROXYWATCH_SKIP_MANIFESTS:-}" != 1 ]; then
+        echo "=== manifests, Dockerfile, alert rules"
+        nice -n 10 bash tests/manifests/check.sh || return 1
+        echo "manifests $((SECONDS - t)) s" >>"$SIDE_TIMES"; t=$SECONDS
+    fi
+    if [ "${PROXYWATCH_SKIP_IMAGE:-}" != 1 ]; then
+        echo "=== image: build the Dockerfile"
+        nice -n 10 bash tests/image/build.sh || return 1
+        echo "image-build $((SECONDS - t)) s" >>"$SIDE_TIMES"
+    fi
+}
+side_stages >"$SIDE_LOG" 2>&1 &
+SIDE_PID=$!
+
+echo "=== cargo test (fuzz, manifests and the image build run beside it)"
 # One test binary at a time (cargo's default); tests that share global state
 # also take a file lock (tests/common).
-CI=${CI:-} cargo test --locked --all-targets 2>&1
+test_rc=0
+CI=${CI:-} cargo test --locked --all-targets 2>&1 || test_rc=$?
 stage_done test
-
-if [ "${PROXYWATCH_SKIP_FUZZ:-}" != 1 ]; then
-    echo "=== fuzz targets, fixed runs"
-    bash fuzz/ci.sh
-    stage_done fuzz
-fi
-
-if [ "${PROXYWATCH_SKIP_MANIFESTS:-}" != 1 ]; then
-    echo "=== manifests, Dockerfile, alert rules"
-    bash tests/manifests/check.sh
-    stage_done manifests
-fi
+side_rc=0
+wait "$SIDE_PID" || side_rc=$?
+echo "=== beside the tests: fuzz, manifests, image build"
+cat "$SIDE_LOG"
+while read -r line; do TIMES+=("($line beside)"); done <"$SIDE_TIMES"
+rm -f "$SIDE_LOG" "$SIDE_TIMES"
+stage_done wait-beside
+[ "$test_rc" = 0 ] || { echo "tests/run.sh: cargo test failed (exit $test_rc)" >&2; exit "$test_rc"; }
+[ "$side_rc" = 0 ] || { echo "tests/run.sh: a stage run beside the tests failed (above)" >&2; exit "$side_rc"; }
 
 if [ "${PROXYWATCH_SKIP_IMAGE:-}" != 1 ]; then
-    echo "=== image: build the Dockerfile, run it like the DaemonSet"
-    bash tests/image/build.sh
-    stage_done image-build
+    echo "=== image: run it like the DaemonSet"
     bash tests/image/run.sh
     stage_done image-run
     bash tests/image/selftest.sh
