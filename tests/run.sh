@@ -21,7 +21,8 @@
 #   6. image             tests/image/: builds the Dockerfile unchanged with podman
 #                        (runc, debootstrapped base images, no registry), runs it
 #                        with the flags manifests/daemonset.yaml gives it and checks
-#                        it, then checks that deliberate breaks are caught; work
+#                        it, then checks that deliberate breaks are caught, and
+#                        runs the NPD plugin in a bookworm root filesystem; work
 #                        folder /var/tmp/proxywatch-image (PROXYWATCH_IMAGE_WORK)
 #   7. host guard        tests/tools/host_guard.sh: the initial network namespace's
 #                        netfilter sysctls, rule sets and modules as recorded before
@@ -110,7 +111,10 @@ side_stages() {
     if [ "${PROXYWATCH_SKIP_IMAGE:-}" != 1 ]; then
         echo "=== image: build the Dockerfile"
         nice -n 10 bash tests/image/build.sh || return 1
-        echo "image-build $((SECONDS - t)) s" >>"$SIDE_TIMES"
+        echo "image-build $((SECONDS - t)) s" >>"$SIDE_TIMES"; t=$SECONDS
+        echo "=== the NPD plugin in a bookworm root filesystem (NPD's base)"
+        nice -n 10 bash tests/image/npd_bookworm.sh target/debug/proxywatch || return 1
+        echo "npd-bookworm $((SECONDS - t)) s" >>"$SIDE_TIMES"
     fi
 }
 side_stages >"$SIDE_LOG" 2>&1 &

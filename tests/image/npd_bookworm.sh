@@ -9,7 +9,8 @@
 #   sudo bash tests/image/npd_bookworm.sh [BINARY]    (default target/release/proxywatch, else target/debug)
 #
 # Needs root (debootstrap, chroot). Measured: 41 s with build.sh's package cache (the debootstrap),
-# 0.5 s once the tree is there; under 20 ms per plugin run. Not in tests/run.sh (CI's time). Env: PROXYWATCH_IMAGE_WORK as build.sh.
+# 0.5 s once the tree is there; under 20 ms per plugin run. tests/run.sh runs it after the image
+# build, beside the tests, on the debug binary. Env: PROXYWATCH_IMAGE_WORK as build.sh.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [ "$(id -u)" = 0 ] || die "run as root (debootstrap, chroot)"
