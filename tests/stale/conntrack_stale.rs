@@ -11,7 +11,7 @@
 //! service (the NodePort on the node address it was sent to), raise the
 //! finding after two checks (critical: udp/53), and resolve after
 //! `conntrack -D`. A flow DNATed to the removed pod through a non-service
-//! address is never counted. IPVS mode is proven in a VM (tests/vm_kernel.rs).
+//! address is never counted. IPVS mode is proven in a VM (tests/vm/vm_kernel.rs).
 use crate::common;
 
 use std::process::{Child, Stdio};

@@ -2,11 +2,11 @@
 //! scripts on a temporary host root, through the `/proc/net/ip_vs` fallback,
 //! against a real `kube-ipvs0` interface in a network namespace, and on a
 //! fixture node in IPVS mode whose modules are missing. A real IPVS kernel is
-//! tests/vm_kernel.rs's.
+//! tests/vm/vm_kernel.rs's.
 //!
 //! Expected numbers are computed here from the fixture files with simple,
 //! independent line counting, never taken from the agent's own parsers.
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -80,7 +80,7 @@ fn check(host_root: Option<&Path>, path: impl Into<OsString>, extra: &[&str]) ->
 }
 
 // ---------------------------------------------------------------------------
-// 1. A real kernel: tests/vm_kernel.rs boots Debian's kernel in a VM, with IPVS
+// 1. A real kernel: tests/vm/vm_kernel.rs boots Debian's kernel in a VM, with IPVS
 // loaded (the table against ipvsadm, both sources) and with IPVS available as
 // modules but not loaded (absent, ipvsadm never run, no module loaded). The
 // tests that used this machine's kernel could only ever run one way here.

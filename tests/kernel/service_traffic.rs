@@ -10,7 +10,7 @@
 //! `--try-services` the agent creates no conntrack entry toward the Services;
 //! `compare` of `baseline save --try-services` before and after the loss says
 //! worse for the API server's connect time.
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};

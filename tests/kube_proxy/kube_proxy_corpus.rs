@@ -13,7 +13,7 @@
 //!   have (10.180.9.9) is, per (service, endpoint) group; entries to a
 //!   non-service address are never counted: 0 false stale, 0 missed, on the
 //!   legacy backend too (decoded from the iptables probe's own save).
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::{Child, Stdio};

@@ -12,7 +12,7 @@
 //! The node is the `healthy-iptables` fixture; for 3 it is a copy of it whose `proc/<pid>` are
 //! symlinks to the real processes the test starts (and `proc/stat` the real one, for their
 //! start times), so the other probes see a healthy node whatever this machine is.
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -7,7 +7,7 @@
 //! `python3` (and `nft` for the nftables test): skipped without them, except
 //! with CI=true, where a missing prerequisite fails the test.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //!
 //! Expected numbers are computed here from the fixture text, with the test's own bucket parsing
 //! and `histogram_quantile`, never by the agent's parsers.
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

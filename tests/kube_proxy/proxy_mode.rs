@@ -4,7 +4,7 @@
 //! network namespace, IPVS state from a fixture host root), nftables-migration
 //! blockers from kube-proxy's counters, and the runbook's mode switch replayed
 //! with `baseline save` and `compare`.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -4,7 +4,7 @@
 //! empty conntrack table and its own statistics), so exact values can be
 //! asserted. Needs root, `ip` and `conntrack`; some tests also need `nft`,
 //! `python3` (raw sockets for invalid packets) and `promtool`. See docs/testing.md.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};

@@ -8,7 +8,7 @@
 //!    reads it from the real cgroupfs. Needs root; skipped (failed under CI=true) without it.
 //!
 //! The probes other than kube_proxy read the healthy fixture node, so nothing else fires.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

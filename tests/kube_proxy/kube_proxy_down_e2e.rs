@@ -18,7 +18,7 @@
 //! Needs root, `ip`, `iptables-nft-restore`, `nft`, `prometheus` and `python3` with PyYAML.
 //! About 2 minutes: ProxywatchKubeProxyDown has `for: 1m`, the production value. Logs in
 //! `target/e2e-logs/kube_proxy_down_e2e/`.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -14,9 +14,9 @@
 //!
 //! Honest limits: on a kernel built without module support (CONFIG_MODULES=n,
 //! no /proc/modules) nothing can load a module, so the /sys/module comparison
-//! cannot fail there; the test says so on stderr. tests/vm_kernel.rs shows it
+//! cannot fail there; the test says so on stderr. tests/vm/vm_kernel.rs shows it
 //! on a kernel whose IPVS and nf_tables modules are available but not loaded.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
