@@ -11,7 +11,8 @@
 #                        cpio, kmod (depmod), binutils (strip), xz-utils
 #   2. cargo fmt --check, cargo clippy -D warnings
 #   3. cargo test        unit tests, fixture nodes, real-kernel tests in
-#                        network namespaces, the end-to-end Prometheus test
+#                        network namespaces, the end-to-end Prometheus test: built
+#                        once, then 3 test binaries at a time (PROXYWATCH_TEST_JOBS)
 #   4. fuzz              every cargo-fuzz target for a fixed number of runs
 #                        (fuzz/ci.sh; installs cargo-fuzz, pinned)
 #   5. manifests         tests/manifests/check.sh (promtool rules tests,
@@ -84,9 +85,14 @@ cargo clippy --all-targets --locked -- -D warnings
 
 stage_done fmt+clippy
 echo "=== cargo test"
-# One test binary at a time (cargo's default); tests that share global state
-# also take a file lock (tests/common).
-CI=${CI:-} cargo test --locked --all-targets 2>&1
+# Built once, then the unit tests and the 8 harnesses (tests/<group>/main.rs) run
+# PROXYWATCH_TEST_JOBS at a time (3), each one's output printed whole when it ends
+# (tests/tools/run_test_binaries.py); tests that must not overlap take a lock that
+# holds across binaries (tests/common: global_lock, live_proc_lock, kube_proxy_process_lock).
+TEST_BINS=$(mktemp /tmp/proxywatch-test-binaries.XXXXXX)
+CI=${CI:-} cargo test --locked --all-targets --no-run --message-format=json-render-diagnostics > "$TEST_BINS"
+CI=${CI:-} python3 tests/tools/run_test_binaries.py < "$TEST_BINS"
+rm -f "$TEST_BINS"
 stage_done test
 
 if [ "${PROXYWATCH_SKIP_FUZZ:-}" != 1 ]; then

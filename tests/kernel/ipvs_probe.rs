@@ -64,6 +64,8 @@ fn check(host_root: Option<&Path>, path: impl Into<OsString>, extra: &[&str]) ->
     if let Some(root) = host_root {
         cmd.arg("--host-root").arg(root);
     }
+    // On the real host the agent reads the live /proc (no other test's kube-proxy meanwhile).
+    let _live = host_root.is_none().then(common::live_proc_lock);
     let out = cmd
         .args(common::NO_KUBE_PROXY)
         .args(extra)

@@ -238,6 +238,8 @@ impl Drop for Busy {
 
 #[test]
 fn a_real_cgroup_throttles_a_busy_kube_proxy() {
+    // Processes named kube-proxy: no other test's agent reads the live /proc meanwhile.
+    let _kube_proxy = common::kube_proxy_process_lock();
     if !common::can_run(&[]) {
         return;
     }

@@ -576,6 +576,8 @@ fn impostor_binary() -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn a_process_named_kube_proxy_that_serves_nothing_is_not_critical() {
+    // Processes named kube-proxy: no other test's agent reads the live /proc meanwhile.
+    let _kube_proxy = common::kube_proxy_process_lock();
     let (_bin_dir, binary) = impostor_binary();
     let impostor = Impostor::start(&binary);
     let node = node_with_processes(&[impostor.pid()]);
@@ -611,6 +613,8 @@ fn a_process_named_kube_proxy_that_serves_nothing_is_not_critical() {
 
 #[test]
 fn two_processes_named_kube_proxy_are_ambiguous_until_metrics_tell() {
+    // Processes named kube-proxy: no other test's agent reads the live /proc meanwhile.
+    let _kube_proxy = common::kube_proxy_process_lock();
     let (_bin_dir, binary) = impostor_binary();
     let older = Impostor::start(&binary);
     // Start times agree within 2 s at most: the second must start clearly later.

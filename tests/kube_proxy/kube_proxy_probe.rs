@@ -844,6 +844,8 @@ fn now_seconds() -> f64 {
 
 #[test]
 fn real_process_facts_and_restart() {
+    // Processes named kube-proxy: no other test's agent reads the live /proc meanwhile.
+    let _kube_proxy = common::kube_proxy_process_lock();
     let others = kube_proxy_pids();
     if !others.is_empty() {
         let msg = format!("processes named kube-proxy already run here ({others:?}): the probe could pick them");
