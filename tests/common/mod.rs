@@ -677,6 +677,154 @@ pub fn http_get_in(ns: &Netns, addr: SocketAddr, path: &str) -> Result<(u16, Str
 }
 
 // ---------------------------------------------------------------------------
+// The agent's one-shot `check`.
+
+/// `proxywatch check --format json` as a test runs it: with the given arguments and
+/// environment, inside a test's netns or through a launcher (`wrap`) when asked; `run` waits
+/// for it and returns its exit code, output and parsed JSON. On the host root (no
+/// `--host-root` of its own) it holds `live_proc_lock` while it runs.
+pub struct Check {
+    wrap: Vec<OsString>,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    env_clear: bool,
+    netns: Option<String>,
+    current_dir: Option<PathBuf>,
+    format: String,
+}
+
+/// What a `check` run printed and returned.
+pub struct Checked {
+    /// The exit code (-1 when killed by a signal).
+    pub code: i32,
+    /// stdout parsed, for `--format json` (the default); Null for another format.
+    pub doc: serde_json::Value,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Default for Check {
+    fn default() -> Self {
+        Check::new()
+    }
+}
+
+impl Check {
+    pub fn new() -> Check {
+        Check {
+            wrap: Vec::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_clear: false,
+            netns: None,
+            current_dir: None,
+            format: "json".into(),
+        }
+    }
+
+    /// `--format text` (or another): `run` then leaves `doc` Null.
+    pub fn format(mut self, format: &str) -> Check {
+        self.format = format.into();
+        self
+    }
+
+    pub fn host_root(self, root: impl AsRef<OsStr>) -> Check {
+        self.arg("--host-root").arg(root)
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Check {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, args: I) -> Check {
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// No inherited environment (clap reads PROXYWATCH_*): only what `env` adds.
+    pub fn env_clear(mut self) -> Check {
+        self.env_clear = true;
+        self
+    }
+
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Check {
+        self.env.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Check {
+        self.current_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Runs it inside `ns` (`ip netns exec`).
+    pub fn in_netns(self, ns: &Netns) -> Check {
+        self.in_netns_named(&ns.name)
+    }
+
+    /// The same by the namespace's name (from a thread that has no `Netns`).
+    pub fn in_netns_named(mut self, name: &str) -> Check {
+        self.netns = Some(name.to_string());
+        self
+    }
+
+    /// Runs it through a launcher that execs it (`setpriv ... --`, `unshare ...`).
+    pub fn wrap<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, launcher: I) -> Check {
+        self.wrap.extend(launcher.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// The command line, to run by hand (to time it or feed its stdin).
+    pub fn command(&self) -> Command {
+        let mut line: Vec<OsString> = Vec::new();
+        if let Some(ns) = &self.netns {
+            line.push(which("ip").expect("`ip` on PATH").into());
+            line.extend(["netns", "exec", ns].map(OsString::from));
+        }
+        line.extend(self.wrap.iter().cloned());
+        line.push(binary().into());
+        let mut cmd = Command::new(&line[0]);
+        cmd.args(&line[1..]);
+        cmd.arg("check").arg("--format").arg(&self.format).args(&self.args);
+        if self.env_clear {
+            cmd.env_clear();
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(dir) = &self.current_dir {
+            cmd.current_dir(dir);
+        }
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs it to its end; panics if it panicked or, for JSON, printed no JSON document.
+    pub fn run(self) -> Checked {
+        let _live = reads_live_root(self.args.iter().map(OsString::as_os_str), &self.env).then(live_proc_lock);
+        let out = self.command().output().expect("run proxywatch check");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "proxywatch check panicked:\n{stderr}");
+        let doc = if self.format == "json" {
+            serde_json::from_str(&stdout).unwrap_or_else(|e| {
+                panic!(
+                    "proxywatch check printed no JSON ({e}); {}\nstdout: {stdout}\nstderr: {stderr}",
+                    out.status
+                )
+            })
+        } else {
+            serde_json::Value::Null
+        };
+        Checked {
+            code: out.status.code().unwrap_or(-1),
+            doc,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // The agent as a server.
 
 /// `proxywatch serve` as a test starts it: on a free loopback port (or a given
@@ -944,6 +1092,15 @@ impl Agent {
         match self.get("/snapshot")? {
             (200, body) => serde_json::from_str(&body).map_err(|e| format!("/snapshot: {e}")),
             (code, body) => Err(format!("/snapshot: HTTP {code}: {body}")),
+        }
+    }
+
+    /// `GET path`'s body when it answered 200; None while the agent does not answer yet or
+    /// answers another status.
+    pub fn get_200(&self, path: &str) -> Option<String> {
+        match self.get(path) {
+            Ok((200, body)) => Some(body),
+            _ => None,
         }
     }
 

@@ -55,29 +55,21 @@ impl Run {
 }
 
 /// `proxywatch check --format json` with no inherited environment (clap reads
-/// PROXYWATCH_*) and the given PATH; `host_root` None means the real host (`/`).
+/// PROXYWATCH_*) and the given PATH; `host_root` None means the real host (`/`), where
+/// `Check::run` holds the live-/proc lock.
 fn check(host_root: Option<&Path>, path: impl Into<OsString>, extra: &[&str]) -> Run {
-    let mut cmd = Command::new(common::binary());
-    cmd.env_clear()
-        .env("PATH", path.into())
-        .args(["check", "--format", "json", "--node-name", "ipvs-test"]);
+    let path: OsString = path.into();
+    let mut check = common::Check::new()
+        .env_clear()
+        .env("PATH", path)
+        .args(["--node-name", "ipvs-test"]);
     if let Some(root) = host_root {
-        cmd.arg("--host-root").arg(root);
+        check = check.host_root(root);
     }
-    // On the real host the agent reads the live /proc (no other test's kube-proxy meanwhile).
-    let _live = host_root.is_none().then(common::live_proc_lock);
-    let out = cmd
-        .args(common::NO_KUBE_PROXY)
-        .args(extra)
-        .output()
-        .expect("run proxywatch");
-    let stdout = String::from_utf8(out.stdout).expect("UTF-8 stdout");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
-    let doc = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"));
+    let run = check.args(common::NO_KUBE_PROXY).args(extra).run();
     Run {
-        doc,
-        code: out.status.code().unwrap_or(-1),
+        doc: run.doc,
+        code: run.code,
     }
 }
 

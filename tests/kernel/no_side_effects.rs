@@ -233,8 +233,6 @@ fn a_full_agent_run_changes_nothing() {
     assert!(before["netns: nft list tables"].contains("table ip kube-proxy"));
 
     let path = std::env::var("PATH").unwrap_or_default();
-    let bin = common::binary();
-    let bin = bin.to_str().unwrap();
     let kube_proxy_flags = [
         "--kube-proxy.metrics-url",
         "http://127.0.0.1:9",
@@ -243,17 +241,17 @@ fn a_full_agent_run_changes_nothing() {
     ];
 
     // 1. check: every probe once, on the real host root and the real tools.
-    let mut check = ns.command(bin, &["check", "--format", "json", "--node-name", "nse"]);
     // No grace: with kube-proxy's canary and no kube-proxy, check would wait 30 s re-reading
     // kube-proxy's ports only (serve below runs every probe on its intervals anyway).
-    check
+    let doc = common::Check::new()
+        .in_netns(&ns)
+        .args(["--node-name", "nse"])
         .args(kube_proxy_flags)
         .args(["--kube-proxy.down-grace", "0s"])
         .env_clear()
-        .env("PATH", &path);
-    let out = check.stdin(Stdio::null()).output().unwrap();
-    let doc: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        .env("PATH", &path)
+        .run()
+        .doc;
     // The probes saw the rules (so they ran their commands against them).
     assert_eq!(doc["probes"]["iptables"]["status"], "ok", "{:#}", doc["probes"]);
     let saves = doc["facts"]["iptables"]["saves"].as_array().unwrap();

@@ -430,21 +430,15 @@ fn huge_label_values_on_kept_families() {
 
 /// `proxywatch check --format json` on the healthy node against `url`.
 fn check(host_root: &Path, metrics_url: &str, healthz_url: &str, extra: &[&str]) -> Value {
-    let out = Command::new(common::binary())
+    common::Check::new()
         .env_clear()
-        .args(["check", "--format", "json", "--node-name", "fixture"])
-        .arg("--host-root")
-        .arg(host_root)
+        .args(["--node-name", "fixture"])
+        .host_root(host_root)
         .args(["--kube-proxy.metrics-url", metrics_url])
         .args(["--kube-proxy.healthz-url", healthz_url])
         .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run proxywatch check");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"))
+        .run()
+        .doc
 }
 
 #[test]
