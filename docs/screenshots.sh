@@ -3,7 +3,7 @@
 # chromium and python3: apt-get install tmux chromium python3):
 #   check.png        `proxywatch check` on a fixture node, in an 80-column tmux pane,
 #                    with a fake kube-proxy (real v1.21.1 metrics, IPVS mode) on loopback
-#   status-page.png  the status page in headless Chromium, as tests/status_page.rs
+#   status-page.png  the status page in headless Chromium, as tests/http/status_page.rs
 #                    leaves it (a fixture node whose conntrack table grows, a fake
 #                    kube-proxy whose syncs vary)
 # Beside each PNG, its source: check.txt (the pane's text, the command on its first line)
@@ -83,7 +83,7 @@ rows=$(python3 -c 'import sys; print(len(open(sys.argv[1]).read().rstrip().split
 chromium_shot "file://$work/check.html" "$out/check.png" 704 $((rows * 17 + 24))
 
 # The status page: the browser test draws it from a live agent and leaves a screenshot.
-cargo test --quiet --test status_page status_page_charts_equal_the_snapshot_history_in_chromium >/dev/null
+cargo test --quiet --test http status_page::status_page_charts_equal_the_snapshot_history_in_chromium >/dev/null
 cp "${CARGO_TARGET_DIR:-target}/status-page-charts.png" "$out/status-page.png"
 python3 - "${CARGO_TARGET_DIR:-target}/status-page-charts.html" "$out/status-page.findings.txt" <<'PY'
 import html, re, sys

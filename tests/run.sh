@@ -11,7 +11,8 @@
 #                        cpio, kmod (depmod), binutils (strip), xz-utils
 #   2. cargo fmt --check, cargo clippy -D warnings
 #   3. cargo test        unit tests, fixture nodes, real-kernel tests in
-#                        network namespaces, the end-to-end Prometheus test;
+#                        network namespaces, the end-to-end Prometheus test: built
+#                        once, then 3 test binaries at a time (PROXYWATCH_TEST_JOBS);
 #                        stages 4, 5 and the image build run beside it (they
 #                        neither need a test nor are needed by one), niced
 #   4. fuzz              every cargo-fuzz target for a fixed number of runs
@@ -87,7 +88,8 @@ cargo clippy --all-targets --locked -- -D warnings
 
 stage_done fmt+clippy
 echo "=== cargo test: build"
-CI=${CI:-} cargo test --locked --all-targets --no-run 2>&1
+TEST_BINS=$(mktemp /tmp/proxywatch-test-binaries.XXXXXX)
+CI=${CI:-} cargo test --locked --all-targets --no-run --message-format=json-render-diagnostics > "$TEST_BINS"
 stage_done test-build
 
 # Stages 4, 5 and the image build need no test and no test needs them, while the
@@ -121,10 +123,13 @@ side_stages >"$SIDE_LOG" 2>&1 &
 SIDE_PID=$!
 
 echo "=== cargo test (fuzz, manifests and the image build run beside it)"
-# One test binary at a time (cargo's default); tests that share global state
-# also take a file lock (tests/common).
+# The unit tests and the 8 harnesses (tests/<group>/main.rs) run
+# PROXYWATCH_TEST_JOBS at a time (3), each one's output printed whole when it ends
+# (tests/tools/run_test_binaries.py); tests that must not overlap take a lock that
+# holds across binaries (tests/common: global_lock, live_proc_lock, kube_proxy_process_lock).
 test_rc=0
-CI=${CI:-} cargo test --locked --all-targets 2>&1 || test_rc=$?
+CI=${CI:-} python3 tests/tools/run_test_binaries.py < "$TEST_BINS" || test_rc=$?
+rm -f "$TEST_BINS"
 stage_done test
 side_rc=0
 wait "$SIDE_PID" || side_rc=$?

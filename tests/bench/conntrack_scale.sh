@@ -32,7 +32,7 @@ need_root_and ip conntrack python3
 pw_bin
 
 # nf_conntrack_max is global and never changed here; another test on the
-# machine may lower it for a while (tests/e2e_prometheus.rs does, ~1 min):
+# machine may lower it for a while (tests/e2e/e2e_prometheus.rs does, ~1 min):
 # wait for it to be back above the highest level, up to WAIT_MAX seconds.
 WAIT_MAX=${WAIT_MAX:-600}
 TOP=0

@@ -6,7 +6,7 @@
 #   tests/bench/soak.sh ipt|nft [OUT_DIR]    the soak, in kube-proxy's iptables
 #                                            mode (nft backend) or nftables mode
 #   tests/bench/soak.sh load                 the 30 s load run of issue 8 (64
-#                                            connections; tests/load.rs, release)
+#                                            connections; tests/http/load.rs, release)
 #
 # Per run, one throwaway namespace (pwsk-<pid>-<mode>, deleted on exit, with
 # everything started in it, each stopped by its PID):
@@ -63,7 +63,7 @@ MODE=${1:?usage: soak.sh ipt|nft|load [OUT_DIR]}
 if [[ $MODE == load ]]; then
 	cd "$ROOT"
 	PROXYWATCH_SOAK_SECONDS=${PROXYWATCH_SOAK_SECONDS:-30} \
-		cargo test --release --test load -- --nocapture 2>&1 | grep -E '^load:|test result'
+		cargo test --release --test http load:: -- --nocapture 2>&1 | grep -E '^load:|test result'
 	exit 0
 fi
 [[ $MODE == ipt || $MODE == nft ]] || { echo "mode: ipt, nft or load" >&2; exit 2; }

@@ -67,6 +67,112 @@ pub fn global_lock() -> GlobalLock {
     GlobalLock(lock)
 }
 
+// ---------------------------------------------------------------------------
+// Locks that hold across test binaries (tests/run.sh runs the binaries concurrently).
+
+fn lock_file(name: &str) -> File {
+    let path = std::env::temp_dir().join(format!("proxywatch-tests.{name}.lock"));
+    File::create(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn flock(f: File, arg: nix::fcntl::FlockArg) -> nix::fcntl::Flock<File> {
+    nix::fcntl::Flock::lock(f, arg).unwrap_or_else(|(_, e)| panic!("flock: {e}"))
+}
+
+/// How many holders of the live-/proc lock this process has, and its shared flock while it
+/// has any: one flock per process, so that a thread joining the others never waits behind a
+/// kube-proxy test queued for the exclusive lock (which would wait for this process).
+struct LiveProc {
+    holders: usize,
+    lock: Option<nix::fcntl::Flock<File>>,
+}
+
+static LIVE_PROC: Mutex<LiveProc> = Mutex::new(LiveProc { holders: 0, lock: None });
+
+thread_local! {
+    /// This thread holds `kube_proxy_process_lock`: its own agents need no shared lock.
+    static HOLDS_KUBE_PROXY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Held while an agent reads the live node's `/proc` (host root `/`), where a process named
+/// kube-proxy started by another test would be found and judged: shared with every other such
+/// test, in every test binary, exclusive against `kube_proxy_process_lock`. `Netns::new`,
+/// `Serve::start` on the host root and `Check::run` on the host root take it; a test whose agent
+/// reads the live `/proc` otherwise takes it itself. A queued exclusive holder goes first
+/// (a turnstile flock), so kube-proxy tests are not starved by a stream of readers.
+pub struct LiveProcLock {
+    counted: bool,
+}
+
+pub fn live_proc_lock() -> LiveProcLock {
+    if HOLDS_KUBE_PROXY.with(|h| h.get()) {
+        return LiveProcLock { counted: false };
+    }
+    let mut live = LIVE_PROC.lock().unwrap_or_else(|e| e.into_inner());
+    if live.holders == 0 {
+        let turnstile = flock(lock_file("turnstile"), nix::fcntl::FlockArg::LockExclusive);
+        live.lock = Some(flock(lock_file("live-proc"), nix::fcntl::FlockArg::LockShared));
+        drop(turnstile);
+    }
+    live.holders += 1;
+    LiveProcLock { counted: true }
+}
+
+impl Drop for LiveProcLock {
+    fn drop(&mut self) {
+        if self.counted {
+            let mut live = LIVE_PROC.lock().unwrap_or_else(|e| e.into_inner());
+            live.holders -= 1;
+            if live.holders == 0 {
+                live.lock = None;
+            }
+        }
+    }
+}
+
+/// Held by a test that starts a process named kube-proxy, or needs none to exist besides its
+/// own: no agent of another test reads the live `/proc` meanwhile (see `live_proc_lock`), in
+/// any test binary, and no other such test runs. The agents this thread starts on the host root
+/// take no shared lock (they are the ones meant to see the process).
+pub struct KubeProxyLock {
+    _lock: nix::fcntl::Flock<File>,
+    _turnstile: nix::fcntl::Flock<File>,
+}
+
+pub fn kube_proxy_process_lock() -> KubeProxyLock {
+    let turnstile = flock(lock_file("turnstile"), nix::fcntl::FlockArg::LockExclusive);
+    let lock = flock(lock_file("live-proc"), nix::fcntl::FlockArg::LockExclusive);
+    HOLDS_KUBE_PROXY.with(|h| h.set(true));
+    KubeProxyLock {
+        _lock: lock,
+        _turnstile: turnstile,
+    }
+}
+
+impl Drop for KubeProxyLock {
+    fn drop(&mut self) {
+        HOLDS_KUBE_PROXY.with(|h| h.set(false));
+    }
+}
+
+/// Whether an agent started with `args` (and the environment `env` adds) reads the live
+/// node's `/proc`: no `--host-root` other than `/`.
+fn reads_live_root<'a>(args: impl IntoIterator<Item = &'a OsStr>, env: &[(OsString, OsString)]) -> bool {
+    let mut root: Option<OsString> = env
+        .iter()
+        .find(|(k, _)| k == "PROXYWATCH_HOST_ROOT")
+        .map(|(_, v)| v.clone());
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        if a == "--host-root" {
+            root = args.next().map(OsStr::to_os_string);
+        } else if let Some(v) = a.to_str().and_then(|a| a.strip_prefix("--host-root=")) {
+            root = Some(v.into());
+        }
+    }
+    root.is_none_or(|r| Path::new(&r) == Path::new("/"))
+}
+
 /// Runs a command, panicking with its stderr when it fails.
 pub fn run(program: &str, args: &[&str]) -> Output {
     let out = Command::new(program)
@@ -106,6 +212,8 @@ fn succeeded(program: &str, args: &[&str], out: Output) -> Output {
 /// A network namespace created for one test and deleted on drop (also on panic).
 pub struct Netns {
     pub name: String,
+    /// An agent run in it reads the live node's /proc.
+    _live: LiveProcLock,
 }
 
 impl Netns {
@@ -120,8 +228,9 @@ impl Netns {
             .args(["netns", "del", &name])
             .stderr(Stdio::null())
             .status();
+        let live = live_proc_lock();
         run("ip", &["netns", "add", &name]);
-        let ns = Netns { name };
+        let ns = Netns { name, _live: live };
         ns.exec_ok("ip", &["link", "set", "lo", "up"]);
         ns
     }
@@ -568,6 +677,154 @@ pub fn http_get_in(ns: &Netns, addr: SocketAddr, path: &str) -> Result<(u16, Str
 }
 
 // ---------------------------------------------------------------------------
+// The agent's one-shot `check`.
+
+/// `proxywatch check --format json` as a test runs it: with the given arguments and
+/// environment, inside a test's netns or through a launcher (`wrap`) when asked; `run` waits
+/// for it and returns its exit code, output and parsed JSON. On the host root (no
+/// `--host-root` of its own) it holds `live_proc_lock` while it runs.
+pub struct Check {
+    wrap: Vec<OsString>,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    env_clear: bool,
+    netns: Option<String>,
+    current_dir: Option<PathBuf>,
+    format: String,
+}
+
+/// What a `check` run printed and returned.
+pub struct Checked {
+    /// The exit code (-1 when killed by a signal).
+    pub code: i32,
+    /// stdout parsed, for `--format json` (the default); Null for another format.
+    pub doc: serde_json::Value,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Default for Check {
+    fn default() -> Self {
+        Check::new()
+    }
+}
+
+impl Check {
+    pub fn new() -> Check {
+        Check {
+            wrap: Vec::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_clear: false,
+            netns: None,
+            current_dir: None,
+            format: "json".into(),
+        }
+    }
+
+    /// `--format text` (or another): `run` then leaves `doc` Null.
+    pub fn format(mut self, format: &str) -> Check {
+        self.format = format.into();
+        self
+    }
+
+    pub fn host_root(self, root: impl AsRef<OsStr>) -> Check {
+        self.arg("--host-root").arg(root)
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Check {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, args: I) -> Check {
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// No inherited environment (clap reads PROXYWATCH_*): only what `env` adds.
+    pub fn env_clear(mut self) -> Check {
+        self.env_clear = true;
+        self
+    }
+
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Check {
+        self.env.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Check {
+        self.current_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Runs it inside `ns` (`ip netns exec`).
+    pub fn in_netns(self, ns: &Netns) -> Check {
+        self.in_netns_named(&ns.name)
+    }
+
+    /// The same by the namespace's name (from a thread that has no `Netns`).
+    pub fn in_netns_named(mut self, name: &str) -> Check {
+        self.netns = Some(name.to_string());
+        self
+    }
+
+    /// Runs it through a launcher that execs it (`setpriv ... --`, `unshare ...`).
+    pub fn wrap<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, launcher: I) -> Check {
+        self.wrap.extend(launcher.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// The command line, to run by hand (to time it or feed its stdin).
+    pub fn command(&self) -> Command {
+        let mut line: Vec<OsString> = Vec::new();
+        if let Some(ns) = &self.netns {
+            line.push(which("ip").expect("`ip` on PATH").into());
+            line.extend(["netns", "exec", ns].map(OsString::from));
+        }
+        line.extend(self.wrap.iter().cloned());
+        line.push(binary().into());
+        let mut cmd = Command::new(&line[0]);
+        cmd.args(&line[1..]);
+        cmd.arg("check").arg("--format").arg(&self.format).args(&self.args);
+        if self.env_clear {
+            cmd.env_clear();
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(dir) = &self.current_dir {
+            cmd.current_dir(dir);
+        }
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs it to its end; panics if it panicked or, for JSON, printed no JSON document.
+    pub fn run(self) -> Checked {
+        let _live = reads_live_root(self.args.iter().map(OsString::as_os_str), &self.env).then(live_proc_lock);
+        let out = self.command().output().expect("run proxywatch check");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "proxywatch check panicked:\n{stderr}");
+        let doc = if self.format == "json" {
+            serde_json::from_str(&stdout).unwrap_or_else(|e| {
+                panic!(
+                    "proxywatch check printed no JSON ({e}); {}\nstdout: {stdout}\nstderr: {stderr}",
+                    out.status
+                )
+            })
+        } else {
+            serde_json::Value::Null
+        };
+        Checked {
+            code: out.status.code().unwrap_or(-1),
+            doc,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // The agent as a server.
 
 /// `proxywatch serve` as a test starts it: on a free loopback port (or a given
@@ -723,6 +980,7 @@ impl Serve {
     /// another process took meanwhile, it tries another.
     pub fn start(self) -> Agent {
         let attempts = if self.listen.is_some() { 1 } else { 5 };
+        let mut live = reads_live_root(self.args.iter().map(OsString::as_os_str), &self.env).then(live_proc_lock);
         for attempt in 1..=attempts {
             let addr = match (self.listen, &self.netns) {
                 (Some(addr), _) => addr,
@@ -746,8 +1004,10 @@ impl Serve {
                     .unwrap_or_default(),
                 first: String::new(),
                 _dir: dir,
+                _live: None,
             };
             let Some(path) = &self.ready else {
+                agent._live = live.take();
                 return agent;
             };
             let start = Instant::now();
@@ -763,6 +1023,7 @@ impl Serve {
                 match agent.get(path) {
                     Ok((200, body)) => {
                         agent.first = body;
+                        agent._live = live.take();
                         return agent;
                     }
                     Ok((503, body)) if body.contains("no snapshot yet") => {}
@@ -794,6 +1055,8 @@ pub struct Agent {
     headers: String,
     first: String,
     _dir: tempfile::TempDir,
+    /// Released after the agent stopped (fields drop in order).
+    _live: Option<LiveProcLock>,
 }
 
 impl Agent {
@@ -829,6 +1092,15 @@ impl Agent {
         match self.get("/snapshot")? {
             (200, body) => serde_json::from_str(&body).map_err(|e| format!("/snapshot: {e}")),
             (code, body) => Err(format!("/snapshot: HTTP {code}: {body}")),
+        }
+    }
+
+    /// `GET path`'s body when it answered 200; None while the agent does not answer yet or
+    /// answers another status.
+    pub fn get_200(&self, path: &str) -> Option<String> {
+        match self.get(path) {
+            Ok((200, body)) => Some(body),
+            _ => None,
         }
     }
 

@@ -17,18 +17,18 @@ const NEED_ACTIVITY: &[&str] = &[
     "proxywatch_kube_proxy_sync_duration_seconds",
     "proxywatch_kube_proxy_network_programming_duration_seconds",
     // The iptables-nft-save cross-check compares with netlink counts, which a fixture host
-    // root has none of (tests/kernel_iptables.rs runs it on a real kernel).
+    // root has none of (tests/kernel/kernel_iptables.rs runs it on a real kernel).
     "proxywatch_iptables_count_mismatches",
-    // Two readings of kube-proxy's cgroup (tests/kube_proxy_cgroup.rs).
+    // Two readings of kube-proxy's cgroup (tests/kube_proxy/kube_proxy_cgroup.rs).
     "proxywatch_kube_proxy_cpu_throttled_ratio",
     // A rate needs two readings of kube-proxy's reject and drop rule counters, read over
-    // netlink on the node itself or from iptables-legacy-save -c (tests/kube_proxy_vs_kernel.rs).
+    // netlink on the node itself or from iptables-legacy-save -c (tests/kube_proxy/kube_proxy_vs_kernel.rs).
     "proxywatch_service_rejected_packets_total",
 ];
 
 /// Metrics of probes that read netlink on the node itself only (`--host-root /`):
 /// a fixture node cannot have them; they must at least be rendered by the agent
-/// (tests/node_ports.rs, tests/neighbour_tables.rs and tests/stale/conntrack_stale.rs read them on the real kernel).
+/// (tests/kernel/node_ports.rs, tests/kernel/neighbour_tables.rs and tests/stale/conntrack_stale.rs read them on the real kernel).
 const NODE_ONLY: &[&str] = &[
     "proxywatch_neighbour_entries",
     "proxywatch_neighbour_gc_thresh",

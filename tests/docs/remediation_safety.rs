@@ -8,7 +8,6 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::Command;
 
 use proxywatch::probe::{iptables, ipvs, nftables, ProbeName};
 use proxywatch::snapshot::{ProbeOutcome, ProbeStatus, Snapshot};
@@ -180,16 +179,15 @@ fn every_rendered_remediation_is_safe_to_paste() {
             &["--kube-proxy.mode", "ipvs"],
             &["--kube-proxy.mode", "iptables"],
         ] {
-            let out = Command::new(common::binary())
+            let doc = common::Check::new()
                 .env_clear()
                 .env("PATH", root.join("exec"))
-                .args(["check", "--format", "json", "--node-name", "fixture", "--host-root"])
-                .arg(&root)
+                .args(["--node-name", "fixture"])
+                .host_root(&root)
                 .args(common::NO_KUBE_PROXY)
                 .args(extra)
-                .output()
-                .unwrap();
-            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                .run()
+                .doc;
             assert_safe(&format!("{} {extra:?}", root.display()), &doc["findings"]);
             for f in doc["findings"].as_array().unwrap() {
                 ids.insert(f["id"].as_str().unwrap().to_string());

@@ -146,13 +146,13 @@ fn status_page_png_source_is_what_the_binary_remediates() {
             shown.insert(l.to_string(), Vec::new());
         }
     }
-    // The node the status page test draws (tests/status_page.rs' NODE).
-    let test = read("tests/status_page.rs");
+    // The node the status page test draws (tests/http/status_page.rs' NODE).
+    let test = read("tests/http/status_page.rs");
     let node = test
         .split("const NODE: &str = \"")
         .nth(1)
         .and_then(|r| r.split('"').next())
-        .expect("NODE in tests/status_page.rs");
+        .expect("NODE in tests/http/status_page.rs");
     let nodes = common::fixtures().join("nodes");
     let out = std::process::Command::new(common::binary())
         .current_dir(&nodes)

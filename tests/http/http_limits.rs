@@ -13,32 +13,22 @@ use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// An agent this test started; killed by its own pid on drop.
+/// An agent this test started (common::Agent: stopped by its PID on drop), with an empty PATH.
 struct Agent {
-    child: Child,
+    agent: common::Agent,
     port: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    _path: tempfile::TempDir,
 }
 
 impl Agent {
     fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.agent.log()
     }
 
     fn rss_kib(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+        std::fs::read_to_string(format!("/proc/{}/status", self.agent.pid()))
             .unwrap_or_default()
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -48,59 +38,32 @@ impl Agent {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start(args: &[&str], env: &[(&str, &str)]) -> Agent {
     start_with_token(args, env, "")
 }
 
 /// Starts an agent and waits for its first snapshot, asking with `token` when not empty.
 fn start_with_token(args: &[&str], env: &[(&str, &str)], token: &str) -> Agent {
-    let port = free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let mut cmd = Command::new(common::binary());
-    cmd.env_clear()
-        .env("PATH", dir.path())
-        .arg("serve")
-        .arg(format!("--listen=127.0.0.1:{port}"))
+    let path = tempfile::tempdir().unwrap();
+    let mut serve = common::Serve::new()
+        .env_clear()
+        .env("PATH", path.path())
         .arg("--host-root")
         .arg(common::fixtures().join("nodes/healthy-iptables"))
         .args(common::NO_KUBE_PROXY)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+        .args(args);
     for (k, v) in env {
-        cmd.env(k, v);
+        serve = serve.env(k, v);
     }
-    let agent = Agent {
-        child: cmd.spawn().unwrap(),
-        port,
-        log,
-        _dir: dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        let auth = format!("Authorization: Bearer {token}\r\n");
-        let r = get_with(
-            None,
-            port,
-            "/metrics",
-            "127.0.0.1",
-            if token.is_empty() { "" } else { &auth },
-        );
-        if r.is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
-            return agent;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if !token.is_empty() {
+        serve = serve.bearer_token(token);
     }
-    panic!("agent did not start:\n{}", agent.log_text());
+    let agent = serve.start();
+    Agent {
+        port: agent.port(),
+        agent,
+        _path: path,
+    }
 }
 
 /// A connection to the agent from `from` (a loopback address) or the default source.

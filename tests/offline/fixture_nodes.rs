@@ -71,24 +71,21 @@ struct Run {
 /// Runs `proxywatch check` on a host root with nothing from this machine:
 /// no inherited environment (clap reads PROXYWATCH_*), PATH = the node's stand-in commands.
 fn check(cwd: &Path, host_root: &Path, exec: &Path, format: &str, extra: &[&str]) -> Run {
-    let out = Command::new(common::binary())
+    let run = common::Check::new()
+        .format(format)
         .current_dir(cwd)
         .env_clear()
         .env("PATH", exec)
-        .args(["check", "--format", format, "--node-name", "fixture"])
-        .arg("--host-root")
-        .arg(host_root)
+        .args(["--node-name", "fixture"])
+        .host_root(host_root)
         .args(common::NO_KUBE_PROXY)
         .args(extra)
-        .output()
-        .expect("run proxywatch");
-    let run = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(!run.stderr.contains("panicked"), "panic:\n{}", run.stderr);
-    run
+        .run();
+    Run {
+        code: run.code,
+        stdout: run.stdout,
+        stderr: run.stderr,
+    }
 }
 
 /// `proxywatch serve` on a host root with what `check` gets (the same environment,

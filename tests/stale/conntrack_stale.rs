@@ -11,24 +11,14 @@
 //! service (the NodePort on the node address it was sent to), raise the
 //! finding after two checks (critical: udp/53), and resolve after
 //! `conntrack -D`. A flow DNATed to the removed pod through a non-service
-//! address is never counted. IPVS mode is proven in a VM (tests/vm_kernel.rs).
+//! address is never counted. IPVS mode is proven in a VM (tests/vm/vm_kernel.rs).
 use crate::common;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::Netns;
 use serde_json::Value;
-
-/// Kills a process this test started (by its pid) when the test ends, also on panic.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 const DNS_IP: &str = "10.96.0.10";
 const WEB_IP: &str = "10.96.0.20";
@@ -178,22 +168,29 @@ fn restore(ns: &Netns, text: &str) {
     ns.exec_input("iptables-nft-restore", &[], text);
 }
 
-fn ns_get(ns: &Netns, port: u16, path: &str) -> Option<String> {
-    match common::http_get_in(ns, std::net::SocketAddr::from(([127, 0, 0, 1], port)), path) {
-        Ok((200, body)) => Some(body),
-        _ => None,
-    }
+/// The agent's next `/snapshot` for which `ok` holds, within 30 s; else the last one, as `shown`
+/// prints it, fails the test.
+fn wait_for(agent: &common::Agent, what: &str, ok: &dyn Fn(&Value) -> bool, shown: &dyn Fn(&Value) -> String) -> Value {
+    common::poll(what, Duration::from_secs(30), || {
+        let doc = agent.snapshot()?;
+        if ok(&doc) {
+            Ok(doc)
+        } else {
+            Err(shown(&doc))
+        }
+    })
 }
 
-fn spawn(ns: &Netns, script: &str) -> Proc {
-    Proc(
-        ns.command("python3", &["-u", "-c", script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+/// A python3 script in `ns`, stopped by its PID when the test ends, also on panic.
+fn spawn(ns: &Netns, script: &str) -> common::Process {
+    let child = ns
+        .command("python3", &["-u", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::Process::new("python3", child, None)
 }
 
 const UDP_ECHO: &str = r#"
@@ -361,33 +358,21 @@ fn scenario(mode: Mode, tag: &str) {
 
     let port = 9893;
     let listen = format!("127.0.0.1:{port}");
-    let agent = node
-        .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
+    let agent = common::Serve::new()
+        .in_netns(&node)
+        .listen(&listen)
         .args(common::NO_KUBE_PROXY)
         .args(["--conntrack-stale.interval", "1s", "--iptables.save-interval", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    procs.push(Proc(agent));
+        .no_wait()
+        .start();
 
     let wait = |what: &str, ok: &dyn Fn(&Value) -> bool| -> Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut last = Value::Null;
-        while Instant::now() < deadline {
-            if let Some(body) = ns_get(&node, port, "/snapshot") {
-                last = serde_json::from_str(&body).unwrap();
-                if ok(&last) {
-                    return last;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!(
-            "{what}: not within 30 s; last conntrack_stale facts: {} probe: {}",
-            last["facts"]["conntrack_stale"], last["probes"]["conntrack_stale"]
-        );
+        wait_for(&agent, what, ok, &|last| {
+            format!(
+                "conntrack_stale facts: {} probe: {}",
+                last["facts"]["conntrack_stale"], last["probes"]["conntrack_stale"]
+            )
+        })
     };
 
     // All endpoints present: nothing stale, the metric at 0.
@@ -496,7 +481,7 @@ fn scenario(mode: Mode, tag: &str) {
         other => panic!("largest pair {other}: {f}"),
     };
     assert!(f["remediation"][0].as_str().unwrap().contains(cmd), "{f}");
-    let metrics = ns_get(&node, port, "/metrics").unwrap();
+    let metrics = agent.get_200("/metrics").unwrap();
     assert!(
         metrics.contains(&format!(
             "proxywatch_conntrack_stale_entries{{protocol=\"udp\"}} {}",
@@ -508,23 +493,19 @@ fn scenario(mode: Mode, tag: &str) {
     // A second agent with a short drain window (1 s): the same pair past it is
     // a warning, and only then comes the delete.
     let short = port + 1;
-    let agent = node
-        .command(
-            common::binary().to_str().unwrap(),
-            &["serve", "--listen", &format!("127.0.0.1:{short}")],
-        )
+    let short_agent = common::Serve::new()
+        .in_netns(&node)
+        .listen(&format!("127.0.0.1:{short}"))
         .args(common::NO_KUBE_PROXY)
         .args(["--conntrack-stale.interval", "1s", "--iptables.save-interval", "0"])
         .args(["--conntrack-stale.drain-window", "1s"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    procs.push(Proc(agent));
+        .no_wait()
+        .start();
     let deadline = Instant::now() + Duration::from_secs(30);
     let warned = loop {
-        let doc: Option<Value> = ns_get(&node, short, "/snapshot").and_then(|b| serde_json::from_str(&b).ok());
+        let doc: Option<Value> = short_agent
+            .get_200("/snapshot")
+            .and_then(|b| serde_json::from_str(&b).ok());
         if let Some(d) = doc.as_ref().and_then(|d| finding_of(d, DRAINING)) {
             if d["severity"] == "warning" {
                 break d.clone();
@@ -636,15 +617,7 @@ fn ipv6_services_and_entries() {
         insert("tcp", "fd00:10:96::14", 80, "[fd00:10:244::8]:8080"); // gone
         insert("udp", "fd00:10:99::1", 53, "[fd00:10:244::9]:53"); // not a service address
     }
-    let out = node
-        .command(
-            common::binary().to_str().unwrap(),
-            &["check", "--format", "json", "--iptables.save-interval", "0"],
-        )
-        .args(common::NO_KUBE_PROXY)
-        .output()
-        .unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = check_json(&node);
     let facts = &doc["facts"]["conntrack_stale"];
     assert_eq!(
         doc["probes"]["conntrack_stale"]["status"], "ok",
@@ -710,15 +683,12 @@ impl Inserter<'_> {
 }
 
 fn check_json(ns: &Netns) -> Value {
-    let out = ns
-        .command(
-            common::binary().to_str().unwrap(),
-            &["check", "--format", "json", "--iptables.save-interval", "0"],
-        )
+    common::Check::new()
+        .in_netns(ns)
+        .args(["--iptables.save-interval", "0"])
         .args(common::NO_KUBE_PROXY)
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap()
+        .run()
+        .doc
 }
 
 fn finding_by<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
@@ -979,32 +949,20 @@ fn snat_ports_in_use_match_conntrack_and_masquerade_without_random_fully_is_repo
 
     let port = 9894;
     let listen = format!("127.0.0.1:{port}");
-    let agent = node
-        .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
+    let agent = common::Serve::new()
+        .in_netns(&node)
+        .listen(&listen)
         .args(common::NO_KUBE_PROXY)
         .args(["--conntrack-stale.interval", "1s", "--iptables.save-interval", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    procs.push(Proc(agent));
+        .no_wait()
+        .start();
     let wait = |what: &str, ok: &dyn Fn(&Value) -> bool| -> Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut last = Value::Null;
-        while Instant::now() < deadline {
-            if let Some(body) = ns_get(&node, port, "/snapshot") {
-                last = serde_json::from_str(&body).unwrap();
-                if ok(&last) {
-                    return last;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!(
-            "{what}: not within 30 s; snat facts: {} probe: {}",
-            last["facts"]["conntrack_stale"]["snat"], last["probes"]["conntrack_stale"]
-        );
+        wait_for(&agent, what, ok, &|last| {
+            format!(
+                "snat facts: {} probe: {}",
+                last["facts"]["conntrack_stale"]["snat"], last["probes"]["conntrack_stale"]
+            )
+        })
     };
     let group = |d: &Value| d["facts"]["conntrack_stale"]["snat"]["top"][0].clone();
     // Two readings with the same 8 connections: the counter did not move.
@@ -1067,7 +1025,7 @@ fn snat_ports_in_use_match_conntrack_and_masquerade_without_random_fully_is_repo
     let snat = finding_by(&doc, "snat_ports_near_exhaustion").unwrap();
     assert_eq!(snat["severity"], "critical", "all 10 ports in use: {snat}");
     // The same in /metrics: the fullest group's fill, the rules by random-fully.
-    let metrics = ns_get(&node, port, "/metrics").expect("/metrics");
+    let metrics = agent.get_200("/metrics").expect("/metrics");
     assert_eq!(common::series(&metrics, "proxywatch_snat_ports_fill_ratio"), Some(1.0));
     assert_eq!(
         common::series(&metrics, "proxywatch_snat_rules{random_fully=\"false\"}"),
@@ -1211,33 +1169,24 @@ fn legacy_masquerade_counter_moves_zones_apart_and_icmp_counted() {
     }
     let port = 9897;
     let listen = format!("127.0.0.1:{port}");
-    let mut procs = vec![Proc(
-        node.command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
-            .args(common::NO_KUBE_PROXY)
-            .args(["--conntrack-stale.interval", "1s", "--iptables.interval", "1s"])
-            .args(["--iptables.save-interval", "0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )];
+    let agent = common::Serve::new()
+        .in_netns(&node)
+        .listen(&listen)
+        .args(common::NO_KUBE_PROXY)
+        .args(["--conntrack-stale.interval", "1s", "--iptables.interval", "1s"])
+        .args(["--iptables.save-interval", "0"])
+        .no_wait()
+        .start();
+    let mut procs = Vec::new();
     let wait = |what: &str, ok: &dyn Fn(&Value) -> bool| -> Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut last = Value::Null;
-        while Instant::now() < deadline {
-            if let Some(body) = ns_get(&node, port, "/snapshot") {
-                last = serde_json::from_str(&body).unwrap();
-                if ok(&last) {
-                    return last;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!(
-            "{what}: not within 30 s; snat facts: {} derived: {} probe: {}",
-            last["facts"]["conntrack_stale"]["snat"], last["derived"]["snat_rules"], last["probes"]["conntrack_stale"]
-        );
+        wait_for(&agent, what, ok, &|last| {
+            format!(
+                "snat facts: {} derived: {} probe: {}",
+                last["facts"]["conntrack_stale"]["snat"],
+                last["derived"]["snat_rules"],
+                last["probes"]["conntrack_stale"]
+            )
+        })
     };
     let legacy = |d: &Value| -> Vec<Value> {
         d["derived"]["snat_rules"]["rules"]

@@ -1,8 +1,9 @@
-//! One test binary for 3 files (conntrack_stale, conntrack_stale_continuity, conntrack_stale_faults): The stale-conntrack check on the real kernel, in namespaces each test creates.
+//! One test binary for 4 files (conntrack_stale, conntrack_stale_continuity, conntrack_stale_faults, churn): The stale-conntrack check on the real kernel, in namespaces each test creates.
 //! Each file is a module; a test's name is `file::test`, as docs/testing.md writes it.
-//! Grouped to link one binary instead of 3 (issue 29): files that start
-//! stand-in kube-proxy processes, or time the live node, stay binaries of their own,
-//! since the tests of one binary run concurrently.
+//! Grouped by what the tests need (issue 42); the tests of one binary run concurrently, and
+//! tests/run.sh runs the binaries concurrently too, so a test that must not overlap another
+//! (a process named kube-proxy, the live node's /proc, the initial namespace's rule sets or
+//! sysctls) takes its lock in tests/common, which holds across binaries.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -2,7 +2,7 @@
 # A stock Debian 12 kernel under QEMU, for what this machine's kernel cannot show:
 # real IPVS (this kernel has none) and "the agent never loads a kernel module"
 # (this kernel has CONFIG_MODULES=n). docs/testing.md, "The VM layer", says what each
-# scenario proves; tests/vm_kernel.rs boots them and checks what they print.
+# scenario proves; tests/vm/vm_kernel.rs boots them and checks what they print.
 #
 #   bash tests/vm/vm.sh SCENARIO [BIN]        by hand: build around BIN (default
 #                                             target/debug/proxywatch), boot SCENARIO,

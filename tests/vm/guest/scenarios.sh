@@ -1,6 +1,6 @@
 # Scenarios of the test VM, sourced by /init (busybox sh). Each prints the agent's
 # output and the ground truth read with the kernel's own tools at the same moment,
-# as blocks that tests/vm_kernel.rs parses and checks. Nothing is judged here.
+# as blocks that tests/vm/vm_kernel.rs parses and checks. Nothing is judged here.
 #
 # Traffic: only to IPVS services on 127.0.0.1 with real servers on 127.0.0.x, inside
 # a VM that has no network card. The other addresses are configuration only.

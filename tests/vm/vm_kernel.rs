@@ -16,7 +16,7 @@
 //! Needs root, QEMU and the tools tests/run.sh installs; the first run
 //! downloads the kernel package (about 70 MB) into the cache vm.sh names.
 //! Without them a test prints SKIPPED and passes; with CI=true it fails.
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

@@ -12,7 +12,7 @@
 //! The node is the `healthy-iptables` fixture; for 3 it is a copy of it whose `proc/<pid>` are
 //! symlinks to the real processes the test starts (and `proc/stat` the real one, for their
 //! start times), so the other probes see a healthy node whatever this machine is.
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -430,21 +430,15 @@ fn huge_label_values_on_kept_families() {
 
 /// `proxywatch check --format json` on the healthy node against `url`.
 fn check(host_root: &Path, metrics_url: &str, healthz_url: &str, extra: &[&str]) -> Value {
-    let out = Command::new(common::binary())
+    common::Check::new()
         .env_clear()
-        .args(["check", "--format", "json", "--node-name", "fixture"])
-        .arg("--host-root")
-        .arg(host_root)
+        .args(["--node-name", "fixture"])
+        .host_root(host_root)
         .args(["--kube-proxy.metrics-url", metrics_url])
         .args(["--kube-proxy.healthz-url", healthz_url])
         .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run proxywatch check");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"))
+        .run()
+        .doc
 }
 
 #[test]
@@ -576,6 +570,8 @@ fn impostor_binary() -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn a_process_named_kube_proxy_that_serves_nothing_is_not_critical() {
+    // Processes named kube-proxy: no other test's agent reads the live /proc meanwhile.
+    let _kube_proxy = common::kube_proxy_process_lock();
     let (_bin_dir, binary) = impostor_binary();
     let impostor = Impostor::start(&binary);
     let node = node_with_processes(&[impostor.pid()]);
@@ -611,6 +607,8 @@ fn a_process_named_kube_proxy_that_serves_nothing_is_not_critical() {
 
 #[test]
 fn two_processes_named_kube_proxy_are_ambiguous_until_metrics_tell() {
+    // Processes named kube-proxy: no other test's agent reads the live /proc meanwhile.
+    let _kube_proxy = common::kube_proxy_process_lock();
     let (_bin_dir, binary) = impostor_binary();
     let older = Impostor::start(&binary);
     // Start times agree within 2 s at most: the second must start clearly later.

@@ -13,10 +13,9 @@
 //!   have (10.180.9.9) is, per (service, endpoint) group; entries to a
 //!   non-service address are never counted: 0 false stale, 0 missed, on the
 //!   legacy backend too (decoded from the iptables probe's own save).
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Netns;
@@ -160,16 +159,6 @@ const TRAFFIC_POLICY_LOCAL: Table = &[
     ("172.30.0.40:8080/tcp", &["10.180.0.20:80"]),
 ];
 
-/// Kills the agent this test started (by its pid) when the test ends, also on panic.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(common::fixtures().join("kube-proxy-corpus").join(name)).unwrap()
 }
@@ -284,13 +273,6 @@ impl Inserter<'_> {
             _ => {}
         }
         self.ns.exec_ok("conntrack", &args);
-    }
-}
-
-fn ns_get(ns: &Netns, port: u16, path: &str) -> Option<String> {
-    match common::http_get_in(ns, std::net::SocketAddr::from(([127, 0, 0, 1], port)), path) {
-        Ok((200, body)) => Some(body),
-        _ => None,
     }
 }
 
@@ -444,8 +426,9 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
     };
     let port = 9000 + (std::process::id() % 500) as u16;
     let listen = format!("127.0.0.1:{port}");
-    let agent = node
-        .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
+    let agent = common::Serve::new()
+        .in_netns(&node)
+        .listen(&listen)
         .args(common::NO_KUBE_PROXY)
         .args([
             "--conntrack-stale.interval",
@@ -455,16 +438,12 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
             "--iptables.save-interval",
             "0",
         ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _agent = Proc(agent);
+        .no_wait()
+        .start();
     let ports = table.len() as u64;
     let started = Instant::now();
     let doc = loop {
-        let doc: Option<Value> = ns_get(&node, port, "/snapshot").and_then(|b| serde_json::from_str(&b).ok());
+        let doc: Option<Value> = agent.get_200("/snapshot").and_then(|b| serde_json::from_str(&b).ok());
         if let Some(d) = doc {
             let f = &d["facts"]["conntrack_stale"];
             if f["source"] == source.as_str() && f["service_ports"] == ports && d["facts"]["iptables"].is_object() {
@@ -663,8 +642,9 @@ fn legacy_save_cut_or_garbled_is_an_error_and_nftables_still_counts() {
         let port = 9500 + (std::process::id() % 400) as u16;
         let listen = format!("127.0.0.1:{port}");
         let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
-        let agent = node
-            .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
+        let agent = common::Serve::new()
+            .in_netns(&node)
+            .listen(&listen)
             .args(common::NO_KUBE_PROXY)
             .args([
                 "--conntrack-stale.interval",
@@ -675,15 +655,11 @@ fn legacy_save_cut_or_garbled_is_an_error_and_nftables_still_counts() {
                 "0",
             ])
             .env("PATH", path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let _agent = Proc(agent);
+            .no_wait()
+            .start();
         let started = Instant::now();
         let doc = loop {
-            let doc: Option<Value> = ns_get(&node, port, "/snapshot").and_then(|b| serde_json::from_str(&b).ok());
+            let doc: Option<Value> = agent.get_200("/snapshot").and_then(|b| serde_json::from_str(&b).ok());
             if let Some(d) = doc {
                 let errors = &d["facts"]["conntrack_stale"]["legacy_errors"];
                 if errors

@@ -2,7 +2,7 @@
 //! line against a running agent and against agents that fail in every way, and
 //! end to end under the real NPD (`../shared/tools/node-problem-detector`) with
 //! the monitor config the overlay ships (manifests/overlays/npd/proxywatch-monitor.json).
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

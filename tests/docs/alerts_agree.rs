@@ -13,9 +13,9 @@
 //! -NodeNotReady. The others (conntrack counters and trends that need time, stale conntrack
 //! entries, iptables rule-set sizes and backends) read the same `proxywatch_finding_severity`
 //! series: tests/manifests/alerts_test.yaml tests their rules, and the end-to-end tests of their
-//! findings the agent's side (tests/e2e_prometheus.rs fires ProxywatchConntrackDropping in a real
+//! findings the agent's side (tests/e2e/e2e_prometheus.rs fires ProxywatchConntrackDropping in a real
 //! Prometheus).
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

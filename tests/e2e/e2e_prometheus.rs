@@ -23,7 +23,7 @@
 //! each CPU. A real full table needs the host-wide `nf_conntrack_max` lowered (it is
 //! read-only outside the initial namespace), which would drop the traffic of
 //! everything else on the machine running the suite (issue 43): that reading of a
-//! real kernel's full table is proven in the VM instead (tests/vm_kernel.rs,
+//! real kernel's full table is proven in the VM instead (tests/vm/vm_kernel.rs,
 //! scenario `conntrack-full`). Here the rules, the scrapes, readiness and the
 //! dashboard's queries are the real ones.
 //!
@@ -32,7 +32,7 @@
 //! `for:` and range durations are the production ones. Logs of Prometheus and the
 //! agents are kept in `target/e2e-logs/e2e_prometheus/` and tailed to stderr on
 //! failure. See docs/see-it-work.md.
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -417,7 +417,7 @@ fn findings(agent: &Agent) -> BTreeMap<String, String> {
 
 fn prometheus_config(rules: &Path) -> String {
     format!(
-        r#"# Written by tests/e2e_prometheus.rs.
+        r#"# Written by tests/e2e/e2e_prometheus.rs.
 global:
   scrape_interval: {SCRAPE_INTERVAL_S}s
   scrape_timeout: {SCRAPE_TIMEOUT_S}s

@@ -12,7 +12,7 @@
 //!
 //! Expected numbers are computed here from the fixture text, with the test's own bucket parsing
 //! and `histogram_quantile`, never by the agent's parsers.
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -578,25 +578,18 @@ struct Run {
 /// `proxywatch check --format json` with no inherited environment and an empty PATH.
 fn check(host_root: &Path, metrics_url: &str, healthz_url: &str, extra: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(common::binary())
+    let run = common::Check::new()
         .env_clear()
         .env("PATH", dir.path())
-        .args(["check", "--format", "json", "--node-name", "fixture"])
-        .arg("--host-root")
-        .arg(host_root)
+        .args(["--node-name", "fixture"])
+        .host_root(host_root)
         .args(["--kube-proxy.metrics-url", metrics_url])
         .args(["--kube-proxy.healthz-url", healthz_url])
         .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run proxywatch check");
-    let stdout = String::from_utf8(out.stdout).expect("UTF-8 stdout");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
-    let doc = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"));
+        .run();
     Run {
-        doc,
-        code: out.status.code().unwrap_or(-1),
+        doc: run.doc,
+        code: run.code,
     }
 }
 
@@ -844,6 +837,8 @@ fn now_seconds() -> f64 {
 
 #[test]
 fn real_process_facts_and_restart() {
+    // Processes named kube-proxy: no other test's agent reads the live /proc meanwhile.
+    let _kube_proxy = common::kube_proxy_process_lock();
     let others = kube_proxy_pids();
     if !others.is_empty() {
         let msg = format!("processes named kube-proxy already run here ({others:?}): the probe could pick them");

@@ -14,9 +14,9 @@
 //!
 //! Honest limits: on a kernel built without module support (CONFIG_MODULES=n,
 //! no /proc/modules) nothing can load a module, so the /sys/module comparison
-//! cannot fail there; the test says so on stderr. tests/vm_kernel.rs shows it
+//! cannot fail there; the test says so on stderr. tests/vm/vm_kernel.rs shows it
 //! on a kernel whose IPVS and nf_tables modules are available but not loaded.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -233,8 +233,6 @@ fn a_full_agent_run_changes_nothing() {
     assert!(before["netns: nft list tables"].contains("table ip kube-proxy"));
 
     let path = std::env::var("PATH").unwrap_or_default();
-    let bin = common::binary();
-    let bin = bin.to_str().unwrap();
     let kube_proxy_flags = [
         "--kube-proxy.metrics-url",
         "http://127.0.0.1:9",
@@ -243,17 +241,17 @@ fn a_full_agent_run_changes_nothing() {
     ];
 
     // 1. check: every probe once, on the real host root and the real tools.
-    let mut check = ns.command(bin, &["check", "--format", "json", "--node-name", "nse"]);
     // No grace: with kube-proxy's canary and no kube-proxy, check would wait 30 s re-reading
     // kube-proxy's ports only (serve below runs every probe on its intervals anyway).
-    check
+    let doc = common::Check::new()
+        .in_netns(&ns)
+        .args(["--node-name", "nse"])
         .args(kube_proxy_flags)
         .args(["--kube-proxy.down-grace", "0s"])
         .env_clear()
-        .env("PATH", &path);
-    let out = check.stdin(Stdio::null()).output().unwrap();
-    let doc: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        .env("PATH", &path)
+        .run()
+        .doc;
     // The probes saw the rules (so they ran their commands against them).
     assert_eq!(doc["probes"]["iptables"]["status"], "ok", "{:#}", doc["probes"]);
     let saves = doc["facts"]["iptables"]["saves"].as_array().unwrap();

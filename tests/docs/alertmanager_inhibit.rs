@@ -6,7 +6,7 @@
 //!
 //! Needs root (a network namespace of its own, so that port 9093 is free), `ip`,
 //! `prometheus-alertmanager` and `amtool`.
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

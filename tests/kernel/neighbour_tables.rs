@@ -5,8 +5,8 @@
 //! tables) and holds the agent to it: the same tables and thresholds, and each
 //! counter between the two readings (the table may be changing: other work on
 //! the machine). Filling the table until the kernel refuses is the VM's
-//! (tests/vm_kernel.rs, scenario `neighbour`).
-mod common;
+//! (tests/vm/vm_kernel.rs, scenario `neighbour`).
+use crate::common;
 
 use std::collections::BTreeMap;
 

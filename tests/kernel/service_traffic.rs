@@ -10,7 +10,7 @@
 //! `--try-services` the agent creates no conntrack entry toward the Services;
 //! `compare` of `baseline save --try-services` before and after the loss says
 //! worse for the API server's connect time.
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
@@ -228,14 +228,12 @@ const RUN_FLAGS: &[&str] = &[
 
 /// `check --format json` in the node namespace (its exit code says the status: not asserted here).
 fn check(node: &Netns, extra: &[&str]) -> Value {
-    let mut args = vec!["check", "--format", "json"];
-    args.extend_from_slice(RUN_FLAGS);
-    args.extend_from_slice(extra);
-    let out = node
-        .command(common::binary().to_str().unwrap(), &args)
-        .output()
-        .expect("proxywatch check");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    common::Check::new()
+        .in_netns(node)
+        .args(RUN_FLAGS)
+        .args(extra)
+        .run()
+        .doc
 }
 
 /// `baseline save --try-services FILE` in the node namespace: the document it wrote.

@@ -3,7 +3,7 @@
 //! (`unshare --pid --fork --mount-proc`), with a stand-in iptables-nft-save
 //! that counts its runs in a file and leaves a grandchild behind on each of its
 //! first `ORPHANS` runs: once they are all made, none may stay a zombie.
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

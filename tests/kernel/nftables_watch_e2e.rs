@@ -17,7 +17,7 @@
 //!
 //! Needs root, `ip`, `iptables-nft-restore`, `nft`, `bash`. About 10 s.
 //! Logs in `target/e2e-logs/nftables_watch_e2e/`.
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -8,7 +8,7 @@
 //!    reads it from the real cgroupfs. Needs root; skipped (failed under CI=true) without it.
 //!
 //! The probes other than kube_proxy read the healthy fixture node, so nothing else fires.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -238,6 +238,8 @@ impl Drop for Busy {
 
 #[test]
 fn a_real_cgroup_throttles_a_busy_kube_proxy() {
+    // Processes named kube-proxy: no other test's agent reads the live /proc meanwhile.
+    let _kube_proxy = common::kube_proxy_process_lock();
     if !common::can_run(&[]) {
         return;
     }

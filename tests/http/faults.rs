@@ -18,7 +18,7 @@
 //! as `nobody` on a world-readable copy of the node; "hangs on read" is a FIFO
 //! without a writer (open(2) blocks in the kernel, uninterruptibly for the
 //! agent's blocking thread).
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

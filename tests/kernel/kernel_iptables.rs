@@ -7,7 +7,7 @@
 //! `python3` (and `nft` for the nftables test): skipped without them, except
 //! with CI=true, where a missing prerequisite fails the test.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -113,30 +113,25 @@ impl Check {
 
 /// Runs the agent inside `ns`. `path`: the PATH it sees (the test's own when None).
 fn check_in(ns: &Netns, path: Option<&Path>, extra: &[&str]) -> Check {
-    let ip = common::which("ip").expect("ip on PATH");
-    let bin = common::binary();
-    let mut cmd = Command::new(ip);
-    cmd.args(["netns", "exec", &ns.name])
-        .arg(&bin)
-        .args(["check", "--format", "json", "--node-name", "t"])
-        .args(extra)
-        .envs(BASE_ENV.iter().copied())
-        .stdin(Stdio::null());
-    if let Some(p) = path {
-        cmd.env("PATH", p);
+    let mut check = common::Check::new().in_netns(ns).args(["--node-name", "t"]).args(extra);
+    for (k, v) in BASE_ENV {
+        check = check.env(k, v);
     }
-    let out = cmd.output().expect("running the agent");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "agent output is not JSON ({e}); status {}\nstdout: {}\nstderr: {stderr}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
-    let code = out.status.code().expect("agent killed by a signal");
-    assert!(code <= 2, "exit code {code} (the agent could not run): {stderr}");
-    Check { doc, code, stderr }
+    if let Some(p) = path {
+        check = check.env("PATH", p);
+    }
+    let run = check.run();
+    assert!(
+        (0..=2).contains(&run.code),
+        "exit code {} (the agent could not run): {}",
+        run.code,
+        run.stderr
+    );
+    Check {
+        doc: run.doc,
+        code: run.code,
+        stderr: run.stderr,
+    }
 }
 
 /// A fresh namespace with `net.ipv4.ip_forward=1` (the namespace's own copy),
@@ -945,14 +940,6 @@ fn nftables_generated_1000_services_both_families() {
 // ---------------------------------------------------------------------------
 // 6. Counts follow changes; an unchanged generation reuses them.
 
-/// `GET path` from inside `ns`: the body of a 200 answer, or None.
-fn ns_get(ns: &Netns, port: u16, path: &str) -> Option<String> {
-    match common::http_get_in(ns, std::net::SocketAddr::from(([127, 0, 0, 1], port)), path) {
-        Ok((200, body)) => Some(body),
-        _ => None,
-    }
-}
-
 /// `iptables-nft-restore --noflush` of `text` inside `ns`: one transaction.
 fn restore_noflush(ns: &Netns, text: &str) {
     use std::io::Write;
@@ -966,16 +953,6 @@ fn restore_noflush(ns: &Netns, text: &str) {
     assert!(out.status.success(), "iptables-nft-restore --noflush of:\n{text}");
 }
 
-/// Kills the agent (by its pid) when the test ends, also on panic.
-struct Serve(std::process::Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn counts_follow_changes_and_are_reused_at_an_unchanged_generation() {
     if !common::can_run(&["ip", "iptables-nft-restore", "iptables-nft", "nft", "python3"]) {
@@ -987,16 +964,13 @@ fn counts_follow_changes_and_are_reused_at_an_unchanged_generation() {
     load(&ns, "iptables-nft-restore", &rules);
     let port = 9878;
     let listen = format!("127.0.0.1:{port}");
-    let child = ns
-        .command(common::binary().to_str().unwrap(), &["serve", "--listen", &listen])
+    let agent = common::Serve::new()
+        .in_netns(&ns)
+        .listen(&listen)
         .args(common::NO_KUBE_PROXY)
         .args(["--iptables.interval", "200ms", "--iptables.save-interval", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _serve = Serve(child);
+        .no_wait()
+        .start();
     // The nft/ipv4 run of each new snapshot, until `done` says stop.
     let runs = |done: &dyn Fn(&Value) -> bool| -> Value {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -1005,7 +979,7 @@ fn counts_follow_changes_and_are_reused_at_an_unchanged_generation() {
                 std::time::Instant::now() < deadline,
                 "no snapshot satisfied the test in 30 s"
             );
-            if let Some(body) = ns_get(&ns, port, "/snapshot") {
+            if let Some(body) = agent.get_200("/snapshot") {
                 let doc: Value = serde_json::from_str(&body).unwrap();
                 let saves = &doc["facts"]["iptables"]["saves"];
                 if let Some(run) = saves.as_array().and_then(|a| a.iter().find(|s| s["family"] == "ipv4")) {

@@ -7,7 +7,7 @@
 //! `kube_proxy_sync_failing`, critical once the last good sync is old. Real traffic to Services
 //! kube-proxy rejects or drops (both families, both backends, its older nat drop too) and
 //! conntrack-invalid segments (its nfacct object) give the rates the kernel's counters give.
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

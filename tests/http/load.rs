@@ -3,8 +3,8 @@
 //! and bounded memory; prints p50/p99 and RSS before and after. A short run in
 //! CI; the benchmark runs it longer:
 //!
-//!     PROXYWATCH_SOAK_SECONDS=30 cargo test --release --test load -- --nocapture
-mod common;
+//!     PROXYWATCH_SOAK_SECONDS=30 cargo test --release --test http load:: -- --nocapture
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -13,7 +13,7 @@
 //! Each test first sees the finding absent on the same agent, so the finding comes
 //! from the change the test makes. Files are replaced atomically (written beside,
 //! then renamed): a torn read would be a different test (faults.rs has it).
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

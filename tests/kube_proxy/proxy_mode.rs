@@ -4,7 +4,7 @@
 //! network namespace, IPVS state from a fixture host root), nftables-migration
 //! blockers from kube-proxy's counters, and the runbook's mode switch replayed
 //! with `baseline save` and `compare`.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -70,16 +70,18 @@ fn parse(out: Output) -> Run {
 
 /// `check --format json` on a copy of a fixture node (PATH = its stand-in commands).
 fn check_fixture(root: &Path, extra: &[String]) -> Run {
-    let out = Command::new(common::binary())
+    let run = common::Check::new()
         .env_clear()
         .env("PATH", root.join("exec"))
-        .args(["check", "--format", "json", "--node-name", "mode", "--host-root"])
-        .arg(root)
+        .args(["--node-name", "mode"])
+        .host_root(root)
         .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    parse(out)
+        .run();
+    assert!((0..=2).contains(&run.code), "{}", run.stderr);
+    Run {
+        doc: run.doc,
+        code: run.code,
+    }
 }
 
 fn fixture_node(name: &str) -> tempfile::TempDir {

@@ -18,7 +18,7 @@
 //! Needs root, `ip`, `iptables-nft-restore`, `nft`, `prometheus` and `python3` with PyYAML.
 //! About 2 minutes: ProxywatchKubeProxyDown has `for: 1m`, the production value. Logs in
 //! `target/e2e-logs/kube_proxy_down_e2e/`.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -131,18 +131,13 @@ fn check(ns: &Netns, extra: &[String]) -> (Value, i32) {
 
 /// The same by the namespace's name (from another thread).
 fn check_in(ns: &str, extra: &[String]) -> (Value, i32) {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(OWN_PIDS)
-        .arg(common::binary())
-        .args(["check", "--format", "json", "--node-name", NODE])
+    let run = common::Check::new()
+        .in_netns_named(ns)
+        .wrap(OWN_PIDS)
+        .args(["--node-name", NODE])
         .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let doc = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
-    (doc, out.status.code().unwrap_or(-1))
+        .run();
+    (run.doc, run.code)
 }
 
 fn finding<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {

@@ -2,11 +2,11 @@
 //! scripts on a temporary host root, through the `/proc/net/ip_vs` fallback,
 //! against a real `kube-ipvs0` interface in a network namespace, and on a
 //! fixture node in IPVS mode whose modules are missing. A real IPVS kernel is
-//! tests/vm_kernel.rs's.
+//! tests/vm/vm_kernel.rs's.
 //!
 //! Expected numbers are computed here from the fixture files with simple,
 //! independent line counting, never taken from the agent's own parsers.
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -55,32 +55,26 @@ impl Run {
 }
 
 /// `proxywatch check --format json` with no inherited environment (clap reads
-/// PROXYWATCH_*) and the given PATH; `host_root` None means the real host (`/`).
+/// PROXYWATCH_*) and the given PATH; `host_root` None means the real host (`/`), where
+/// `Check::run` holds the live-/proc lock.
 fn check(host_root: Option<&Path>, path: impl Into<OsString>, extra: &[&str]) -> Run {
-    let mut cmd = Command::new(common::binary());
-    cmd.env_clear()
-        .env("PATH", path.into())
-        .args(["check", "--format", "json", "--node-name", "ipvs-test"]);
+    let path: OsString = path.into();
+    let mut check = common::Check::new()
+        .env_clear()
+        .env("PATH", path)
+        .args(["--node-name", "ipvs-test"]);
     if let Some(root) = host_root {
-        cmd.arg("--host-root").arg(root);
+        check = check.host_root(root);
     }
-    let out = cmd
-        .args(common::NO_KUBE_PROXY)
-        .args(extra)
-        .output()
-        .expect("run proxywatch");
-    let stdout = String::from_utf8(out.stdout).expect("UTF-8 stdout");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
-    let doc = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"));
+    let run = check.args(common::NO_KUBE_PROXY).args(extra).run();
     Run {
-        doc,
-        code: out.status.code().unwrap_or(-1),
+        doc: run.doc,
+        code: run.code,
     }
 }
 
 // ---------------------------------------------------------------------------
-// 1. A real kernel: tests/vm_kernel.rs boots Debian's kernel in a VM, with IPVS
+// 1. A real kernel: tests/vm/vm_kernel.rs boots Debian's kernel in a VM, with IPVS
 // loaded (the table against ipvsadm, both sources) and with IPVS available as
 // modules but not loaded (absent, ipvsadm never run, no module loaded). The
 // tests that used this machine's kernel could only ever run one way here.

@@ -4,7 +4,7 @@
 //! empty conntrack table and its own statistics), so exact values can be
 //! asserted. Needs root, `ip` and `conntrack`; some tests also need `nft`,
 //! `python3` (raw sockets for invalid packets) and `promtool`. See docs/testing.md.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -154,23 +154,10 @@ fn send_invalid(ns: &Netns, n: u32) -> (u64, u64) {
 
 /// `proxywatch check --format json` inside the namespace.
 fn check_json(ns: &Netns, extra: &[&str]) -> Value {
-    let bin = common::binary();
-    let mut args = vec!["check", "--format", "json"];
-    args.extend_from_slice(extra);
-    let out = ns
-        .command(bin.to_str().unwrap(), &args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let run = common::Check::new().in_netns(ns).args(extra).run();
     // Exit 0/1/2 are verdicts (a bare netns has ip_forward=0: critical); 3 means the agent failed.
-    assert!(
-        matches!(out.status.code(), Some(0..=2)),
-        "check: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("check --format json: {e}\n{}", String::from_utf8_lossy(&out.stdout)))
+    assert!((0..=2).contains(&run.code), "check: exit {}\n{}", run.code, run.stderr);
+    run.doc
 }
 
 fn json_stats(doc: &Value) -> BTreeMap<String, u64> {

@@ -19,7 +19,7 @@
 //!    a reservation value that keeps what was reserved.
 //! 3. That value applied (the finding's own command): none is reported, the
 //!    finding resolves, and the kernel refuses to hand the port out.
-mod common;
+use crate::common;
 
 use common::Netns;
 use serde_json::Value;

@@ -9,7 +9,7 @@
 //! history holds enough points; then every point Chromium's DOM draws in the SVG is
 //! mapped back through the chart's axes and must equal `/snapshot`'s
 //! `derived.series` of the same publication.
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;

@@ -20,7 +20,7 @@
 //!
 //! Needs root, `ip`, `unshare`, `setpriv`, `mount`, `conntrack`, `nft`, both
 //! iptables backends' restore and save commands and `python3` with PyYAML.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
