@@ -342,6 +342,10 @@ pub struct Common {
     #[arg(long = "neighbour-tables.window", env = "PROXYWATCH_NEIGHBOUR_TABLES_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub neighbour_tables_window: Duration,
 
+    /// How far back the reverse-path filter's drops (IPReversePathFilter) count for rp_filter_drops' rate.
+    #[arg(long = "rp-filter.window", env = "PROXYWATCH_RP_FILTER_WINDOW", default_value = "5m", value_parser = parse_duration)]
+    pub rp_filter_window: Duration,
+
     /// A Service the service_traffic probe also tries, as namespace/name:port (a TCP connect to its ClusterIP, found in kube-proxy's rules, and to its NodePort on the node's own address where it has one); repeatable, at most 20.
     #[arg(
         long = "service-traffic.target",
@@ -565,6 +569,7 @@ impl Common {
                 .unwrap_or_default()
                 .as_secs_f64(),
             neighbour_tables_window_seconds: self.neighbour_tables_window.as_secs_f64(),
+            rp_filter_window_seconds: self.rp_filter_window.as_secs_f64(),
         }
     }
 
