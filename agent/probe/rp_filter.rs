@@ -132,7 +132,7 @@ fn sysctl(host: &Host, path: &str) -> Result<Option<i64>, ProbeError> {
 
 pub fn read(host: &Host) -> Result<Probed<RpFilterFacts>, ProbeError> {
     let Some(all) = sysctl(host, "/proc/sys/net/ipv4/conf/all/rp_filter")? else {
-        return Ok(Probed::Absent("no /proc/sys/net/ipv4/conf/all/rp_filter (no IPv4)".into()));
+        return Ok(Probed::Absent("no /proc/sys/net/ipv4/conf/all/rp_filter".into()));
     };
     let routes = match host.read_optional("/proc/net/route")? {
         Some(t) => parse_route(&host.path("/proc/net/route").display().to_string(), &t)?,
