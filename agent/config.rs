@@ -379,7 +379,7 @@ pub struct Common {
     #[command(flatten)]
     pub schedule: ProbeSchedules,
 
-    /// Deadline of one run of each probe without a timeout of its own (node, modules, conntrack, sysctls, neighbour_tables, xtables_lock), ctnetlink or `conntrack -S` included.
+    /// Deadline of one run of each probe without a timeout of its own (node, modules, conntrack, sysctls, rp_filter, neighbour_tables, xtables_lock), ctnetlink or `conntrack -S` included.
     #[arg(long = "probe.timeout", env = "PROXYWATCH_PROBE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
 

@@ -520,7 +520,10 @@ fn ns_rp_filter_drops(ns: &Netns) -> u64 {
         .filter(|l| l.starts_with("TcpExt:"))
         .map(|l| l.split_whitespace().collect())
         .collect();
-    let at = rows[0].iter().position(|n| *n == "IPReversePathFilter").expect("IPReversePathFilter");
+    let at = rows[0]
+        .iter()
+        .position(|n| *n == "IPReversePathFilter")
+        .expect("IPReversePathFilter");
     rows[1][at].parse().unwrap()
 }
 
@@ -563,8 +566,22 @@ fn strict_rp_filter_drops_are_counted_and_clear_when_loose() {
     common::run(
         "ip",
         &[
-            "link", "add", "pwrp-n", "address", "02:00:0a:62:01:01", "netns", &node.name, "type", "veth", "peer",
-            "name", "pwrp-c", "address", "02:00:0a:62:01:02", "netns", &client.name,
+            "link",
+            "add",
+            "pwrp-n",
+            "address",
+            "02:00:0a:62:01:01",
+            "netns",
+            &node.name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "pwrp-c",
+            "address",
+            "02:00:0a:62:01:02",
+            "netns",
+            &client.name,
         ],
     );
     for args in [
@@ -583,7 +600,17 @@ fn strict_rp_filter_drops_are_counted_and_clear_when_loose() {
         &["addr", "add", "10.98.2.5/32", "dev", "lo"],
         &["link", "set", "pwrp-c", "up"],
         // A fixed neighbour: the node's ARP answers are subject to the same check.
-        &["neigh", "add", "10.98.1.1", "lladdr", "02:00:0a:62:01:01", "dev", "pwrp-c", "nud", "permanent"],
+        &[
+            "neigh",
+            "add",
+            "10.98.1.1",
+            "lladdr",
+            "02:00:0a:62:01:01",
+            "dev",
+            "pwrp-c",
+            "nud",
+            "permanent",
+        ],
     ] {
         client.exec_ok("ip", args);
     }
@@ -591,7 +618,13 @@ fn strict_rp_filter_drops_are_counted_and_clear_when_loose() {
     let rp = |all: &str, veth: &str| {
         node.exec_ok(
             "sysctl",
-            &["-q", "-w", &format!("net.ipv4.conf.all.rp_filter={all}"), &format!("net.ipv4.conf.pwrp-n.rp_filter={veth}"), "net.ipv4.conf.pwrp-d.rp_filter=0"],
+            &[
+                "-q",
+                "-w",
+                &format!("net.ipv4.conf.all.rp_filter={all}"),
+                &format!("net.ipv4.conf.pwrp-n.rp_filter={veth}"),
+                "net.ipv4.conf.pwrp-d.rp_filter=0",
+            ],
         );
     };
     rp("0", "1");
@@ -605,8 +638,14 @@ fn strict_rp_filter_drops_are_counted_and_clear_when_loose() {
     let strict = finding_where(&server, "sysctl_rp_filter_strict", |f| f.is_some()).unwrap();
     assert_eq!(strict["severity"], "info", "{strict}");
     assert_eq!(strict["summary"], "strict reverse-path filtering on pwrp-n", "{strict}");
-    assert_eq!(strict["evidence"]["interfaces"]["pwrp-n"], serde_json::json!({"value": 1, "effective": 1}));
-    assert_eq!(strict["evidence"]["interfaces"]["pwrp-d"], serde_json::json!({"value": 0, "effective": 0}));
+    assert_eq!(
+        strict["evidence"]["interfaces"]["pwrp-n"],
+        serde_json::json!({"value": 1, "effective": 1})
+    );
+    assert_eq!(
+        strict["evidence"]["interfaces"]["pwrp-d"],
+        serde_json::json!({"value": 0, "effective": 0})
+    );
     // The agent has read the counter at 0 twice before any packet (a rate needs two readings):
     // what follows is all in its window.
     common::poll("a rate of 0", DEADLINE, || {
@@ -627,20 +666,31 @@ fn strict_rp_filter_drops_are_counted_and_clear_when_loose() {
     .unwrap();
     assert_eq!(drops["severity"], "warning", "{drops}");
     assert_eq!(drops["evidence"]["packets"], dropped, "{drops}");
-    assert_eq!(drops["evidence"]["strict_interfaces"], serde_json::json!(["pwrp-n"]), "{drops}");
+    assert_eq!(
+        drops["evidence"]["strict_interfaces"],
+        serde_json::json!(["pwrp-n"]),
+        "{drops}"
+    );
     assert!(
         drops["summary"].as_str().unwrap().ends_with("(strict on pwrp-n)"),
         "{drops}"
     );
     let metrics = server.get_ok("/metrics");
-    assert_eq!(metric(&metrics, "proxywatch_rp_filter_drops_total"), Some(dropped), "{metrics}");
-    assert_eq!(metric(&metrics, "proxywatch_rp_filter{interface=\"pwrp-n\"}"), Some(1), "{metrics}");
+    assert_eq!(
+        metric(&metrics, "proxywatch_rp_filter_drops_total"),
+        Some(dropped),
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "proxywatch_rp_filter{interface=\"pwrp-n\"}"),
+        Some(1),
+        "{metrics}"
+    );
     assert!(
-        drops["remediation"]
-            .as_array()
+        drops["remediation"].as_array().unwrap().iter().any(|r| r
+            .as_str()
             .unwrap()
-            .iter()
-            .any(|r| r.as_str().unwrap().contains("sudo sysctl -w net.ipv4.conf.pwrp-n.rp_filter=2.")),
+            .contains("sudo sysctl -w net.ipv4.conf.pwrp-n.rp_filter=2.")),
         "{drops}"
     );
 
@@ -652,7 +702,11 @@ fn strict_rp_filter_drops_are_counted_and_clear_when_loose() {
     finding_where(&server, "sysctl_rp_filter_strict", |f| f.is_none());
     finding_where(&server, "rp_filter_drops", |f| f.is_none());
     let s = server.snapshot().unwrap();
-    assert_eq!(s["facts"]["rp_filter"]["drops_total"], dropped, "{}", s["facts"]["rp_filter"]);
+    assert_eq!(
+        s["facts"]["rp_filter"]["drops_total"], dropped,
+        "{}",
+        s["facts"]["rp_filter"]
+    );
     assert_eq!(s["derived"]["rp_filter_drops"]["increase"], 0, "{}", s["derived"]);
     server.stop_cleanly();
 }

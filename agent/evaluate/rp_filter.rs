@@ -25,7 +25,10 @@ fn strict_interfaces(f: &RpFilterFacts) -> Vec<String> {
 /// larger of conf.all and the interface's own value, and loose (2) is larger than strict (1), so
 /// conf.all and every other interface keep theirs.
 fn loosen(interfaces: &[String]) -> Vec<String> {
-    let set: Vec<String> = interfaces.iter().map(|i| format!("net.ipv4.conf.{i}.rp_filter=2")).collect();
+    let set: Vec<String> = interfaces
+        .iter()
+        .map(|i| format!("net.ipv4.conf.{i}.rp_filter=2"))
+        .collect();
     let lines: Vec<String> = interfaces
         .iter()
         .map(|i| format!("echo 'net.ipv4.conf.{i}.rp_filter = 2' | sudo tee -a {DROP_IN}"))
@@ -79,7 +82,11 @@ pub fn drops(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> 
 pub fn strict(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding> {
     let f = s.facts.rp_filter.as_ref()?;
     let strict = strict_interfaces(f);
-    let severity = if strict.is_empty() { Severity::Ok } else { Severity::Info };
+    let severity = if strict.is_empty() {
+        Severity::Ok
+    } else {
+        Severity::Info
+    };
     let mut steps = Vec::new();
     if !strict.is_empty() {
         steps.push(format!("Strict reverse-path filtering (1) on {}: a packet is dropped unless the reply to its source would leave by the interface it came in by. Fine with one uplink and symmetric routes; with several uplinks, policy routing, a load balancer's direct return or a CNI that brings NodePort traffic back another way (cilium#13130), Service traffic is dropped without a trace but a counter: rp_filter_drops says when it is.", strict.join(", ")));
@@ -88,7 +95,12 @@ pub fn strict(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> Option<Finding>
     let values: serde_json::Map<String, serde_json::Value> = f
         .interfaces
         .iter()
-        .map(|i| (i.name.clone(), serde_json::json!({"value": i.value, "effective": i.effective})))
+        .map(|i| {
+            (
+                i.name.clone(),
+                serde_json::json!({"value": i.value, "effective": i.effective}),
+            )
+        })
         .collect();
     Some(
         Finding::new(
@@ -139,13 +151,22 @@ mod tests {
     fn strict_is_info_loose_or_off_is_not() {
         let t = crate::config::default_thresholds();
         let f = judge(strict, &node(0, 1, None), &t).unwrap();
-        assert_eq!((f.severity, f.summary.as_str()), (Severity::Info, "strict reverse-path filtering on eth0"));
-        assert!(f.remediation.iter().any(|r| r.contains("sudo sysctl -w net.ipv4.conf.eth0.rp_filter=2.")));
+        assert_eq!(
+            (f.severity, f.summary.as_str()),
+            (Severity::Info, "strict reverse-path filtering on eth0")
+        );
+        assert!(f
+            .remediation
+            .iter()
+            .any(|r| r.contains("sudo sysctl -w net.ipv4.conf.eth0.rp_filter=2.")));
         assert!(
             !f.remediation.iter().any(|r| r.contains("conf.all.rp_filter=")),
             "conf.all is never changed: 2 on the interface is enough"
         );
-        assert!(f.remediation.iter().any(|r| r.contains("| sudo tee -a /etc/sysctl.d/90-proxywatch-rp-filter.conf")));
+        assert!(f
+            .remediation
+            .iter()
+            .any(|r| r.contains("| sudo tee -a /etc/sysctl.d/90-proxywatch-rp-filter.conf")));
         // max(all, if): all=2 makes eth0's 1 loose.
         assert_eq!(judge(strict, &node(2, 1, None), &t).unwrap().severity, Severity::Ok);
         assert_eq!(judge(strict, &node(1, 0, None), &t).unwrap().severity, Severity::Info);
@@ -157,7 +178,10 @@ mod tests {
         let t = crate::config::default_thresholds();
         let f = judge(drops, &node(0, 1, Some(200.0)), &t).unwrap();
         assert_eq!(f.severity, Severity::Warning);
-        assert_eq!(f.summary, "reverse-path filtering dropped 200.0 packets/s over the last 60 s (strict on eth0)");
+        assert_eq!(
+            f.summary,
+            "reverse-path filtering dropped 200.0 packets/s over the last 60 s (strict on eth0)"
+        );
         assert_eq!(f.evidence["packets_per_second"], 200.0);
         assert_eq!(f.evidence["strict_interfaces"], serde_json::json!(["eth0"]));
         // Loose everywhere, drops anyway (no route back at all): no sysctl to change is offered.

@@ -15,9 +15,9 @@
 pub mod findings;
 pub mod kube_proxy;
 pub mod kube_proxy_syncs;
-pub mod rp_filter;
 pub mod neighbour;
 pub mod nftables_watch;
+pub mod rp_filter;
 pub mod series;
 pub mod service_rejects;
 pub mod service_traffic;

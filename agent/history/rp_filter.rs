@@ -59,7 +59,11 @@ mod tests {
             drops_total: Some(n),
             ..Default::default()
         };
-        assert_eq!(h.observe(&f(1000), 0.0), None, "one reading: totals since boot are no rate");
+        assert_eq!(
+            h.observe(&f(1000), 0.0),
+            None,
+            "one reading: totals since boot are no rate"
+        );
         let d = h.observe(&f(1400), 4.0).unwrap();
         assert_eq!((d.increase, d.seconds, d.per_second), (400, 4.0, 100.0));
         assert_eq!(h.observe(&RpFilterFacts::default(), 5.0), None, "no counter: no rate");

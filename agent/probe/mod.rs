@@ -281,6 +281,7 @@ mod tests {
                 ProbeName::NeighbourTables,
                 ProbeName::ServiceTraffic,
                 ProbeName::XtablesLock,
+                ProbeName::RpFilter,
             ];
             assert_eq!(
                 slot,

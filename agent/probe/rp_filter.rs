@@ -57,7 +57,10 @@ pub fn parse_route(source: &str, text: &str) -> Result<Vec<(String, bool)>, Pars
         return Err(ParseError::new(
             source,
             1,
-            format!("expected a header with Iface, Destination and Mask, found {}", quote(header)),
+            format!(
+                "expected a header with Iface, Destination and Mask, found {}",
+                quote(header)
+            ),
         ));
     };
     let mut out: Vec<(String, bool)> = Vec::new();
@@ -71,7 +74,11 @@ pub fn parse_route(source: &str, text: &str) -> Result<Vec<(String, bool)>, Pars
         };
         let hex = |v: &str| u32::from_str_radix(v, 16);
         let (Ok(d), Ok(m)) = (hex(d), hex(m)) else {
-            return Err(ParseError::new(source, i + 2, format!("expected hex address and mask, found {}", quote(line))));
+            return Err(ParseError::new(
+                source,
+                i + 2,
+                format!("expected hex address and mask, found {}", quote(line)),
+            ));
         };
         if *name == "lo" || m == u32::MAX {
             continue;
@@ -96,7 +103,11 @@ pub fn parse_netstat(source: &str, text: &str, section: &str) -> Result<BTreeMap
         return Ok(BTreeMap::new());
     };
     let Some((n, values)) = rows.next() else {
-        return Err(ParseError::new(source, at + 1, format!("{section}: names without values")));
+        return Err(ParseError::new(
+            source,
+            at + 1,
+            format!("{section}: names without values"),
+        ));
     };
     let names: Vec<&str> = names[prefix.len()..].split_whitespace().collect();
     let values: Vec<&str> = values[prefix.len()..].split_whitespace().collect();
@@ -126,7 +137,10 @@ pub async fn probe(ctx: &ProbeContext, _deadline: Deadline) -> Result<Probed<RpF
 fn sysctl(host: &Host, path: &str) -> Result<Option<i64>, ProbeError> {
     match host.read_optional(path)? {
         None => Ok(None),
-        Some(t) => Ok(Some(super::sysctl::parse_value(&host.path(path).display().to_string(), &t)?)),
+        Some(t) => Ok(Some(super::sysctl::parse_value(
+            &host.path(path).display().to_string(),
+            &t,
+        )?)),
     }
 }
 
@@ -198,7 +212,8 @@ lo\t0000007F\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0
     #[test]
     fn netstat_counters_of_a_section() {
         // The TcpExt lines of this machine's /proc/net/netstat, shortened.
-        let text = "TcpExt: SyncookiesSent IPReversePathFilter TCPTimeouts\nTcpExt: 0 417 3\nIpExt: InNoRoutes\nIpExt: 2\n";
+        let text =
+            "TcpExt: SyncookiesSent IPReversePathFilter TCPTimeouts\nTcpExt: 0 417 3\nIpExt: InNoRoutes\nIpExt: 2\n";
         let c = parse_netstat("n", text, "TcpExt").unwrap();
         assert_eq!(c["IPReversePathFilter"], 417);
         assert_eq!(parse_netstat("n", text, "IpExt").unwrap()["InNoRoutes"], 2);
@@ -222,11 +237,20 @@ lo\t0000007F\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0
             std::fs::create_dir_all(root.join(p).parent().unwrap()).unwrap();
             std::fs::write(root.join(p), v).unwrap();
         }
-        let Probed::Present(f) = read(&Host::new(root)).unwrap() else { panic!() };
+        let Probed::Present(f) = read(&Host::new(root)).unwrap() else {
+            panic!()
+        };
         assert_eq!(f.all, 2);
-        let eff: Vec<(&str, i64, i64)> = f.interfaces.iter().map(|i| (i.name.as_str(), i.value, i.effective)).collect();
+        let eff: Vec<(&str, i64, i64)> = f
+            .interfaces
+            .iter()
+            .map(|i| (i.name.as_str(), i.value, i.effective))
+            .collect();
         assert_eq!(eff, [("eth0", 1, 2), ("eth1", 0, 2)]);
         assert_eq!(f.drops_total, Some(9));
-        assert!(matches!(read(&Host::new(root.join("none"))).unwrap(), Probed::Absent(_)));
+        assert!(matches!(
+            read(&Host::new(root.join("none"))).unwrap(),
+            Probed::Absent(_)
+        ));
     }
 }
