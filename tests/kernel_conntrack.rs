@@ -558,7 +558,7 @@ fn finding_where(server: &Agent, id: &str, ok: impl Fn(Option<&Value>) -> bool) 
 /// same datagrams pass, the counter stands still, and both findings clear.
 #[test]
 fn strict_rp_filter_drops_are_counted_and_clear_when_loose() {
-    if !common::can_run(&["ip", "python3"]) {
+    if !common::can_run(&["ip", "python3", "sysctl"]) {
         return;
     }
     let node = Netns::new("rpnode");
