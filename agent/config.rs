@@ -342,6 +342,10 @@ pub struct Common {
     #[arg(long = "neighbour-tables.window", env = "PROXYWATCH_NEIGHBOUR_TABLES_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub neighbour_tables_window: Duration,
 
+    /// How far back the reverse-path filter's drops (IPReversePathFilter) count for rp_filter_drops' rate.
+    #[arg(long = "rp-filter.window", env = "PROXYWATCH_RP_FILTER_WINDOW", default_value = "5m", value_parser = parse_duration)]
+    pub rp_filter_window: Duration,
+
     /// A Service the service_traffic probe also tries, as namespace/name:port (a TCP connect to its ClusterIP, found in kube-proxy's rules, and to its NodePort on the node's own address where it has one); repeatable, at most 20.
     #[arg(
         long = "service-traffic.target",
@@ -375,7 +379,7 @@ pub struct Common {
     #[command(flatten)]
     pub schedule: ProbeSchedules,
 
-    /// Deadline of one run of each probe without a timeout of its own (node, modules, conntrack, sysctls, neighbour_tables, xtables_lock), ctnetlink or `conntrack -S` included.
+    /// Deadline of one run of each probe without a timeout of its own (node, modules, conntrack, sysctls, rp_filter, neighbour_tables, xtables_lock), ctnetlink or `conntrack -S` included.
     #[arg(long = "probe.timeout", env = "PROXYWATCH_PROBE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
 
@@ -565,6 +569,7 @@ impl Common {
                 .unwrap_or_default()
                 .as_secs_f64(),
             neighbour_tables_window_seconds: self.neighbour_tables_window.as_secs_f64(),
+            rp_filter_window_seconds: self.rp_filter_window.as_secs_f64(),
         }
     }
 

@@ -79,6 +79,16 @@ macro_rules! probe_table {
                 timeout: None,
                 metrics: [sysctls],
             }
+            /// Reverse-path filtering on the interfaces of the node's routes, and its drops.
+            RpFilter => rp_filter {
+                run: rp_filter::probe,
+                facts: rp_filter::RpFilterFacts,
+                json: #[serde(default, skip_serializing_if = "Option::is_none")],
+                interval: Flag::or_never("rp-filter.interval", "PROXYWATCH_RP_FILTER_INTERVAL", "15s",
+                    "How often the rp_filter probe reads rp_filter on the interfaces of the node's network routes and the IPReversePathFilter drop counter (/proc/net/netstat); 0: never"),
+                timeout: None,
+                metrics: [rp_filter],
+            }
             /// The NodePorts the data plane serves against the ephemeral port range.
             NodePorts => node_ports {
                 run: node_ports::probe,

@@ -629,6 +629,7 @@ mod tests {
             conntrack_trend_window_seconds: trend_window,
             conntrack_interval_seconds: 5.0,
             neighbour_tables_window_seconds: 300.0,
+            rp_filter_window_seconds: 300.0,
         }
     }
 

@@ -192,6 +192,7 @@ mod tests {
                 s("conntrack", 5, 10),
                 s("conntrack_stale", 60, 20),
                 s("sysctls", 15, 10),
+                s("rp_filter", 15, 10),
                 s("node_ports", 60, 10),
                 s("neighbour_tables", 15, 10),
                 s("iptables", 60, 30),
@@ -214,6 +215,7 @@ mod tests {
                 "modules",
                 "conntrack",
                 "sysctls",
+                "rp_filter",
                 "neighbour_tables",
                 "xtables_lock"
             ]
@@ -266,7 +268,7 @@ mod tests {
         );
         assert!(parse(&["--node-ports.interval", "0"]).is_ok());
         assert_eq!(
-            schedules(&["--kube-proxy.interval", "1m30s"])[11].1,
+            schedules(&["--kube-proxy.interval", "1m30s"])[12].1,
             Duration::from_secs(90)
         );
     }

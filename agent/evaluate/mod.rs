@@ -19,6 +19,7 @@ mod neighbour;
 mod nftables_watch;
 mod node_ports;
 mod probes;
+mod rp_filter;
 mod service_rejects;
 mod service_traffic;
 mod snat;
@@ -194,6 +195,8 @@ pub const CHECKS: &[Check] = &[
     Check { id: "sysctl_ip_forward", run: kernel::ip_forward },
     Check { id: "sysctl_bridge_nf_call_iptables", run: kernel::bridge_nf_call_iptables },
     Check { id: "sysctl_conntrack_tcp_timeouts", run: kernel::conntrack_tcp_timeouts },
+    Check { id: "sysctl_rp_filter_strict", run: rp_filter::strict },
+    Check { id: "rp_filter_drops", run: rp_filter::drops },
     Check { id: "node_ports_in_ephemeral_range", run: node_ports::in_ephemeral_range },
     Check { id: "neighbour_table_fill", run: neighbour::fill },
     Check { id: "neighbour_table_overflow", run: neighbour::overflow },

@@ -324,6 +324,31 @@ fn sysctls(out: &Out, s: &Snapshot) {
     }
 }
 
+/// Reverse-path filtering: the effective value per interface of the node's routes (at most 16)
+/// and the kernel's drop counter.
+fn rp_filter(out: &Out, s: &Snapshot) {
+    let Some(f) = &s.facts.rp_filter else {
+        return;
+    };
+    let g = out.gauge(
+        "proxywatch_rp_filter",
+        "Effective reverse-path filter of an interface of the node's network routes: max(conf.all, conf.<interface>) rp_filter; 0 off, 1 strict, 2 loose.",
+        &["interface"],
+    );
+    for i in &f.interfaces {
+        g.with_label_values(&[i.name.as_str()]).set(i.effective as f64);
+    }
+    if let Some(d) = f.drops_total {
+        out.counter(
+            "proxywatch_rp_filter_drops_total",
+            "Packets the reverse-path filter dropped (TcpExt IPReversePathFilter in /proc/net/netstat, every protocol).",
+            &[],
+        )
+        .with_label_values(&[] as &[&str])
+        .inc_by(d);
+    }
+}
+
 /// Who holds the xtables lock: whether it is held, for how long, and how many wait (the holder
 /// itself is in /snapshot and the finding: a PID is no label).
 fn xtables_lock(out: &Out, s: &Snapshot) {

@@ -78,6 +78,8 @@ pub fn area_of(id: &str) -> Option<Area> {
         "rules_changed_by_other_process" => Area::Rules,
         // Node limits: the kernel's tables and port ranges, set by sysctls.
         "node_ports_in_ephemeral_range" => Area::Kernel,
+        // Packets the kernel's reverse-path filter drops: a sysctl's effect.
+        "rp_filter_drops" => Area::Kernel,
         // SNAT ports share the conntrack table's fate (insert_failed); the rules are the data plane's.
         "snat_ports_near_exhaustion" => Area::Conntrack,
         "masquerade_without_random_fully" => Area::Rules,
@@ -96,7 +98,7 @@ fn area_of_probe(probe: &str) -> Area {
         "conntrack" | "conntrack_stale" | "node" => Area::Conntrack,
         "kube_proxy" => Area::KubeProxy,
         "iptables" | "nftables" | "ipvs" | "service_traffic" | "xtables_lock" => Area::Rules,
-        "sysctls" | "modules" | "node_ports" | "neighbour_tables" => Area::Kernel,
+        "sysctls" | "modules" | "node_ports" | "neighbour_tables" | "rp_filter" => Area::Kernel,
         _ => Area::All,
     }
 }

@@ -17,6 +17,7 @@ pub mod kube_proxy;
 pub mod kube_proxy_syncs;
 pub mod neighbour;
 pub mod nftables_watch;
+pub mod rp_filter;
 pub mod series;
 pub mod service_rejects;
 pub mod service_traffic;
@@ -76,6 +77,9 @@ pub struct Derived {
     /// How long the xtables lock's current holder has held it (the xtables_lock probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xtables_lock: Option<xtables_lock::XtablesLockHold>,
+    /// Packets the reverse-path filter dropped over `--rp-filter.window` (the rp_filter probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rp_filter_drops: Option<rp_filter::RpFilterDrops>,
 }
 
 impl Derived {
@@ -117,6 +121,8 @@ pub struct HistoryConfig {
     pub conntrack_interval_seconds: f64,
     /// Neighbour table counter increases count over this many seconds (`--neighbour-tables.window`).
     pub neighbour_tables_window_seconds: f64,
+    /// The reverse-path filter's drops count over this many seconds (`--rp-filter.window`).
+    pub rp_filter_window_seconds: f64,
 }
 
 /// Readings kept for the counter window, at most (a reading every second for an hour).
@@ -147,6 +153,7 @@ pub struct History {
     xtables_lock: xtables_lock::XtablesLockHistory,
     /// Where the conntrack probe's latest statistics came from (`stats_source`).
     conntrack_source: Option<String>,
+    rp_filter: rp_filter::RpFilterHistory,
 }
 
 impl History {
@@ -170,6 +177,7 @@ impl History {
             nftables_watch: Default::default(),
             xtables_lock: Default::default(),
             conntrack_source: None,
+            rp_filter: rp_filter::RpFilterHistory::new(c.rp_filter_window_seconds),
         }
     }
 
@@ -224,6 +232,7 @@ impl History {
                     .and_then(|c| self.service_rejects.observe(c, mono))
             }
             Reading::ServiceTraffic(f) => derived.service_traffic = Some(self.service_traffic.observe(f)),
+            Reading::RpFilter(f) => derived.rp_filter_drops = self.rp_filter.observe(f, mono),
             Reading::XtablesLock(f) => derived.xtables_lock = self.xtables_lock.observe(f, now, mono),
             _ => {}
         }
@@ -299,6 +308,7 @@ impl History {
             }
             ProbeName::NeighbourTables => derived.neighbour_tables = None,
             ProbeName::Iptables => derived.service_rejects = None,
+            ProbeName::RpFilter => derived.rp_filter_drops = None,
             ProbeName::XtablesLock => {
                 self.xtables_lock.missed();
                 derived.xtables_lock = None;
@@ -329,6 +339,7 @@ mod tests {
             conntrack_trend_window_seconds: 600.0,
             conntrack_interval_seconds: 5.0,
             neighbour_tables_window_seconds: 300.0,
+            rp_filter_window_seconds: 300.0,
         });
         let mut d = Derived::default();
         assert!(d.is_empty());
@@ -351,6 +362,7 @@ mod tests {
             conntrack_trend_window_seconds: 600.0,
             conntrack_interval_seconds: 5.0,
             neighbour_tables_window_seconds: 300.0,
+            rp_filter_window_seconds: 300.0,
         });
         let mut d = Derived::default();
         let reading = |drop: u64| {
@@ -385,6 +397,7 @@ mod tests {
             conntrack_trend_window_seconds: 40.0,
             conntrack_interval_seconds: 5.0,
             neighbour_tables_window_seconds: 300.0,
+            rp_filter_window_seconds: 300.0,
         });
         let mut d = Derived::default();
         // 100 entries more every 5 s of a 1000 limit: a trend, and a forecast to full.

@@ -32,6 +32,7 @@ pub mod neighbour_tables;
 pub mod nftables;
 pub mod node;
 pub mod node_ports;
+pub mod rp_filter;
 pub mod rule_counters;
 pub mod service_endpoints;
 pub mod service_traffic;
@@ -280,6 +281,7 @@ mod tests {
                 ProbeName::NeighbourTables,
                 ProbeName::ServiceTraffic,
                 ProbeName::XtablesLock,
+                ProbeName::RpFilter,
             ];
             assert_eq!(
                 slot,

@@ -395,6 +395,17 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
     let arp: Vec<u8> = (0..arp.len() / 2)
         .map(|i| u8::from_str_radix(&arp[2 * i..2 * i + 2], 16).unwrap())
         .collect();
+    s.facts.rp_filter = Some(proxywatch::probe::rp_filter::RpFilterFacts {
+        all: 0,
+        interfaces: vec![proxywatch::probe::rp_filter::InterfaceFilter {
+            name: "eth0".into(),
+            value: 2,
+            effective: 2,
+            default_route: true,
+        }],
+        more_interfaces: 0,
+        drops_total: Some(0),
+    });
     s.facts.xtables_lock = Some(proxywatch::probe::xtables_lock::XtablesLockFacts {
         path: "/run/xtables.lock".into(),
         ..Default::default()

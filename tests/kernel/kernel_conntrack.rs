@@ -1,4 +1,5 @@
-//! The conntrack probe against the real kernel, through the real binary.
+//! The conntrack probe against the real kernel, through the real binary; and the rp_filter
+//! probe, whose sysctls and drop counter are per network namespace as conntrack's statistics are.
 //!
 //! Every test works inside a network namespace of its own (a fresh netns has an
 //! empty conntrack table and its own statistics), so exact values can be
@@ -492,4 +493,207 @@ fn conntrack_s_fallback_matches_the_proc_file() {
     for col in &common_cols {
         assert_eq!(agent[*col], proc_stats[*col], "{col}: agent (ctnetlink) vs {STAT}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Reverse-path filtering: rp_filter and TcpExt IPReversePathFilter are per network namespace too.
+
+/// `TcpExt: IPReversePathFilter` in the namespace's `/proc/net/netstat`, read here with its
+/// own few lines (not the crate's parser).
+fn ns_rp_filter_drops(ns: &Netns) -> u64 {
+    let text = ns_read(ns, "/proc/net/netstat");
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.starts_with("TcpExt:"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let at = rows[0]
+        .iter()
+        .position(|n| *n == "IPReversePathFilter")
+        .expect("IPReversePathFilter");
+    rows[1][at].parse().unwrap()
+}
+
+/// Sends `n` UDP datagrams from the client's 10.98.2.5 to the node's 10.98.1.1 (port 9: no
+/// listener, an answer is never needed).
+fn send_from_the_other_side(client: &Netns, n: u32) {
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.bind(('10.98.2.5', 0))\nfor _ in range({n}):\n    s.sendto(b'x', ('10.98.1.1', 9))\n"
+    );
+    client.exec_ok("python3", &["-c", &script]);
+}
+
+/// The agent's finding `id` from /findings (ok findings are not listed: None), once `ok` holds.
+fn finding_where(server: &Agent, id: &str, ok: impl Fn(Option<&Value>) -> bool) -> Option<Value> {
+    common::poll(id, DEADLINE, || {
+        let (_, body) = server.get("/findings")?;
+        let doc: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        let f = doc.as_array().and_then(|l| l.iter().find(|f| f["id"] == id)).cloned();
+        if ok(f.as_ref()) {
+            Ok(f)
+        } else {
+            Err(body)
+        }
+    })
+}
+
+/// A node namespace whose veth (10.98.1.1/24) faces a client namespace, and whose route to the
+/// client's second address (10.98.2.0/24) leaves by another interface (a second veth): the
+/// asymmetric path of a node with two uplinks. The client's datagrams from 10.98.2.5 come in by the veth. Strict on
+/// the veth: the kernel drops every one (its counter says so); the agent's count equals the
+/// kernel's, rp_filter_drops warns naming the veth, sysctl_rp_filter_strict is info. Loose: the
+/// same datagrams pass, the counter stands still, and both findings clear.
+#[test]
+fn strict_rp_filter_drops_are_counted_and_clear_when_loose() {
+    if !common::can_run(&["ip", "python3", "sysctl"]) {
+        return;
+    }
+    let node = Netns::new("rpnode");
+    let client = Netns::new("rpcli");
+    common::run(
+        "ip",
+        &[
+            "link",
+            "add",
+            "pwrp-n",
+            "address",
+            "02:00:0a:62:01:01",
+            "netns",
+            &node.name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "pwrp-c",
+            "address",
+            "02:00:0a:62:01:02",
+            "netns",
+            &client.name,
+        ],
+    );
+    for args in [
+        &["addr", "add", "10.98.1.1/24", "dev", "pwrp-n"][..],
+        &["link", "set", "pwrp-n", "up"],
+        // The second uplink: a veth whose peer stays unaddressed (no dummy module is loaded here).
+        &["link", "add", "pwrp-d", "type", "veth", "peer", "name", "pwrp-e"],
+        &["addr", "add", "10.98.2.1/24", "dev", "pwrp-d"],
+        &["link", "set", "pwrp-e", "up"],
+        &["link", "set", "pwrp-d", "up"],
+    ] {
+        node.exec_ok("ip", args);
+    }
+    for args in [
+        &["addr", "add", "10.98.1.2/24", "dev", "pwrp-c"][..],
+        &["addr", "add", "10.98.2.5/32", "dev", "lo"],
+        &["link", "set", "pwrp-c", "up"],
+        // A fixed neighbour: the node's ARP answers are subject to the same check.
+        &[
+            "neigh",
+            "add",
+            "10.98.1.1",
+            "lladdr",
+            "02:00:0a:62:01:01",
+            "dev",
+            "pwrp-c",
+            "nud",
+            "permanent",
+        ],
+    ] {
+        client.exec_ok("ip", args);
+    }
+    // A new namespace inherits conf.all from the root one: set it, so only the veth decides.
+    let rp = |all: &str, veth: &str| {
+        node.exec_ok(
+            "sysctl",
+            &[
+                "-q",
+                "-w",
+                &format!("net.ipv4.conf.all.rp_filter={all}"),
+                &format!("net.ipv4.conf.pwrp-n.rp_filter={veth}"),
+                "net.ipv4.conf.pwrp-d.rp_filter=0",
+            ],
+        );
+    };
+    rp("0", "1");
+    assert_eq!(ns_rp_filter_drops(&node), 0, "a fresh namespace");
+
+    let server = Serve::new()
+        .args(["--rp-filter.interval", "200ms", "--rp-filter.window", "3s"])
+        .in_netns(&node)
+        .listen(&format!("127.0.0.1:{NS_PORT}"))
+        .start();
+    let strict = finding_where(&server, "sysctl_rp_filter_strict", |f| f.is_some()).unwrap();
+    assert_eq!(strict["severity"], "info", "{strict}");
+    assert_eq!(strict["summary"], "strict reverse-path filtering on pwrp-n", "{strict}");
+    assert_eq!(
+        strict["evidence"]["interfaces"]["pwrp-n"],
+        serde_json::json!({"value": 1, "effective": 1})
+    );
+    assert_eq!(
+        strict["evidence"]["interfaces"]["pwrp-d"],
+        serde_json::json!({"value": 0, "effective": 0})
+    );
+    // The agent has read the counter at 0 twice before any packet (a rate needs two readings):
+    // what follows is all in its window.
+    common::poll("a rate of 0", DEADLINE, || {
+        let s = server.snapshot()?;
+        let d = &s["derived"]["rp_filter_drops"];
+        (s["facts"]["rp_filter"]["drops_total"] == 0 && d["increase"] == 0 && d["seconds"].as_f64() > Some(0.0))
+            .then_some(())
+            .ok_or_else(|| s["derived"].to_string())
+    });
+    assert!(finding_where(&server, "rp_filter_drops", |f| f.is_none()).is_none());
+
+    send_from_the_other_side(&client, 500);
+    let dropped = ns_rp_filter_drops(&node);
+    assert_eq!(dropped, 500, "the kernel dropped every datagram");
+    let drops = finding_where(&server, "rp_filter_drops", |f| {
+        f.is_some_and(|f| f["evidence"]["packets_total"] == dropped)
+    })
+    .unwrap();
+    assert_eq!(drops["severity"], "warning", "{drops}");
+    assert_eq!(drops["evidence"]["packets"], dropped, "{drops}");
+    assert_eq!(
+        drops["evidence"]["strict_interfaces"],
+        serde_json::json!(["pwrp-n"]),
+        "{drops}"
+    );
+    assert!(
+        drops["summary"].as_str().unwrap().ends_with("(strict on pwrp-n)"),
+        "{drops}"
+    );
+    let metrics = server.get_ok("/metrics");
+    assert_eq!(
+        metric(&metrics, "proxywatch_rp_filter_drops_total"),
+        Some(dropped),
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "proxywatch_rp_filter{interface=\"pwrp-n\"}"),
+        Some(1),
+        "{metrics}"
+    );
+    assert!(
+        drops["remediation"].as_array().unwrap().iter().any(|r| r
+            .as_str()
+            .unwrap()
+            .contains("sudo sysctl -w net.ipv4.conf.pwrp-n.rp_filter=2.")),
+        "{drops}"
+    );
+
+    // Loose: the same traffic passes; the counter stands, the findings clear (the drops once
+    // the window has passed them).
+    rp("0", "2");
+    send_from_the_other_side(&client, 500);
+    assert_eq!(ns_rp_filter_drops(&node), dropped, "loose mode drops none of them");
+    finding_where(&server, "sysctl_rp_filter_strict", |f| f.is_none());
+    finding_where(&server, "rp_filter_drops", |f| f.is_none());
+    let s = server.snapshot().unwrap();
+    assert_eq!(
+        s["facts"]["rp_filter"]["drops_total"], dropped,
+        "{}",
+        s["facts"]["rp_filter"]
+    );
+    assert_eq!(s["derived"]["rp_filter_drops"]["increase"], 0, "{}", s["derived"]);
+    server.stop_cleanly();
 }

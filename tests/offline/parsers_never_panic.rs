@@ -72,6 +72,8 @@ fn every_parser(text: &str) {
     let _ = modules::parse_proc_modules("t", text);
     let _ = modules::parse_modules_builtin("t", text);
     let _ = sysctl::parse_value("t", text);
+    let _ = proxywatch::probe::rp_filter::parse_route("t", text);
+    let _ = proxywatch::probe::rp_filter::parse_netstat("t", text, "TcpExt");
     let lock = proxywatch::probe::xtables_lock::FileId {
         major: 0xfe,
         minor: 0,
