@@ -152,6 +152,13 @@ impl Aggregator {
     /// Records one event of an event source (`crate::watch`): the history stage's journal takes
     /// it, and the verdict is made again (once every probe has reported).
     pub fn record_event(&mut self, event: &crate::watch::Event, now: f64, mono: f64) -> Option<Publication> {
+        self.record_events(std::slice::from_ref(event), now, mono)
+    }
+
+    /// Records a batch of events (what was queued when the aggregator looked): each one goes into
+    /// the history stage's journal, and the verdict is made and rendered once for the batch, not
+    /// once per event (a rule churn is hundreds of commits; rendering is the costly part).
+    pub fn record_events(&mut self, events: &[crate::watch::Event], now: f64, mono: f64) -> Option<Publication> {
         let kube_proxy_pid = self
             .snapshot
             .facts
@@ -159,8 +166,10 @@ impl Aggregator {
             .as_ref()
             .and_then(|k| k.process.as_ref())
             .map(|p| p.pid);
-        self.history
-            .event(event, kube_proxy_pid, now, mono, &mut self.snapshot.derived);
+        for event in events {
+            self.history
+                .event(event, kube_proxy_pid, now, mono, &mut self.snapshot.derived);
+        }
         self.snapshot.collected_at = now;
         self.snapshot.collected_mono = mono;
         self.publish(now, mono)
@@ -171,6 +180,7 @@ impl Aggregator {
         if !self.waiting_for.is_empty() {
             return None;
         }
+        self.snapshot.publications += 1;
         let mut verdict = evaluate::evaluate(&self.snapshot, &self.thresholds);
         let transitions = self.findings.stamp(&mut verdict.findings, now);
         if self.log_changes {
@@ -322,11 +332,11 @@ pub fn step(
     let input = input.into();
     let what = match &input {
         Input::Run(r) => format!("probe {}", r.probe),
-        Input::Event(_) => "an event source".to_string(),
+        Input::Events(_) => "an event source".to_string(),
     };
     let fold = || match input {
         Input::Run(report) => aggregator.record(*report, now, mono),
-        Input::Event(event) => aggregator.record_event(&event, now, mono),
+        Input::Events(events) => aggregator.record_events(&events, now, mono),
     };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(fold)) {
         Ok(publication) => {
@@ -345,12 +355,24 @@ pub fn step(
     }
 }
 
-/// What the aggregator folds in: a probe run's report, or an event source's event.
+/// What the aggregator folds in: a probe run's report, or a batch of event sources' events
+/// (rendered once).
 #[derive(Debug)]
 pub enum Input {
     /// Boxed: a report carries its probe's reading, much larger than an event.
     Run(Box<RunReport>),
-    Event(crate::watch::Event),
+    Events(Vec<crate::watch::Event>),
+}
+
+/// `first` and the events queued behind it when the aggregator looks: one batch, folded in
+/// and rendered once. What is queued now, not what keeps coming: under a churn faster than
+/// the aggregator, draining until empty would never publish.
+fn batch(first: Event, rx: &mut mpsc::Receiver<Event>) -> Vec<Event> {
+    let queued = rx.len();
+    let mut events = Vec::with_capacity(queued + 1);
+    events.push(first);
+    events.extend(std::iter::from_fn(|| rx.try_recv().ok()).take(queued));
+    events
 }
 
 impl From<RunReport> for Input {
@@ -456,7 +478,7 @@ pub fn spawn(
                     None => return,
                 },
                 event = event_rx.recv(), if events_open => match event {
-                    Some(e) => Input::Event(e),
+                    Some(e) => Input::Events(batch(e, &mut event_rx)),
                     None => {
                         events_open = false;
                         continue;
@@ -596,6 +618,7 @@ pub async fn run_once(
     // What the sources said meanwhile (a commit during the check, or why they cannot watch);
     // a source that said nothing yet gets up to 2 s to say whether it listens (its first
     // event comes at once: the report must not depend on the machine's load).
+    let mut queued_events = Vec::new();
     for rx in &mut events {
         if rx.is_empty() {
             let _ = tokio::time::timeout(Duration::from_secs(2), async {
@@ -608,12 +631,14 @@ pub async fn run_once(
         // What is queued now, not what keeps coming: on a node committing faster than events
         // are recorded (a rule churn), draining until empty would never end.
         let queued = rx.len();
-        for event in std::iter::from_fn(|| rx.try_recv().ok()).take(queued) {
-            let now = unix_seconds(SystemTime::now());
-            last = aggregator
-                .record_event(&event, now, origin.elapsed().as_secs_f64())
-                .or(last);
-        }
+        queued_events.extend(std::iter::from_fn(|| rx.try_recv().ok()).take(queued));
+    }
+    // All of them in one batch: journaled one by one, rendered once.
+    if !queued_events.is_empty() {
+        let now = unix_seconds(SystemTime::now());
+        last = aggregator
+            .record_events(&queued_events, now, origin.elapsed().as_secs_f64())
+            .or(last);
     }
     last.expect("every probe reported")
 }
@@ -1094,6 +1119,83 @@ mod tests {
         let p = a.record(absent(), 1033.001, 33.001).unwrap();
         assert_eq!(down(&p).0, crate::evaluate::Severity::Critical);
         assert_eq!(down(&p).1["exited_timestamp_seconds"], 1003.0);
+    }
+
+    /// A churn's commits, queued (as behind a slow render).
+    const CHURN: u32 = 60;
+
+    fn churn_source(_: Arc<ProbeContext>, tx: mpsc::Sender<Event>) {
+        for generation in 1..=CHURN {
+            let commit = crate::watch::Commit {
+                at_seconds: 1000.0 + f64::from(generation),
+                generation,
+                writer: crate::watch::Writer {
+                    pid: Some(4242),
+                    name: Some("nft".into()),
+                    ..Default::default()
+                },
+                named_kube_proxy: false,
+                tables: vec![],
+                more_tables: 0,
+                notifications: 3,
+                undecoded: 0,
+            };
+            tx.try_send(Event::Commit(commit)).unwrap();
+        }
+    }
+
+    /// `serve` under a rule churn: every commit is journaled, but the snapshot is rendered once
+    /// per batch of queued events, not once per commit (counted by `proxywatch_publications_total`).
+    #[tokio::test]
+    async fn a_churn_of_commits_is_journaled_whole_and_rendered_per_batch() {
+        let source = Source {
+            name: "churn",
+            wakes: &[],
+            debounce: Duration::ZERO,
+            debounce_max: Duration::ZERO,
+            start: churn_source,
+        };
+        let ctx = Arc::new(crate::probe::test_context(crate::host::Host::new("/")));
+        let a = Aggregator::new("n", crate::config::default_thresholds(), &[], history(60.0, 900.0));
+        let liveness = Arc::new(Liveness::new(Duration::from_secs(30)));
+        // One probe, on a long interval, keeps the aggregator running (the aggregator waits on
+        // no probe: each batch is published).
+        let keep = Schedule {
+            probe: ProbeName::Sysctls,
+            interval: Duration::from_secs(3600),
+            timeout: Duration::from_secs(5),
+        };
+        let mut latest = spawn(ctx, vec![keep], &[source], a, liveness);
+        let publication = loop {
+            latest.changed().await.unwrap();
+            let p = latest.borrow().clone().unwrap();
+            let w = p.document.derived.nftables_watch.as_ref().unwrap();
+            if w.commits_other_total == u64::from(CHURN) {
+                break p;
+            }
+        };
+        let w = publication.document.derived.nftables_watch.as_ref().unwrap();
+        let generations: Vec<u32> = w
+            .journal
+            .iter()
+            .filter_map(|e| e.commit.as_ref())
+            .map(|c| c.generation)
+            .collect();
+        assert_eq!(
+            generations,
+            (1..=CHURN).collect::<Vec<_>>(),
+            "every commit journaled, in order"
+        );
+        let metrics = String::from_utf8_lossy(&publication.metrics).into_owned();
+        let renders: u64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("proxywatch_publications_total "))
+            .and_then(|v| v.parse().ok())
+            .expect(&metrics);
+        assert!(
+            renders * 4 <= u64::from(CHURN),
+            "{CHURN} commits rendered {renders} times: not once per batch"
+        );
     }
 
     #[test]

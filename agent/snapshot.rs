@@ -62,6 +62,9 @@ pub struct Snapshot {
     pub probes: BTreeMap<ProbeName, ProbeOutcome>,
     /// Panics caught in the pipeline (history, evaluation, rendering) since the agent started.
     pub pipeline_panics: u64,
+    /// Verdicts made and rendered since the agent started: one per probe report, one per batch
+    /// of events (not one per event).
+    pub publications: u64,
 }
 
 impl Snapshot {

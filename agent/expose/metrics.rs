@@ -147,6 +147,13 @@ fn probes(out: &Out, s: &Snapshot) {
     )
     .with_label_values(&[] as &[&str])
     .inc_by(s.pipeline_panics);
+    out.counter(
+        "proxywatch_publications_total",
+        "Verdicts made and rendered since the agent started: one per probe report, one per batch of queued events (a burst of nf_tables commits is rendered once, not once per commit).",
+        &[],
+    )
+    .with_label_values(&[] as &[&str])
+    .inc_by(s.publications);
     let last_ok = out.gauge(
         "proxywatch_probe_last_success_timestamp_seconds",
         "Unix time of the probe's latest run that did not fail.",

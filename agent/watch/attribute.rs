@@ -33,9 +33,14 @@ pub struct Writer {
     pub pod_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
-    /// `/proc/<pid>` was gone (or unreadable) when looked at: its parent is unknown.
+    /// `/proc/<pid>` was gone (or unreadable) when looked at: its parent is unknown, unless the
+    /// kernel's process events told it at the fork (`parent_from_fork`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gone: bool,
+    /// The writer had exited; its parent is the kube-proxy the kernel's process events saw it
+    /// (or its parent) forked from (`watch::proc_events`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parent_from_fork: bool,
 }
 
 impl Writer {
@@ -125,7 +130,7 @@ pub fn cgroup_path(text: &str) -> Option<String> {
         .map(|l| l.path.clone())
 }
 
-fn stat(host: &Host, pid: i64) -> Option<(String, i32)> {
+pub(crate) fn stat(host: &Host, pid: i64) -> Option<(String, i32)> {
     host.read_optional(&format!("/proc/{pid}/stat"))
         .ok()
         .flatten()

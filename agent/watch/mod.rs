@@ -7,7 +7,8 @@
 //!
 //! - [`nftables_watch`]: nf_tables notifications (every family, so iptables-nft's tables and
 //!   kube-proxy's nftables tables alike), one [`Commit`] per NEWGEN, attributed to its writer
-//!   ([`attribute`]); decoded by the pure [`nft_decode`].
+//!   ([`attribute`]); decoded by the pure [`nft_decode`]. A writer gone before `/proc` was
+//!   read is told kube-proxy's child through the kernel's process events ([`proc_events`]).
 //! - [`conntrack_stats`]: the per-CPU conntrack statistics every second (a timer, not a
 //!   kernel event), reported only when a drop counter moved.
 //! - [`process_exit`]: kube-proxy's exit, from a pidfd on the process the kube_proxy probe
@@ -17,6 +18,7 @@ pub mod attribute;
 pub mod conntrack_stats;
 pub mod nft_decode;
 pub mod nftables_watch;
+pub mod proc_events;
 pub mod process_exit;
 
 use std::sync::Arc;

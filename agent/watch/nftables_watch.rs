@@ -2,7 +2,9 @@
 //! thread of its own that sleeps in `recv` until the kernel sends something (no timer at idle).
 //! Each datagram goes through the pure decoder ([`super::nft_decode`]); at each NEWGEN the
 //! writer is looked up in `/proc` at once ([`super::attribute`]), before anything else, since
-//! kube-proxy's `iptables-restore` children exit right after their commit.
+//! kube-proxy's `iptables-restore` children exit right after their commit; one gone already is
+//! looked up among kube-proxy's children the process events saw forked ([`super::proc_events`],
+//! followed by a task while the kube_proxy probe names a process, and drained here first).
 //!
 //! Notifications are per network namespace: the agent (hostNetwork) sees the node's commits.
 //! Joining the group needs CAP_NET_ADMIN; where it fails, or where `nf_tables` is not loaded
@@ -17,7 +19,9 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc::Sender;
 
 use super::nft_decode::{Pending, NFNLGRP_NFTABLES};
-use super::{attribute, Commit, Event};
+use super::proc_events::KubeProxyChildren;
+use super::{attribute, Commit, Event, Writer};
+use crate::host::Host;
 use crate::netlink::replay::KernelSource;
 use crate::netlink::{errno_text, messages, NETLINK_NETFILTER, RECV_BUFFER};
 use crate::probe::kube_proxy::process::COMM_BYTES;
@@ -31,14 +35,75 @@ const MODULE_RECHECK: Duration = Duration::from_secs(60);
 /// `MSG_TRUNC`: recv returns the datagram's real length, so a cut one is seen.
 const MSG_TRUNC: i32 = 0x20;
 
-/// Starts the watcher's thread.
+/// Starts the watcher's thread, and the task that follows kube-proxy's children
+/// ([`super::proc_events`]) for it.
 pub fn start(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
+    let children = KubeProxyChildren::new();
+    if matches!(ctx.host.kernel(), KernelSource::Live) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(follow_kube_proxy(ctx.clone(), children.clone(), tx.clone()));
+        }
+    }
     let spawned = std::thread::Builder::new().name("nftables-watch".into()).spawn({
         let tx = tx.clone();
-        move || run(&ctx, &tx)
+        move || run(&ctx, &children, &tx)
     });
     if let Err(e) = spawned {
         let _ = tx.try_send(Event::Unavailable(format!("starting its thread: {e}")));
+    }
+}
+
+/// Said once per agent: the process events cannot be listened to.
+static SAID_NO_PROC_EVENTS: std::sync::Once = std::sync::Once::new();
+
+/// Listens to process events while the kube_proxy probe names a process, and drains them as
+/// they come (a busy node forks a lot: the socket must not fill up between commits).
+async fn follow_kube_proxy(ctx: Arc<ProbeContext>, children: Arc<KubeProxyChildren>, tx: Sender<Event>) {
+    let mut found = ctx.memory.kube_proxy_process.subscribe();
+    let mut refused = false;
+    loop {
+        let pid = found.borrow_and_update().map(|p| p.pid);
+        let fd = match children.follow(pid.filter(|_| !refused)) {
+            Ok(fd) => fd,
+            Err(why) => {
+                refused = true;
+                SAID_NO_PROC_EVENTS.call_once(|| {
+                    tracing::info!(
+                        "kube-proxy's children cannot be followed through process events ({why}): a commit whose writer exited before it was looked at keeps its parent unknown"
+                    )
+                });
+                None
+            }
+        };
+        // Deprecated for a raw fd closed while still registered (tokio#8587): this one is
+        // closed only by `follow`, called after this AsyncFd is dropped.
+        #[allow(deprecated)]
+        let readable =
+            fd.and_then(|fd| tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok());
+        loop {
+            let ready = async {
+                match &readable {
+                    Some(r) => r.readable().await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                guard = ready => {
+                    children.drain();
+                    if let Some(mut g) = guard {
+                        g.clear_ready();
+                    }
+                }
+                changed = found.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                _ = tx.closed() => return,
+            }
+        }
+        drop(readable);
     }
 }
 
@@ -46,8 +111,8 @@ fn os(op: &'static str) -> impl Fn(std::io::Error) -> String {
     move |e| format!("{op}: {}", errno_text(e.raw_os_error().unwrap_or(0)))
 }
 
-/// The socket, joined to the group.
-fn open() -> Result<netlink_sys::Socket, String> {
+/// The socket, joined to the group (in the calling thread's network namespace).
+pub fn open() -> Result<netlink_sys::Socket, String> {
     let mut sock = netlink_sys::Socket::new(NETLINK_NETFILTER).map_err(os("opening a netlink socket"))?;
     sock.bind_auto().map_err(os("binding the netlink socket"))?;
     // Best effort: above rmem_max the kernel keeps its cap.
@@ -57,7 +122,7 @@ fn open() -> Result<netlink_sys::Socket, String> {
     Ok(sock)
 }
 
-fn run(ctx: &ProbeContext, tx: &Sender<Event>) {
+fn run(ctx: &ProbeContext, children: &Arc<KubeProxyChildren>, tx: &Sender<Event>) {
     let send = |e: Event| tx.blocking_send(e).is_ok();
     if !matches!(ctx.host.kernel(), KernelSource::Live) {
         send(Event::Unavailable(format!(
@@ -93,22 +158,15 @@ fn run(ctx: &ProbeContext, tx: &Sender<Event>) {
     if !send(Event::Watching) {
         return;
     }
-    let kube_proxy_name: String = ctx.kube_proxy.process_name.chars().take(COMM_BYTES).collect();
-    let mut pending = Pending::default();
-    let mut undecoded = 0u32;
-    let mut buf = vec![0u8; RECV_BUFFER];
+    let mut watcher = Watcher::new(ctx.host.clone(), sock, children.clone(), &ctx.kube_proxy.process_name);
     loop {
-        let n = match sock.recv(&mut &mut buf[..], MSG_TRUNC) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOBUFS as i32) => {
-                pending.reset();
-                if !send(Event::Lost {
-                    at_seconds: unix_seconds(SystemTime::now()),
-                }) {
-                    return;
+        match watcher.read() {
+            Ok(events) => {
+                for e in events {
+                    if !send(e) {
+                        return;
+                    }
                 }
-                continue;
             }
             Err(e) => {
                 send(Event::Unavailable(format!(
@@ -117,30 +175,77 @@ fn run(ctx: &ProbeContext, tx: &Sender<Event>) {
                 )));
                 return;
             }
-        };
-        if n > buf.len() {
-            // A datagram cut: its notifications are lost like an overflow's.
-            pending.reset();
-            if !send(Event::Lost {
-                at_seconds: unix_seconds(SystemTime::now()),
-            }) {
-                return;
-            }
-            continue;
         }
-        for m in messages(&buf[..n]) {
+    }
+}
+
+/// What the watcher reads, datagram by datagram: the commits attributed (the writer looked up
+/// in `/proc` at once; one that exited already, through kube-proxy's children seen forked).
+pub struct Watcher {
+    host: Host,
+    sock: netlink_sys::Socket,
+    children: Arc<KubeProxyChildren>,
+    kube_proxy_name: String,
+    pending: Pending,
+    undecoded: u32,
+    buf: Vec<u8>,
+}
+
+impl Watcher {
+    /// Reads `sock` (from [`open`]); `kube_proxy_name` is `--kube-proxy.process-name`.
+    pub fn new(host: Host, sock: netlink_sys::Socket, children: Arc<KubeProxyChildren>, kube_proxy_name: &str) -> Self {
+        Watcher {
+            host,
+            sock,
+            children,
+            kube_proxy_name: kube_proxy_name.chars().take(COMM_BYTES).collect(),
+            pending: Pending::default(),
+            undecoded: 0,
+            buf: vec![0u8; RECV_BUFFER],
+        }
+    }
+
+    /// The socket (a test sets it non-blocking).
+    pub fn socket(&self) -> &netlink_sys::Socket {
+        &self.sock
+    }
+
+    /// Reads one datagram (waiting for it, unless the socket is non-blocking) and returns its
+    /// events: the commits it completes, or a loss. Errors are the socket's, ENOBUFS excepted.
+    pub fn read(&mut self) -> Result<Vec<Event>, std::io::Error> {
+        let lost = || {
+            vec![Event::Lost {
+                at_seconds: unix_seconds(SystemTime::now()),
+            }]
+        };
+        let n = match self.sock.recv(&mut &mut self.buf[..], MSG_TRUNC) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(vec![]),
+            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOBUFS as i32) => {
+                self.pending.reset();
+                return Ok(lost());
+            }
+            Err(e) => return Err(e),
+        };
+        if n > self.buf.len() {
+            // A datagram cut: its notifications are lost like an overflow's.
+            self.pending.reset();
+            return Ok(lost());
+        }
+        let mut events = Vec::new();
+        for m in messages(&self.buf[..n]) {
             let Ok(m) = m else {
-                undecoded = undecoded.saturating_add(1);
+                self.undecoded = self.undecoded.saturating_add(1);
                 break;
             };
-            match pending.feed(&m) {
+            match self.pending.feed(&m) {
                 Ok(None) => {}
                 Ok(Some(c)) => {
-                    let writer = attribute::attribute(&ctx.host, c.pid, c.name.clone());
+                    let writer = self.writer(c.pid, c.name.clone());
                     let named = [&writer.name, &writer.parent_name]
                         .iter()
-                        .any(|n| n.as_deref() == Some(kube_proxy_name.as_str()));
-                    let commit = Commit {
+                        .any(|n| n.as_deref() == Some(self.kube_proxy_name.as_str()));
+                    events.push(Event::Commit(Commit {
                         at_seconds: unix_seconds(SystemTime::now()),
                         generation: c.generation,
                         writer,
@@ -148,14 +253,29 @@ fn run(ctx: &ProbeContext, tx: &Sender<Event>) {
                         tables: c.tables,
                         more_tables: c.more_tables,
                         notifications: c.messages,
-                        undecoded: std::mem::take(&mut undecoded),
-                    };
-                    if !send(Event::Commit(commit)) {
-                        return;
-                    }
+                        undecoded: std::mem::take(&mut self.undecoded),
+                    }));
                 }
-                Err(_) => undecoded = undecoded.saturating_add(1),
+                Err(_) => self.undecoded = self.undecoded.saturating_add(1),
             }
         }
+        Ok(events)
+    }
+
+    /// The writer from `/proc`; one gone already is kube-proxy's child when the process events
+    /// (read up to now: its fork came before its commit) saw it forked from kube-proxy.
+    fn writer(&self, pid: Option<u32>, name: Option<String>) -> Writer {
+        let mut w = attribute::attribute(&self.host, pid, name);
+        if w.parent_pid.is_none() {
+            let root = pid
+                .and_then(|p| i32::try_from(p).ok())
+                .and_then(|p| self.children.parent_of(p));
+            if let Some(kp) = root {
+                w.parent_pid = Some(kp);
+                w.parent_name = attribute::stat(&self.host, kp.into()).map(|(n, _)| n);
+                w.parent_from_fork = true;
+            }
+        }
+        w
     }
 }

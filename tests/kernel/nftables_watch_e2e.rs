@@ -406,3 +406,109 @@ fn an_overflow_while_the_agent_is_stopped_during_a_resync_is_counted_and_the_rul
     );
     agent.stop_cleanly();
 }
+
+/// kube-proxy's children exit right after their commit: by the time the NEWGEN is read, the
+/// writer's `/proc` is gone and its parent with it. Through the kernel's process events (the
+/// proc connector, listened to in the initial namespaces, where this test runs), the fork was
+/// seen before the commit, so the commit is attributed to the parent all the same.
+///
+/// A stand-in parent (a `bash` in the initial network namespace, named to the watcher as
+/// kube-proxy) runs `nft -f` children that commit inside a network namespace the test created
+/// (where the watcher's socket was opened) and are reaped before the watcher reads: first
+/// without process events (parent unknown, as before), then with them (the parent named, the
+/// commit classed kube-proxy's by its parent's PID). Needs root, `ip`, `nft`, `bash`, and the
+/// initial user, PID and network namespaces (the connector exists there only). About 1 s.
+#[test]
+fn an_exited_child_is_attributed_to_its_parent_through_process_events_in_the_initial_namespaces() {
+    use proxywatch::watch::nftables_watch::{open, Watcher};
+    use proxywatch::watch::proc_events::KubeProxyChildren;
+    use std::io::BufRead;
+    if !common::can_run(&["ip", "nft", "bash"]) {
+        return;
+    }
+    let ns = Netns::new("nftpe");
+    // The watcher's socket, opened in the test's namespace (its notifications are that
+    // namespace's), from a thread that entered it.
+    let path = format!("/run/netns/{}", ns.name);
+    let sock = std::thread::spawn(move || {
+        let f = std::fs::File::open(&path).unwrap();
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        open()
+    })
+    .join()
+    .unwrap()
+    .expect("the nf_tables watcher's socket in the test's namespace");
+    let children = KubeProxyChildren::new();
+    let mut watcher = Watcher::new(proxywatch::host::Host::new("/"), sock, children.clone(), "pwt-kp-none");
+    watcher.socket().set_non_blocking(true).unwrap();
+    let dir = std::env::temp_dir().join(format!("pwt-nftpe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("commit.nft");
+    std::fs::write(
+        &rules,
+        "add table ip pwt_pe\nadd chain ip pwt_pe c\nadd rule ip pwt_pe c counter\n",
+    )
+    .unwrap();
+    // The stand-in parent: one child commit per line read, reaped before it answers.
+    let script = format!(
+        "while read line; do ip netns exec {} nft -f {}; echo done; done",
+        ns.name,
+        rules.display()
+    );
+    let mut parent = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent_pid = parent.id() as i32;
+    let mut to_parent = parent.stdin.take().unwrap();
+    let mut from_parent = std::io::BufReader::new(parent.stdout.take().unwrap());
+    let mut commit_once = |watcher: &mut Watcher| {
+        to_parent.write_all(b"go\n").unwrap();
+        let mut answer = String::new();
+        from_parent.read_line(&mut answer).unwrap();
+        assert_eq!(answer, "done\n", "the child committed and was reaped");
+        common::poll("the child's commit", Duration::from_secs(5), || {
+            match watcher.read() {
+                Ok(events) => events.into_iter().find_map(|e| match e {
+                    proxywatch::watch::Event::Commit(c) => Some(c),
+                    _ => None,
+                }),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+                Err(e) => panic!("{e}"),
+            }
+            .ok_or("not yet".to_string())
+        })
+    };
+    // Without process events: the writer gone, its parent unknown.
+    let before = commit_once(&mut watcher);
+    assert_eq!(before.writer.name.as_deref(), Some("nft"), "{before:?}");
+    assert!(before.writer.gone, "{before:?}");
+    assert_eq!(before.writer.parent_pid, None, "{before:?}");
+    // Following the stand-in kube-proxy: its child's commit is its own.
+    children
+        .follow(Some(parent_pid))
+        .expect("process events in the initial namespaces, as root");
+    let c = commit_once(&mut watcher);
+    let _ = children.follow(None);
+    drop(to_parent);
+    let _ = parent.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(c.writer.name.as_deref(), Some("nft"), "{c:?}");
+    assert!(c.writer.gone && c.writer.parent_from_fork, "{c:?}");
+    assert_eq!(c.writer.parent_pid, Some(parent_pid), "{c:?}");
+    assert_eq!(c.writer.parent_name.as_deref(), Some("bash"), "{c:?}");
+    assert_eq!(
+        proxywatch::history::nftables_watch::classify(&c, Some(parent_pid)),
+        (
+            proxywatch::history::nftables_watch::WriterClass::KubeProxy,
+            "parent pid"
+        )
+    );
+    assert!(
+        c.writer.describe().contains(&format!("parent bash (PID {parent_pid})")),
+        "{}",
+        c.writer.describe()
+    );
+}

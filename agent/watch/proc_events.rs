@@ -1,0 +1,484 @@
+//! kube-proxy's children, from the kernel's process events (the proc connector:
+//! `NETLINK_CONNECTOR`, `CN_IDX_PROC`; `include/uapi/linux/connector.h` and `cn_proc.h`).
+//!
+//! kube-proxy writes its rules through children that exit at once (`iptables-restore`,
+//! `nft -f -`): by the time the NEWGEN is read, `/proc/<pid>` may be gone and its parent with it.
+//! A fork is told before the child can commit, so while a kube-proxy is known the watcher
+//! listens to process events and remembers, for a bounded number of kube-proxy's children (and
+//! their children), the kube-proxy they descend from. At a NEWGEN the nftables watcher first
+//! reads what is queued on this socket ([`KubeProxyChildren::parent_of`]), so the fork of the
+//! writer is always seen before its commit is attributed: no race with the child's exit.
+//!
+//! Listening needs CAP_NET_ADMIN, the initial user and PID namespaces, and works in the initial
+//! network namespace only (the connector exists there alone). Where it cannot, that is said once
+//! in the log, and an exited writer's parent stays unknown, as before. Subscribed only while the
+//! kube_proxy probe names a process (`PROC_CN_MCAST_IGNORE` and closed when it names none).
+//!
+//! [`decode`] is pure (fuzzed: `fuzz/fuzz_targets/proc_events.rs`).
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::sync::{Arc, Mutex};
+
+use thiserror::Error;
+
+use crate::netlink::{errno_text, messages};
+
+/// `NETLINK_CONNECTOR` (linux/netlink.h).
+pub const NETLINK_CONNECTOR: isize = 11;
+/// `CN_IDX_PROC`, `CN_VAL_PROC` (linux/connector.h): the process events' id, also their group.
+pub const CN_IDX_PROC: u32 = 1;
+pub const CN_VAL_PROC: u32 = 1;
+/// `enum proc_cn_mcast_op`.
+const PROC_CN_MCAST_LISTEN: u32 = 1;
+const PROC_CN_MCAST_IGNORE: u32 = 2;
+/// `enum what` of `struct proc_event`.
+const PROC_EVENT_NONE: u32 = 0;
+const PROC_EVENT_FORK: u32 = 1;
+const PROC_EVENT_EXEC: u32 = 2;
+const PROC_EVENT_EXIT: u32 = 0x8000_0000;
+/// `NLMSG_DONE`: the type every connector message travels in.
+const NLMSG_DONE: u16 = 3;
+/// `struct cn_msg`: id {idx, val}, seq, ack, len (u16), flags (u16).
+const CN_MSG_LEN: usize = 20;
+/// `struct proc_event` up to its union: what, cpu, timestamp_ns (aligned to 8).
+const EVENT_HEADER: usize = 16;
+
+/// How many children are remembered at most (the oldest go first): kube-proxy runs one or two
+/// children per sync; this holds thousands of syncs' worth.
+pub const MAX_CHILDREN: usize = 4096;
+
+/// One process event, as far as attribution needs it (PIDs are thread group IDs, the PIDs of
+/// `/proc` and of NEWGEN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcEvent {
+    /// A new process (`child_tgid`) of `parent_tgid`; a new thread (`thread` true) is not one.
+    Fork {
+        parent_tgid: i32,
+        child_tgid: i32,
+        thread: bool,
+    },
+    Exec {
+        tgid: i32,
+    },
+    Exit {
+        tgid: i32,
+    },
+    /// The answer to a subscription: 0, or the errno that refused it.
+    Ack {
+        err: u32,
+    },
+    /// Any other kind (uid, gid, sid, ptrace, comm, coredump...).
+    Other {
+        what: u32,
+    },
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("malformed netlink message: {0}")]
+    Netlink(String),
+    #[error("a connector message of {0} bytes, shorter than its header")]
+    Short(usize),
+    #[error("connector message for {idx}:{val}, not the process events'")]
+    NotProc { idx: u32, val: u32 },
+    #[error("a {what:#x} process event cut short ({len} bytes)")]
+    Cut { what: u32, len: usize },
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn i32_at(b: &[u8], at: usize) -> Option<i32> {
+    u32_at(b, at).map(|v| v as i32)
+}
+
+/// One connector message's payload (after the netlink header): its process event.
+pub fn decode_one(payload: &[u8]) -> Result<ProcEvent, DecodeError> {
+    let short = || DecodeError::Short(payload.len());
+    let idx = u32_at(payload, 0).ok_or_else(short)?;
+    let val = u32_at(payload, 4).ok_or_else(short)?;
+    if (idx, val) != (CN_IDX_PROC, CN_VAL_PROC) {
+        return Err(DecodeError::NotProc { idx, val });
+    }
+    let len = payload
+        .get(16..18)
+        .map(|b| u16::from_ne_bytes([b[0], b[1]]) as usize)
+        .ok_or_else(short)?;
+    let data = payload.get(CN_MSG_LEN..).ok_or_else(short)?;
+    // The event is `len` bytes, within what arrived.
+    let ev = &data[..len.min(data.len())];
+    let what = u32_at(ev, 0).ok_or(DecodeError::Cut { what: 0, len: ev.len() })?;
+    let cut = || DecodeError::Cut { what, len: ev.len() };
+    let field = |n: usize| i32_at(ev, EVENT_HEADER + 4 * n).ok_or_else(cut);
+    Ok(match what {
+        PROC_EVENT_NONE => ProcEvent::Ack {
+            err: u32_at(ev, EVENT_HEADER).ok_or_else(cut)?,
+        },
+        PROC_EVENT_FORK => {
+            let (parent_tgid, child_pid, child_tgid) = (field(1)?, field(2)?, field(3)?);
+            ProcEvent::Fork {
+                parent_tgid,
+                child_tgid,
+                thread: child_pid != child_tgid,
+            }
+        }
+        PROC_EVENT_EXEC => ProcEvent::Exec { tgid: field(1)? },
+        PROC_EVENT_EXIT => ProcEvent::Exit { tgid: field(1)? },
+        what => ProcEvent::Other { what },
+    })
+}
+
+/// Every process event of one datagram, in order; a malformed message ends the datagram.
+pub fn decode(datagram: &[u8]) -> Vec<Result<ProcEvent, DecodeError>> {
+    let mut out = Vec::new();
+    for m in messages(datagram) {
+        match m {
+            Ok(m) => out.push(decode_one(m.payload)),
+            Err(e) => {
+                out.push(Err(DecodeError::Netlink(e.to_string())));
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// kube-proxy's descendants seen forked: child -> the kube-proxy it descends from, at most
+/// [`MAX_CHILDREN`] (the oldest forgotten first). Kept after the child's exit: that is its use.
+#[derive(Debug, Default)]
+pub struct Children {
+    kube_proxy: Option<i32>,
+    of: HashMap<i32, i32>,
+    order: VecDeque<i32>,
+}
+
+impl Children {
+    /// Follows `pid` (none: nothing); another kube-proxy forgets the previous one's children.
+    pub fn follow(&mut self, pid: Option<i32>) {
+        if self.kube_proxy != pid {
+            *self = Children {
+                kube_proxy: pid,
+                ..Default::default()
+            };
+        }
+    }
+
+    /// Takes one event. Every new process has its fork told, so a PID reused by a process
+    /// that is not kube-proxy's is forgotten at its fork.
+    pub fn take(&mut self, e: ProcEvent) {
+        let ProcEvent::Fork {
+            parent_tgid,
+            child_tgid,
+            thread: false,
+        } = e
+        else {
+            return;
+        };
+        let Some(kp) = self.kube_proxy else { return };
+        let root = if parent_tgid == kp {
+            Some(kp)
+        } else {
+            self.of.get(&parent_tgid).copied()
+        };
+        match root {
+            Some(root) => {
+                if self.of.insert(child_tgid, root).is_none() {
+                    self.order.push_back(child_tgid);
+                }
+                while self.order.len() > MAX_CHILDREN {
+                    if let Some(old) = self.order.pop_front() {
+                        self.of.remove(&old);
+                    }
+                }
+            }
+            None => {
+                if self.of.remove(&child_tgid).is_some() {
+                    self.order.retain(|p| *p != child_tgid);
+                }
+            }
+        }
+    }
+
+    /// The kube-proxy `pid` descends from, if it was seen forked from it.
+    pub fn root_of(&self, pid: i32) -> Option<i32> {
+        self.of.get(&pid).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.of.is_empty()
+    }
+}
+
+/// The listening socket and what it told, shared by the task that follows kube-proxy (and
+/// drains the socket as it becomes readable) and the nftables watcher's thread (which drains it
+/// before it attributes a commit).
+#[derive(Default)]
+pub struct KubeProxyChildren {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    sock: Option<netlink_sys::Socket>,
+    children: Children,
+    /// Events lost to an overflow of the socket (their children are not remembered).
+    lost: u64,
+}
+
+fn os(op: &'static str) -> impl Fn(std::io::Error) -> String {
+    move |e| format!("{op}: {}", errno_text(e.raw_os_error().unwrap_or(0)))
+}
+
+/// A connector message carrying the subscription `op`.
+fn mcast_message(op: u32) -> Vec<u8> {
+    let mut m = Vec::with_capacity(16 + CN_MSG_LEN + 4);
+    let len = (16 + CN_MSG_LEN + 4) as u32;
+    m.extend_from_slice(&len.to_ne_bytes());
+    m.extend_from_slice(&NLMSG_DONE.to_ne_bytes());
+    m.extend_from_slice(&0u16.to_ne_bytes()); // flags
+    m.extend_from_slice(&0u32.to_ne_bytes()); // seq
+    m.extend_from_slice(&std::process::id().to_ne_bytes());
+    m.extend_from_slice(&CN_IDX_PROC.to_ne_bytes());
+    m.extend_from_slice(&CN_VAL_PROC.to_ne_bytes());
+    m.extend_from_slice(&0u32.to_ne_bytes()); // seq
+    m.extend_from_slice(&0u32.to_ne_bytes()); // ack
+    m.extend_from_slice(&4u16.to_ne_bytes()); // len
+    m.extend_from_slice(&0u16.to_ne_bytes()); // flags
+    m.extend_from_slice(&op.to_ne_bytes());
+    m
+}
+
+/// A socket joined to the process events and subscribed (the kernel's ack read back: it
+/// refuses outside the initial user and PID namespaces, and without CAP_NET_ADMIN).
+fn subscribe() -> Result<netlink_sys::Socket, String> {
+    let mut sock = netlink_sys::Socket::new(NETLINK_CONNECTOR).map_err(|e| {
+        format!(
+            "{} (the proc connector exists in the initial network namespace only)",
+            os("opening a NETLINK_CONNECTOR socket")(e)
+        )
+    })?;
+    sock.bind(&netlink_sys::SocketAddr::new(0, CN_IDX_PROC))
+        .map_err(os("joining CN_IDX_PROC"))?;
+    let _ = sock.set_rx_buf_sz(1 << 20);
+    let kernel = netlink_sys::SocketAddr::new(0, 0);
+    sock.send_to(&mcast_message(PROC_CN_MCAST_LISTEN), &kernel, 0)
+        .map_err(|e| {
+            format!(
+                "{} (the proc connector exists in the initial network namespace only)",
+                os("subscribing to process events")(e)
+            )
+        })?;
+    // The ack comes at once; events may come before it. Bounded: a second at most.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        let timeout = PollTimeout::try_from(left.as_millis() as u64).unwrap_or(PollTimeout::ZERO);
+        let ready = poll(&mut pfd, timeout).map_err(|e| format!("waiting for the subscription's answer: {e}"))?;
+        if ready == 0 {
+            return Err("the kernel did not answer the subscription to process events within 1 s".into());
+        }
+        let n = sock
+            .recv(&mut &mut buf[..], 0)
+            .map_err(os("reading the subscription's answer"))?;
+        for e in decode(&buf[..n.min(buf.len())]).into_iter().flatten() {
+            if let ProcEvent::Ack { err } = e {
+                return if err == 0 {
+                    sock.set_non_blocking(true)
+                        .map_err(os("setting the socket non-blocking"))?;
+                    Ok(sock)
+                } else {
+                    Err(format!(
+                        "the kernel refused process events: {} (they need CAP_NET_ADMIN and the initial user and PID namespaces)",
+                        errno_text(err as i32)
+                    ))
+                };
+            }
+        }
+    }
+}
+
+impl KubeProxyChildren {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Follows kube-proxy `pid`: subscribes when one is named and none was, unsubscribes (and
+    /// closes) when none is. Returns the socket's fd while subscribed, or why it cannot listen.
+    pub fn follow(&self, pid: Option<i32>) -> Result<Option<RawFd>, String> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.children.follow(pid);
+        match (pid, inner.sock.is_some()) {
+            (Some(_), false) => inner.sock = Some(subscribe()?),
+            (None, true) => {
+                if let Some(s) = inner.sock.take() {
+                    let _ = s.send_to(
+                        &mcast_message(PROC_CN_MCAST_IGNORE),
+                        &netlink_sys::SocketAddr::new(0, 0),
+                        0,
+                    );
+                }
+            }
+            _ => {}
+        }
+        Ok(inner.sock.as_ref().map(|s| s.as_raw_fd()))
+    }
+
+    /// Reads what is queued on the socket (never waits).
+    pub fn drain(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.drain();
+    }
+
+    /// The kube-proxy `pid` descends from, once what is queued has been read.
+    pub fn parent_of(&self, pid: i32) -> Option<i32> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.drain();
+        inner.children.root_of(pid)
+    }
+
+    /// Events lost to overflows so far.
+    pub fn lost(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).lost
+    }
+}
+
+impl Inner {
+    fn drain(&mut self) {
+        let Some(sock) = &self.sock else { return };
+        let mut buf = [0u8; 8192];
+        loop {
+            match sock.recv(&mut &mut buf[..], 0) {
+                Ok(n) => {
+                    for e in decode(&buf[..n.min(buf.len())]).into_iter().flatten() {
+                        self.children.take(e);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOBUFS as i32) => {
+                    self.lost = self.lost.saturating_add(1);
+                }
+                Err(_) => return, // EAGAIN: nothing more queued
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connector message of one process event, as the kernel sends it.
+    fn event(what: u32, fields: &[i32]) -> Vec<u8> {
+        let mut ev = Vec::new();
+        ev.extend_from_slice(&what.to_ne_bytes());
+        ev.extend_from_slice(&1u32.to_ne_bytes()); // cpu
+        ev.extend_from_slice(&123u64.to_ne_bytes());
+        for f in fields {
+            ev.extend_from_slice(&f.to_ne_bytes());
+        }
+        let mut cn = Vec::new();
+        cn.extend_from_slice(&CN_IDX_PROC.to_ne_bytes());
+        cn.extend_from_slice(&CN_VAL_PROC.to_ne_bytes());
+        cn.extend_from_slice(&[0; 8]);
+        cn.extend_from_slice(&(ev.len() as u16).to_ne_bytes());
+        cn.extend_from_slice(&[0; 2]);
+        cn.extend_from_slice(&ev);
+        let mut m = Vec::new();
+        m.extend_from_slice(&((16 + cn.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&NLMSG_DONE.to_ne_bytes());
+        m.extend_from_slice(&[0; 10]);
+        m.extend_from_slice(&cn);
+        while m.len() % 4 != 0 {
+            m.push(0);
+        }
+        m
+    }
+
+    fn fork(parent: i32, child: i32) -> Vec<u8> {
+        event(PROC_EVENT_FORK, &[parent, parent, child, child])
+    }
+
+    #[test]
+    fn decodes_fork_exec_exit_ack_and_others() {
+        let mut d = fork(10, 11);
+        d.extend(event(PROC_EVENT_FORK, &[10, 10, 12, 10]));
+        d.extend(event(PROC_EVENT_EXEC, &[11, 11]));
+        d.extend(event(PROC_EVENT_EXIT, &[11, 11, 0, 17]));
+        d.extend(event(PROC_EVENT_NONE, &[1]));
+        d.extend(event(0x200, &[11, 11]));
+        let got: Vec<_> = decode(&d).into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            got,
+            [
+                ProcEvent::Fork {
+                    parent_tgid: 10,
+                    child_tgid: 11,
+                    thread: false
+                },
+                ProcEvent::Fork {
+                    parent_tgid: 10,
+                    child_tgid: 10,
+                    thread: true
+                },
+                ProcEvent::Exec { tgid: 11 },
+                ProcEvent::Exit { tgid: 11 },
+                ProcEvent::Ack { err: 1 },
+                ProcEvent::Other { what: 0x200 },
+            ]
+        );
+    }
+
+    #[test]
+    fn cut_or_foreign_messages_are_errors_not_panics() {
+        let whole = fork(10, 11);
+        for cut in 0..whole.len() {
+            let _ = decode(&whole[..cut]);
+        }
+        // A fork whose event length says less than its fields.
+        let mut short = whole.clone();
+        short[16 + 16] = 20;
+        assert!(matches!(decode(&short)[0], Err(DecodeError::Cut { what: 1, .. })));
+        let mut other = whole;
+        other[16] = 9;
+        assert_eq!(decode(&other)[0], Err(DecodeError::NotProc { idx: 9, val: 1 }));
+    }
+
+    #[test]
+    fn children_and_grandchildren_are_remembered_past_their_exit_and_forgotten_on_reuse() {
+        let take = |c: &mut Children, d: Vec<u8>| decode(&d).into_iter().flatten().for_each(|e| c.take(e));
+        let mut c = Children::default();
+        take(&mut c, fork(100, 101));
+        assert!(c.is_empty(), "no kube-proxy followed: nothing remembered");
+        c.follow(Some(100));
+        take(&mut c, fork(100, 101)); // kube-proxy -> sh
+        take(&mut c, fork(101, 102)); // sh -> iptables-restore
+        take(&mut c, event(PROC_EVENT_FORK, &[100, 100, 103, 100])); // a thread
+        take(&mut c, fork(7, 104)); // someone else's
+        take(&mut c, event(PROC_EVENT_EXIT, &[102, 102, 0, 17]));
+        assert_eq!((c.root_of(101), c.root_of(102)), (Some(100), Some(100)));
+        assert_eq!((c.root_of(103), c.root_of(104)), (None, None));
+        // PID 102 reused by another parent's child: no longer kube-proxy's.
+        take(&mut c, fork(7, 102));
+        assert_eq!(c.root_of(102), None);
+        // Bounded, the oldest first.
+        for p in 0..MAX_CHILDREN as i32 + 10 {
+            take(&mut c, fork(100, 10_000 + p));
+        }
+        assert_eq!(c.len(), MAX_CHILDREN);
+        assert_eq!(c.root_of(101), None);
+        assert_eq!(c.root_of(10_000 + MAX_CHILDREN as i32 + 9), Some(100));
+        // Another kube-proxy: the previous one's children are forgotten.
+        c.follow(Some(200));
+        assert!(c.is_empty());
+    }
+}
