@@ -74,6 +74,7 @@ svg .grid{stroke:#e3e6ea;stroke-width:1}svg .axisline,svg .tick{stroke:#777;stro
 svg .axis{font-size:12px;fill:#444}svg .label{font-size:13px;font-weight:600;fill:#1a1a1a}
 svg .series{stroke:#1a1a1a;stroke-width:2.5;fill:none}svg .dot{fill:#1a1a1a}
 svg .forecast{stroke:var(--critical);stroke-width:2.5;fill:none}
+svg .p50{fill:#1a1a1a}svg .p99{fill:none;stroke:#1a1a1a;stroke-width:1.5}
 .caption{margin:2px 0 0;font-size:12px;color:var(--muted)}
 "#;
 
@@ -626,6 +627,14 @@ pub fn text_status(doc: &Document) -> String {
     );
     for f in &doc.findings {
         let _ = writeln!(o, "  [{}] {}: {}", f.severity.as_str(), f.id, f.summary);
+    }
+    // The Service tries, as `check` prints them, over the tries the history keeps.
+    let tries = super::report::service_try_lines(doc);
+    if !tries.is_empty() {
+        o.push_str("service tries (connect time; DNS over UDP: answer time):\n");
+        for (target, text) in tries {
+            let _ = writeln!(o, "  {target}: {text}");
+        }
     }
     o
 }

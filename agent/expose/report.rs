@@ -150,6 +150,53 @@ fn secs(s: f64) -> String {
     }
 }
 
+/// A try's time in milliseconds, to 0.01 ms (loopback connects take tenths of one).
+pub(crate) fn try_ms(s: f64) -> String {
+    format!("{:.2} ms", s * 1000.0)
+}
+
+/// One line per Service try (`--try-services`, `--service-traffic.interval`): the latest
+/// try's result, time and the endpoint it reached, then the p50 and p99 of the target's
+/// latest successful tries, as the history keeps them (`check` runs once: over 1 try).
+/// `(target, text)` pairs, in the probe's order; empty when the probe did not run.
+pub(crate) fn service_try_lines(doc: &Document) -> Vec<(String, String)> {
+    use crate::probe::service_traffic::Path;
+    let Some(f) = &doc.facts.service_traffic else {
+        return Vec::new();
+    };
+    let history = doc.derived.service_traffic.as_ref();
+    f.tries
+        .iter()
+        .map(|t| {
+            let mut text = t.result.clone();
+            if let Some(s) = t.seconds.filter(|_| t.ok()) {
+                text = format!("{text} in {}", try_ms(s));
+            }
+            if let Some(d) = t.detail.as_ref().filter(|_| !t.ok()) {
+                text = format!("{text} ({d})");
+            }
+            match (t.path, &t.endpoint) {
+                (Path::Current, Some(e)) => text.push_str(&format!(" to {e}")),
+                (Path::Stale, Some(e)) => text.push_str(&format!(" to {e}, no longer in the service's endpoints")),
+                (Path::None, _) => text.push_str(", no conntrack entry"),
+                (Path::NotTranslated, _) => text.push_str(", not translated by the rules"),
+                _ => {}
+            }
+            let h = history.and_then(|h| h.targets.iter().find(|h| h.target == t.target));
+            match h.map(|h| (h.p50_seconds, h.p99_seconds, h.window_tries)) {
+                Some((Some(p50), Some(p99), n)) => text.push_str(&format!(
+                    "; p50 {}, p99 {} over {n} {}",
+                    try_ms(p50),
+                    try_ms(p99),
+                    if n == 1 { "try" } else { "tries" }
+                )),
+                _ => text.push_str("; no successful try yet"),
+            }
+            (t.target.clone(), text)
+        })
+        .collect()
+}
+
 /// How the mode was decided, for a person.
 fn mode_line(doc: &Document) -> String {
     let m = &doc.proxy_mode;
@@ -410,6 +457,14 @@ pub fn render(doc: &Document) -> String {
                 g.group.entries,
                 g.checks
             );
+        }
+        out.push('\n');
+    }
+    let tries = service_try_lines(doc);
+    if !tries.is_empty() {
+        let _ = writeln!(out, "service tries (connect time; DNS over UDP: answer time):");
+        for (target, text) in &tries {
+            wrap(&mut out, &format!("  {target}: "), 4, text);
         }
         out.push('\n');
     }

@@ -1,13 +1,15 @@
 //! The service_traffic probe's tries over time, per target: the connect (or
 //! DNS answer) times as a histogram since the agent started (for Prometheus),
-//! their p50 and p99 over the latest [`WINDOW_TRIES`] tries, and the tries
-//! counted by result. Targets are at most the probe's ([`MAX_TARGETS`] flags,
+//! their p50 and p99 over the latest [`WINDOW_TRIES`] successful tries (with
+//! those tries' times and values, which `check`'s text and the status page's
+//! chart show), and the tries counted by result. Targets are at most the probe's ([`MAX_TARGETS`] flags,
 //! each with its NodePort, and the three built-in tries), so memory is bounded.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::series::Point;
 use crate::probe::service_traffic::{ServiceTrafficFacts, MAX_TARGETS};
 
 /// The histogram's upper bounds, in seconds (`le`): from loopback-fast to the try timeout.
@@ -36,6 +38,9 @@ pub struct TargetHistory {
     pub p99_seconds: Option<f64>,
     /// Tries the percentiles are over.
     pub window_tries: usize,
+    /// Those tries, oldest first: Unix time of the run, seconds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<Point>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -45,11 +50,11 @@ pub struct ServiceTrafficDerived {
 
 #[derive(Debug, Default)]
 pub struct ServiceTrafficHistory {
-    targets: BTreeMap<String, (TargetHistory, VecDeque<f64>)>,
+    targets: BTreeMap<String, (TargetHistory, VecDeque<Point>)>,
 }
 
 /// The `q` quantile (nearest rank) of `v`, sorted.
-fn quantile(v: &[f64], q: f64) -> Option<f64> {
+pub fn quantile(v: &[f64], q: f64) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -58,7 +63,8 @@ fn quantile(v: &[f64], q: f64) -> Option<f64> {
 }
 
 impl ServiceTrafficHistory {
-    pub fn observe(&mut self, f: &ServiceTrafficFacts) -> ServiceTrafficDerived {
+    /// Takes one run's tries, made at `now` (Unix seconds: the time shown beside each try).
+    pub fn observe(&mut self, f: &ServiceTrafficFacts, now: f64) -> ServiceTrafficDerived {
         for t in &f.tries {
             if !self.targets.contains_key(&t.target) && self.targets.len() >= MAX_KEPT {
                 continue;
@@ -83,13 +89,14 @@ impl ServiceTrafficHistory {
                 if recent.len() == WINDOW_TRIES {
                     recent.pop_front();
                 }
-                recent.push_back(s);
+                recent.push_back([now, s]);
             }
-            let mut sorted: Vec<f64> = recent.iter().copied().collect();
+            let mut sorted: Vec<f64> = recent.iter().map(|p| p[1]).collect();
             sorted.sort_by(f64::total_cmp);
             h.p50_seconds = quantile(&sorted, 0.5);
             h.p99_seconds = quantile(&sorted, 0.99);
             h.window_tries = sorted.len();
+            h.recent = recent.iter().copied().collect();
         }
         ServiceTrafficDerived {
             targets: self.targets.values().map(|(h, _)| h.clone()).collect(),
@@ -131,12 +138,18 @@ mod tests {
                 ],
                 ..Default::default()
             };
-            d = h.observe(&f);
+            d = h.observe(&f, 1000.0 + i as f64);
         }
         let a = &d.targets[0];
         assert_eq!((a.target.as_str(), a.count, a.window_tries), ("a", 100, WINDOW_TRIES));
         // The latest 60: 41..100 ms.
         assert_eq!((a.p50_seconds, a.p99_seconds), (Some(0.07), Some(0.1)));
+        assert_eq!(a.recent.len(), WINDOW_TRIES);
+        assert_eq!(
+            (a.recent[0], a.recent[59]),
+            ([1041.0, 0.041], [1100.0, 0.1]),
+            "each try with its time"
+        );
         assert_eq!(a.buckets[0], 1, "1 ms");
         assert_eq!(a.buckets[6], 100, "100 ms");
         assert!((a.sum_seconds - 5.05).abs() < 1e-9);
@@ -152,6 +165,6 @@ mod tests {
             tries: (0..100).map(|i| try_(&format!("t{i}"), "ok", Some(0.001))).collect(),
             ..Default::default()
         };
-        assert_eq!(h.observe(&many).targets.len(), MAX_KEPT);
+        assert_eq!(h.observe(&many, 2000.0).targets.len(), MAX_KEPT);
     }
 }

@@ -477,3 +477,128 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     assert!(f["summary"].as_str().unwrap().contains("refused"), "{f:#}");
     assert_eq!(try_of(&t, "default/kubernetes:443/tcp")["result"], "ok");
 }
+
+/// The nearest-rank `q` quantile of `v` (what the history computes, written again here).
+fn nearest_rank(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+/// `serve` trying every 300 ms, its API endpoint's first SYN dropped (the first try slow):
+/// what a user reads, the `/` text for curl and the status page's chart, gives for each
+/// target the nearest-rank p50 and p99 of the tries the snapshot's history lists
+/// (`derived.service_traffic.targets[].recent`), from one publication.
+#[test]
+fn served_text_and_page_give_the_p50_and_p99_of_the_tries_the_history_keeps() {
+    if !common::can_run(Backend::IptablesNft.tools()) {
+        return;
+    }
+    let (node, ep) = lab(Backend::IptablesNft);
+    let _api = Server::start(&ep, "tcp");
+    let _web = Server::start_on(&ep, "tcp", "8080");
+    let _dns = Server::start(&ep, "dns");
+    ep.exec_input("nft", &["-f", "-"], SLOW);
+    let agent = common::Serve::new()
+        .in_netns(&node)
+        .args(RUN_FLAGS)
+        .args(["--service-traffic.interval", "300ms"])
+        .start();
+    const API_TARGET: &str = "default/kubernetes:443/tcp";
+    let (snap, text, html) = common::poll(
+        "6 tries of the API server, page and snapshot of one run",
+        std::time::Duration::from_secs(60),
+        || {
+            let snap = agent.snapshot()?;
+            let targets = snap["derived"]["service_traffic"]["targets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let api = targets
+                .iter()
+                .find(|t| t["target"] == API_TARGET)
+                .ok_or("no API server target yet")?;
+            if api["window_tries"].as_u64().unwrap_or(0) < 6 {
+                return Err(format!("{} tries", api["window_tries"]));
+            }
+            let (_, text) = agent.get("/")?;
+            let html = agent.request(&format!(
+                "GET / HTTP/1.0\r\nHost: {}\r\nAccept: text/html\r\n\r\n",
+                agent.addr()
+            ))?;
+            let at = snap["collected_at"].as_str().unwrap();
+            // Both renderings from the same snapshot (a run may land between the requests).
+            if !text.lines().next().is_some_and(|l| {
+                l.ends_with(&format!("at {at} (0 critical, 0 warning, 0 info)")) || l.contains(&format!(" at {at} "))
+            }) || !html.contains(&format!("snapshot {at}"))
+            {
+                return Err("a run between the requests".into());
+            }
+            Ok((snap, text, html))
+        },
+    );
+    let mut seen = 0;
+    for t in snap["derived"]["service_traffic"]["targets"].as_array().unwrap() {
+        let target = t["target"].as_str().unwrap();
+        let recent: Vec<f64> = t["recent"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[1].as_f64().unwrap())
+            .collect();
+        if recent.is_empty() {
+            continue;
+        }
+        assert_eq!(recent.len() as u64, t["window_tries"].as_u64().unwrap(), "{t:#}");
+        let (p50, p99) = (nearest_rank(&recent, 0.5), nearest_rank(&recent, 0.99));
+        assert_eq!(
+            (t["p50_seconds"].as_f64(), t["p99_seconds"].as_f64()),
+            (Some(p50), Some(p99)),
+            "{t:#}"
+        );
+        let words = format!(
+            "p50 {:.2} ms, p99 {:.2} ms over {} tries",
+            p50 * 1000.0,
+            p99 * 1000.0,
+            recent.len()
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("  {target}: ")))
+            .unwrap_or_else(|| panic!("no line for {target} in\n{text}"));
+        assert!(line.ends_with(&words), "{line:?} does not end with {words:?}");
+        assert!(
+            html.contains(&format!(">{target}: {words}</text>")),
+            "{target}: {words} not drawn"
+        );
+        assert!(
+            html.contains(&format!(
+                "<rect class=\"p99\" data-target=\"{target}\" data-seconds=\"{p99}\""
+            )),
+            "{target}'s p99 bar"
+        );
+        seen += 1;
+    }
+    assert!(
+        seen >= 3,
+        "the API server and DNS over UDP and TCP: {:#}",
+        snap["derived"]["service_traffic"]
+    );
+    // The first try waited for the SYN's retransmission: the API server's p99, not its p50.
+    let api = snap["derived"]["service_traffic"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["target"] == API_TARGET)
+        .unwrap();
+    let recent: Vec<f64> = api["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_f64().unwrap())
+        .collect();
+    let slowest = recent.iter().copied().fold(0.0, f64::max);
+    assert_eq!(slowest, recent[0], "the first try is the slow one: {recent:?}");
+    assert!(slowest > 0.1 && api["p50_seconds"].as_f64().unwrap() < 0.1, "{api:#}");
+    assert_eq!(api["p99_seconds"].as_f64(), Some(slowest));
+}

@@ -1,5 +1,6 @@
 //! Real kube-proxy output, on the real kernel: the expected rule sets of
-//! kube-proxy's own unit tests and a layout derived from its proxier (IPv4 and IPv6)
+//! kube-proxy's own unit tests and layouts derived from its proxier (IPv4 and IPv6, on
+//! iptables-nft, iptables-legacy and nftables)
 //! (tests/fixtures/kube-proxy-corpus, origins in ORIGIN.md), each loaded into
 //! a namespace with the real tools (`iptables-nft-restore`,
 //! `iptables-legacy-restore`, `nft -f`) plus what kube-proxy adds outside its
@@ -72,7 +73,10 @@ impl Net {
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Load {
+    /// `iptables-<backend>-restore` (IPv4).
     Iptables(&'static str),
+    /// `ip6tables-<backend>-restore` (IPv6).
+    Ip6tables(&'static str),
     Nftables,
 }
 
@@ -148,6 +152,36 @@ const OVERALL: Table = &[
     ("172.30.0.46:80/tcp", &[]),
 ];
 
+/// iptables-derived-TestOverallIPTablesRules-ipv6.txt: [`OVERALL`] in kube-proxy's IPv6
+/// addresses (no localhost NodePorts: kube-proxy writes them for IPv4 only).
+const OVERALL_V6: Table = &[
+    ("[fd00:30::41]:80/tcp", &["[fd00:180::1]:80"]),
+    ("[fd00:30::42]:80/tcp", &["[fd00:180::2]:80"]),
+    ("[fd00:99::22]:80/tcp", &["[fd00:180::2]:80"]),
+    ("[2001:db8:1::4]:80/tcp", &["[fd00:180::2]:80"]),
+    (":3001/tcp", &["[fd00:180::2]:80"]),
+    ("[fd00:30::43]:80/tcp", &["[fd00:180::3]:80"]),
+    (":3003/tcp", &["[fd00:180::3]:80"]),
+    ("[fd00:30::44]:80/tcp", &["[fd00:180::4]:80", "[fd00:180::5]:80"]),
+    ("[fd00:99::33]:80/tcp", &["[fd00:180::4]:80", "[fd00:180::5]:80"]),
+    ("[fd00:30::45]:80/tcp", &["[fd00:180::3]:80"]),
+    ("[2001:db8:5::8]:80/tcp", &["[fd00:180::3]:80"]),
+    (":3002/tcp", &["[fd00:180::3]:80"]),
+    ("[fd00:30::46]:80/tcp", &[]),
+];
+
+/// [`OVERALL_OUTSIDE`] in IPv6: svc2 (eTP=Local, no local endpoint)'s outside flows to its
+/// serving remote endpoint are not stale; those to an endpoint in no path are.
+const OVERALL_V6_OUTSIDE: Outside = &[
+    ("[2001:db8:1::4]:80/tcp", "[fd00:180::2]:80", false),
+    ("[fd00:99::22]:80/tcp", "[fd00:180::2]:80", false),
+    (":3001/tcp", "[fd00:180::2]:80", false),
+    ("[fd00:99::33]:80/tcp", "[fd00:180::4]:80", false),
+    (":3003/tcp", "[fd00:180::3]:80", false),
+    (":3001/tcp", "[fd00:180::9:9]:80", true),
+    ("[2001:db8:1::4]:80/tcp", "[fd00:180::9:9]:80", true),
+];
+
 /// nftables-derived-traffic-policy-local.nft. The eTP=Local NodePort lists
 /// both endpoints: the short-circuit sends pod and host traffic to the
 /// cluster chain; outside traffic: [`TRAFFIC_POLICY_LOCAL_OUTSIDE`].
@@ -186,8 +220,9 @@ const IPTABLES_AROUND: &str = "*mangle\n:KUBE-KUBELET-CANARY - [0:0]\n:KUBE-PROX
 
 fn load(ns: &Netns, how: Load, text: &str) {
     match how {
-        Load::Iptables(backend) => {
-            let restore = format!("iptables-{backend}-restore");
+        Load::Iptables(backend) | Load::Ip6tables(backend) => {
+            let six = if matches!(how, Load::Ip6tables(_)) { "6" } else { "" };
+            let restore = format!("ip{six}tables-{backend}-restore");
             // The nfacct objects are kube-proxy's own (created over netlink);
             // this kernel has no xt_nfacct: those rules are left out.
             let text: String = text
@@ -290,8 +325,9 @@ fn hashed(name: &str, prefix: &str) -> bool {
 }
 
 /// The agent's iptables counts equal the save's: chains and rules per table, kube chains.
-fn iptables_counts_equal_the_save(ns: &Netns, backend: &str, doc: &Value) {
-    let save = String::from_utf8(ns.exec_ok(&format!("iptables-{backend}-save"), &[]).stdout).unwrap();
+fn iptables_counts_equal_the_save(ns: &Netns, backend: &str, family: &str, doc: &Value) {
+    let six = if family == "ipv6" { "6" } else { "" };
+    let save = String::from_utf8(ns.exec_ok(&format!("ip{six}tables-{backend}-save"), &[]).stdout).unwrap();
     let mut tables: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut kube: BTreeMap<&str, u64> = ["svc", "sep", "ext", "fw", "svl"].iter().map(|k| (*k, 0)).collect();
     let mut table = String::new();
@@ -314,8 +350,8 @@ fn iptables_counts_equal_the_save(ns: &Netns, backend: &str, doc: &Value) {
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["backend"] == backend && s["family"] == "ipv4")
-        .unwrap_or_else(|| panic!("no {backend} ipv4 count: {}", doc["facts"]["iptables"]));
+        .find(|s| s["backend"] == backend && s["family"] == family)
+        .unwrap_or_else(|| panic!("no {backend} {family} count: {}", doc["facts"]["iptables"]));
     let counts = &run["counts"];
     for (t, (chains, rules)) in &tables {
         assert_eq!(counts["tables"][t]["chains"], *chains, "{backend} {t} chains: {counts}");
@@ -421,7 +457,7 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
     ct.insert("udp", net.elsewhere, 53, &net.socket(net.gone, 53));
 
     let source = match how {
-        Load::Iptables(b) => format!("iptables-{b}"),
+        Load::Iptables(b) | Load::Ip6tables(b) => format!("iptables-{b}"),
         Load::Nftables => "nftables".into(),
     };
     let port = 9000 + (std::process::id() % 500) as u16;
@@ -505,7 +541,8 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
         .collect();
     assert_eq!(groups, want_groups, "{file}: stale groups: {f}");
     match how {
-        Load::Iptables(backend) => iptables_counts_equal_the_save(&node, backend, &doc),
+        Load::Iptables(backend) => iptables_counts_equal_the_save(&node, backend, "ipv4", &doc),
+        Load::Ip6tables(backend) => iptables_counts_equal_the_save(&node, backend, "ipv6", &doc),
         Load::Nftables => nftables_counts_equal_the_listing(&node, net.nft, &doc),
     }
     f.clone()
@@ -516,6 +553,22 @@ fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, out
 /// svc2's three outside flows to its remote endpoint (eTP=Local, no local
 /// endpoint) are neither.
 fn overall_iptables_counts_exactly(f: &Value) {
+    overall_iptables_counts_exactly_in(
+        f,
+        &V4,
+        ["1.2.3.4:80/tcp", "192.168.0.2:3001/tcp", "192.168.99.22:80/tcp"],
+    );
+}
+
+/// The same counts in `net`'s addresses: `svc2` its load-balancer IP, NodePort and external IP ports.
+fn overall_iptables_counts_exactly_in(f: &Value, net: &Net, svc2_ports: [&str; 3]) {
+    // What kube-proxy's reconciler (pkg/proxy/conntrack/cleanup.go) would clear: UDP
+    // entries to no serving endpoint; all of these are TCP, so none.
+    assert_eq!(
+        f["stale_entries"].get("udp").and_then(Value::as_u64).unwrap_or(0),
+        0,
+        "{f}"
+    );
     assert_eq!(f["draining_entries"]["tcp"], 15, "{f}");
     assert_eq!(f["draining_groups"], 13, "{f}");
     assert_eq!(f["stale_groups"], 0, "all TCP: draining, none stale: {f}");
@@ -533,10 +586,46 @@ fn overall_iptables_counts_exactly(f: &Value) {
             })
             .collect::<Vec<_>>()
     };
-    for svc in ["1.2.3.4:80/tcp", "192.168.0.2:3001/tcp"] {
-        assert_eq!(svc2(svc), vec![(format!("{GONE}:80"), 2)], "{svc}: {f}");
+    let gone = net.socket(net.gone, 80);
+    for svc in &svc2_ports[..2] {
+        assert_eq!(svc2(svc), vec![(gone.clone(), 2)], "{svc}: {f}");
     }
-    assert_eq!(svc2("192.168.99.22:80/tcp"), vec![(format!("{GONE}:80"), 1)], "{f}");
+    assert_eq!(svc2(svc2_ports[2]), vec![(gone, 1)], "{f}");
+}
+
+/// kube-proxy's Overall iptables rules in IPv6 (its IPv6 proxier writes no localhost
+/// NodePorts), on `backend`: the eTP=Local NodePort and external flows to svc2's serving
+/// remote endpoint are not stale, exactly the two to an endpoint in no path are counted.
+fn overall_iptables_rules_ipv6_on(backend: &'static str, tag: &str) {
+    if common::can_run(&["ip", &format!("ip6tables-{backend}-restore"), "conntrack"]) {
+        let f = corpus_case_in(
+            &V6,
+            tag,
+            "iptables-derived-TestOverallIPTablesRules-ipv6.txt",
+            Load::Ip6tables(backend),
+            OVERALL_V6,
+            OVERALL_V6_OUTSIDE,
+        );
+        overall_iptables_counts_exactly_in(
+            &f,
+            &V6,
+            [
+                "[2001:db8:1::4]:80/tcp",
+                "[2001:db8::1]:3001/tcp",
+                "[fd00:99::22]:80/tcp",
+            ],
+        );
+    }
+}
+
+#[test]
+fn overall_iptables_rules_ipv6_on_iptables_nft() {
+    overall_iptables_rules_ipv6_on("nft", "kpc-in6");
+}
+
+#[test]
+fn overall_iptables_rules_ipv6_on_iptables_legacy() {
+    overall_iptables_rules_ipv6_on("legacy", "kpc-il6");
 }
 
 #[test]

@@ -309,7 +309,109 @@ pub(super) fn charts(o: &mut String, doc: &Document, collected_at: f64) {
             empty: why("conntrack_stale", "stale-entry checks"),
         },
     );
+    service_connect(o, doc);
     o.push_str("</div>\n</section>\n");
+}
+
+// The Service tries' chart: one row per target, 30 units high, under a 24-unit value axis.
+const ROW_H: f64 = 30.0;
+const ROWS_Y0: f64 = 28.0;
+
+/// The Service tries (`--service-traffic.interval`), drawn from `derived.service_traffic`:
+/// per target, the p50 (solid bar) and p99 (outlined bar) of its latest successful tries,
+/// the window the history keeps, values in words beside each bar. Nothing when the probe
+/// does not run (it is off by default). Bounded: one row per target the history keeps.
+fn service_connect(o: &mut String, doc: &Document) {
+    let Some(d) = doc.derived.service_traffic.as_ref().filter(|d| !d.targets.is_empty()) else {
+        return;
+    };
+    // The probe's order (the API server, DNS, the flags' targets), then any the latest run left out.
+    let order: Vec<&str> = doc
+        .facts
+        .service_traffic
+        .iter()
+        .flat_map(|f| f.tries.iter().map(|t| t.target.as_str()))
+        .collect();
+    let mut rows: Vec<&crate::history::service_traffic::TargetHistory> = d.targets.iter().collect();
+    rows.sort_by_key(|h| order.iter().position(|t| *t == h.target).unwrap_or(usize::MAX));
+    let v1 = nice_ceiling(rows.iter().filter_map(|h| h.p99_seconds).fold(0.0, f64::max));
+    let x = |v: f64| PLOT_X0 + v / v1 * (PLOT_X1 - PLOT_X0);
+    let height = ROWS_Y0 + ROW_H * rows.len() as f64 + 24.0;
+    let words = |h: &crate::history::service_traffic::TargetHistory| match (h.p50_seconds, h.p99_seconds) {
+        (Some(p50), Some(p99)) => format!(
+            "p50 {}, p99 {} over {} {}",
+            crate::expose::report::try_ms(p50),
+            crate::expose::report::try_ms(p99),
+            h.window_tries,
+            if h.window_tries == 1 { "try" } else { "tries" }
+        ),
+        _ => "no successful try yet".into(),
+    };
+    let desc: Vec<String> = rows.iter().map(|h| format!("{}: {}", h.target, words(h))).collect();
+    let desc = desc.join("; ");
+    let title = "Service connect time, p50 and p99 over the latest tries";
+    let id = "chart-service-connect";
+    let _ = writeln!(
+        o,
+        "<figure class=\"chart\" id=\"{id}\">\n<figcaption><strong>{title}</strong></figcaption>\n\
+         <svg class=\"chart\" viewBox=\"0 0 {VIEW_W} {height}\" role=\"img\" aria-labelledby=\"{id}-t {id}-d\" \
+         data-v0=\"0\" data-v1=\"{v1}\" data-x0=\"{PLOT_X0}\" data-x1=\"{PLOT_X1}\">\n\
+         <title id=\"{id}-t\">{title}</title>\n<desc id=\"{id}-d\">{}</desc>",
+        esc(&desc)
+    );
+    // The value axis on top: 0, half, the top, with vertical grid lines through the rows.
+    let bottom = ROWS_Y0 + ROW_H * rows.len() as f64;
+    for f in [0.0, 0.5, 1.0] {
+        let xx = x(f * v1);
+        let anchor = ["start", "middle", "end"][(f * 2.0) as usize];
+        let _ = writeln!(
+            o,
+            "<line class=\"grid\" x1=\"{xx:.2}\" x2=\"{xx:.2}\" y1=\"{:.0}\" y2=\"{bottom:.0}\"/>\
+             <text class=\"axis\" x=\"{xx:.2}\" y=\"14\" text-anchor=\"{anchor}\">{}</text>",
+            ROWS_Y0 - 6.0,
+            esc(&Unit::Seconds.show(f * v1)),
+        );
+    }
+    for (i, h) in rows.iter().enumerate() {
+        let top = ROWS_Y0 + ROW_H * i as f64;
+        let _ = write!(
+            o,
+            "<text class=\"axis\" x=\"{PLOT_X0}\" y=\"{:.0}\">{}: {}</text>",
+            top + 11.0,
+            esc(&h.target),
+            esc(&words(h))
+        );
+        if let (Some(p50), Some(p99)) = (h.p50_seconds, h.p99_seconds) {
+            let _ = write!(
+                o,
+                "<rect class=\"p99\" data-target=\"{t}\" data-seconds=\"{p99}\" x=\"{PLOT_X0}\" y=\"{:.0}\" width=\"{:.2}\" height=\"10\"/>\
+                 <rect class=\"p50\" data-target=\"{t}\" data-seconds=\"{p50}\" x=\"{PLOT_X0}\" y=\"{:.0}\" width=\"{:.2}\" height=\"10\"/>",
+                top + 15.0,
+                x(p99) - PLOT_X0,
+                top + 15.0,
+                x(p50) - PLOT_X0,
+                t = esc(&h.target),
+            );
+        }
+        o.push('\n');
+    }
+    // Legend, in words and fills: solid p50, outlined p99.
+    let _ = writeln!(
+        o,
+        "<rect class=\"p50\" x=\"{PLOT_X0}\" y=\"{:.0}\" width=\"18\" height=\"10\"/>\
+         <text class=\"axis\" x=\"{:.0}\" y=\"{:.0}\">p50 (solid)</text>\
+         <rect class=\"p99\" x=\"{:.0}\" y=\"{:.0}\" width=\"18\" height=\"10\"/>\
+         <text class=\"axis\" x=\"{:.0}\" y=\"{:.0}\">p99 (outlined), of each target's latest {} successful tries</text>\n</svg>",
+        bottom + 8.0,
+        PLOT_X0 + 24.0,
+        bottom + 17.0,
+        PLOT_X0 + 110.0,
+        bottom + 8.0,
+        PLOT_X0 + 134.0,
+        bottom + 17.0,
+        crate::history::service_traffic::WINDOW_TRIES,
+    );
+    let _ = writeln!(o, "<p class=\"caption\">{}</p>\n</figure>", esc(&desc));
 }
 
 #[cfg(test)]
@@ -401,6 +503,118 @@ mod tests {
         if let Ok(p) = std::env::var("PROXYWATCH_PAGE_OUT") {
             std::fs::write(p, &html).unwrap();
         }
+    }
+
+    /// A known series of tries through the history: the chart's bars and words, and `check`'s
+    /// text, give the history's nearest-rank p50 and p99 of the latest tries.
+    #[test]
+    fn service_connect_chart_and_text_show_the_windows_quantiles() {
+        use crate::history::service_traffic::{quantile, ServiceTrafficHistory, WINDOW_TRIES};
+        use crate::probe::service_traffic::{Path, Role, ServiceTrafficFacts, Try};
+        let try_ = |target: &str, result: &str, s: f64| Try {
+            target: target.into(),
+            role: Role::Target,
+            service: Some("10.96.0.10:53/udp".into()),
+            result: result.into(),
+            detail: (result != "ok").then(|| "connection refused".into()),
+            seconds: Some(s),
+            answer_seconds: None,
+            source: None,
+            endpoint: Some("10.244.0.7:53".into()),
+            path: Path::Current,
+            path_detail: None,
+            rule_endpoints: vec![],
+        };
+        // 80 runs: the API server's connect time a saw tooth of 1..=17 ms; DNS's 2 ms but
+        // every 9th run 300 ms; a third target refused every time.
+        let mut h = ServiceTrafficHistory::default();
+        let (mut api, mut dns) = (Vec::new(), Vec::new());
+        let mut facts = ServiceTrafficFacts::default();
+        let mut derived = Default::default();
+        for i in 0..80u32 {
+            let a = f64::from(1 + i % 17) / 1000.0;
+            let d = if i % 9 == 0 { 0.3 } else { 0.002 };
+            api.push(a);
+            dns.push(d);
+            facts.tries = vec![
+                try_("default/kubernetes:443/tcp", "ok", a),
+                try_("kube-system/kube-dns:53/udp", "ok", d),
+                try_("default/web:80/tcp", "refused", 0.0004),
+            ];
+            derived = h.observe(&facts, 5_000.0 + f64::from(i));
+        }
+        let window = |v: &[f64]| {
+            let mut w = v[v.len() - WINDOW_TRIES..].to_vec();
+            w.sort_by(f64::total_cmp);
+            (quantile(&w, 0.5).unwrap(), quantile(&w, 0.99).unwrap())
+        };
+        let (api_q, dns_q) = (window(&api), window(&dns));
+        assert_ne!(api_q.0, api_q.1);
+        let mut s = crate::evaluate::test_support::healthy();
+        s.collected_at = 5_080.0;
+        s.facts.service_traffic = Some(facts);
+        s.derived.service_traffic = Some(derived);
+        let html = render(&doc(&s), s.collected_at);
+        let svg = &html[html
+            .find("<figure class=\"chart\" id=\"chart-service-connect\"")
+            .unwrap()..];
+        let svg = &svg[..svg.find("</figure>").unwrap()];
+        let num = |n: &str| attr(svg, "<svg", n).parse::<f64>().unwrap();
+        let (v1, x0, x1) = (num("data-v1"), num("data-x0"), num("data-x1"));
+        assert_eq!(v1, 0.5, "the axis tops at a round value above the slowest p99");
+        // Each bar, mapped back through the axis, is the window's quantile.
+        for (target, (p50, p99)) in [
+            ("default/kubernetes:443/tcp", api_q),
+            ("kube-system/kube-dns:53/udp", dns_q),
+        ] {
+            for (class, want) in [("p50", p50), ("p99", p99)] {
+                let bar = &svg[svg
+                    .find(&format!("<rect class=\"{class}\" data-target=\"{target}\""))
+                    .unwrap_or_else(|| panic!("no {class} bar for {target}: {svg}"))..];
+                let width: f64 = attr(bar, "<rect", "width").parse().unwrap();
+                let drawn = width / (x1 - x0) * v1;
+                assert!(
+                    (drawn - want).abs() < 0.01 / (x1 - x0) * v1 * 2.0,
+                    "{target} {class}: {drawn} vs {want}"
+                );
+            }
+            let words = format!(
+                "{target}: p50 {:.2} ms, p99 {:.2} ms over {WINDOW_TRIES} tries",
+                p50 * 1000.0,
+                p99 * 1000.0
+            );
+            assert!(svg.contains(&format!(">{words}</text>")), "{words} not drawn: {svg}");
+            assert!(svg.contains(&words), "{words} not in the description");
+        }
+        // A target with no success has no bar, and says so.
+        assert!(!svg.contains("data-target=\"default/web:80/tcp\""));
+        assert!(
+            svg.contains(">default/web:80/tcp: no successful try yet</text>"),
+            "{svg}"
+        );
+        // Rows in the probe's order.
+        assert!(svg.find("default/kubernetes:443/tcp:").unwrap() < svg.find("kube-system/kube-dns:53/udp:").unwrap());
+
+        // `check`'s text, the same numbers.
+        let text = crate::expose::report::render(&doc(&s));
+        // Wrapped to 80 columns: each try's continuation lines are indented by 4.
+        let flat = text.replace("\n    ", " ");
+        let want_api = format!(
+            "  default/kubernetes:443/tcp: ok in {:.2} ms to 10.244.0.7:53; p50 {:.2} ms, p99 {:.2} ms over 60 tries",
+            api.last().unwrap() * 1000.0,
+            api_q.0 * 1000.0,
+            api_q.1 * 1000.0
+        );
+        assert!(flat.contains(&want_api), "{want_api}\nnot in\n{text}");
+        assert!(
+            flat.contains("  default/web:80/tcp: refused (connection refused) to 10.244.0.7:53; no successful try yet"),
+            "{text}"
+        );
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+
+        // No tries (the probe off, the default): no chart.
+        let html = render(&doc(&crate::evaluate::test_support::healthy()), 0.0);
+        assert!(!html.contains("chart-service-connect"));
     }
 
     #[test]
