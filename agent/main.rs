@@ -140,6 +140,7 @@ fn setup(common: &Common, schedules: &[scheduler::Schedule]) -> anyhow::Result<S
         max_output_bytes: common.max_output_bytes,
         kube_proxy: common.kube_proxy_endpoints(),
         memory: Default::default(),
+        kube_proxy_found: Default::default(),
         iptables_save_interval: common.iptables_save_interval.0,
         snat: common.conntrack_snat,
         service_traffic: common.service_traffic(),

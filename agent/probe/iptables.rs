@@ -521,6 +521,11 @@ pub struct IptablesFacts {
     /// kube-proxy's reject and drop rules with their counters (None: not read, e.g. a fixture host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule_counters: Option<super::rule_counters::RuleCounters>,
+    /// What the legacy saves decode to (kube-proxy's service table, the service_traffic
+    /// targets' ports, the source NAT rules), for the probes that read this one (the probe
+    /// table's `reads`). Not in `/snapshot`: the rules are the kernel's, the counts are above.
+    #[serde(skip)]
+    pub legacy: super::service_endpoints::iptables::LegacySaves,
 }
 
 impl IptablesFacts {

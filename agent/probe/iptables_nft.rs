@@ -20,6 +20,7 @@ use super::iptables::{
     Read, SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
 };
 use super::rule_counters::{self, RuleCounters};
+use super::service_endpoints::iptables::{LegacySave, LegacySaves};
 use super::Memory;
 use super::{Deadline, ProbeContext, ProbeError, ProbeName};
 use crate::host::Host;
@@ -198,10 +199,10 @@ async fn on_pool<T: Send + 'static>(
 /// The iptables probe. Fails as a whole when a count fails, so a partial
 /// count is never reported as the node's rule set.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Probed<IptablesFacts>, ProbeError> {
-    let (read, rule_counters) = if ctx.host.kernel().netlink() {
+    let (read, rule_counters, legacy) = if ctx.host.kernel().netlink() {
         read_node(ctx, deadline).await?
     } else {
-        (read_with_saves(ctx, deadline).await?, None)
+        (read_with_saves(ctx, deadline).await?, None, LegacySaves::default())
     };
     let (saves, cross_check, not_run) = match read {
         Read::Present(saves, cross_check, not_run) => (saves, cross_check, not_run),
@@ -216,11 +217,15 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Prob
         not_run,
         cross_check,
         rule_counters,
+        legacy,
     }))
 }
 
 /// The node itself (`--host-root /`), and kube-proxy's reject and drop rules' counters.
-async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Option<RuleCounters>), ProbeError> {
+async fn read_node(
+    ctx: &ProbeContext,
+    deadline: Deadline,
+) -> Result<(Read, Option<RuleCounters>, LegacySaves), ProbeError> {
     // One trip to the blocking pool: the gate, the legacy tables, one
     // generation read and, unless reused, the counts.
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
@@ -274,6 +279,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
     let elapsed = started.elapsed().as_secs_f64();
     let mut counted = counted.into_iter();
     let mut saves = Vec::new();
+    let mut decoded = LegacySaves::default();
     for ((_, label, legacy_save, names), legacy_tables) in FAMILIES.iter().zip(&legacy) {
         if let Some((mut counts, how)) = counted.next() {
             // What iptables-nft-save says on stderr when the legacy backend has tables.
@@ -295,17 +301,18 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
                     legacy_tables.join(", ")
                 )));
             }
-            saves.push(legacy_save_and_services(ctx, (label, legacy_save), deadline, &mut rules).await?);
+            let (run, save) = legacy_save_and_services(ctx, (label, legacy_save), deadline, &mut rules).await?;
+            saves.push(run);
+            decoded.0[usize::from(*label == "ipv6")] = Some(save);
         } else {
-            ctx.memory.legacy_services.clear(*label == "ipv6");
-            ctx.memory.legacy_snat.clear(*label == "ipv6");
+            ctx.memory.legacy_tables.put(*label == "ipv6", None);
         }
     }
     if !nft && saves.is_empty() {
         return Ok((Read::Absent(
             "nf_tables is not loaded (nothing was asked, so nothing was loaded) and no legacy iptables table exists"
                 .into(),
-        ), None));
+        ), None, decoded));
     }
     rule_counters::nfacct::merge(&mut rules, acct);
     rules.counted_rules = rules.rules.len();
@@ -314,19 +321,20 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
     } else {
         None
     };
-    Ok((Read::Present(saves, cross_check, Vec::new()), Some(rules)))
+    Ok((Read::Present(saves, cross_check, Vec::new()), Some(rules), decoded))
 }
 
-/// One legacy save, its lines also decoded into kube-proxy's service table
-/// for the conntrack_stale probe (kept in memory; rebuilt only when the text
-/// changed). A save that fails, or text the decoder cannot read, leaves an
-/// error there instead, so the stale check says so and uses its other sources.
+/// One legacy save, its lines also decoded into kube-proxy's service table, the
+/// service_traffic targets' ports and the source NAT rules, for the probes that read
+/// this one (the table rebuilt only when the text changed). Text the decoder cannot
+/// read leaves an error there instead, so the stale check says so and uses its other
+/// sources; a save that fails fails the probe.
 async fn legacy_save_and_services(
     ctx: &ProbeContext,
     (label, command): (&str, &str),
     deadline: Deadline,
     rules: &mut RuleCounters,
-) -> Result<SaveRun, ProbeError> {
+) -> Result<(SaveRun, LegacySave), ProbeError> {
     use super::service_endpoints::iptables::SaveText;
     let v6 = label == "ipv6";
     let names = super::service_traffic::wanted(&ctx.service_traffic);
@@ -349,13 +357,6 @@ async fn legacy_save_and_services(
         }
     })
     .await;
-    ctx.memory.legacy_snat.put(
-        v6,
-        match &run {
-            Err(e) => Err(format!("{command}: {e}")),
-            Ok(_) => snat.finish(),
-        },
-    );
     let source = counted.source();
     *rules = std::mem::take(&mut counted.counters);
     match &run {
@@ -366,16 +367,22 @@ async fn legacy_save_and_services(
             rules.unavailable.push(format!("{command} -c: {e}"));
         }
     }
-    let memory = &ctx.memory.legacy_services;
-    match (&run, bad) {
-        (Err(e), _) => memory.put(v6, Err(format!("{command}: {e}"))),
-        (Ok(_), Some(e)) => memory.put(v6, Err(e)),
-        (Ok(_), None) => {
-            memory.put_named(v6, std::mem::take(&mut text.named));
-            memory.put(v6, Ok(text.finish(memory.previous(v6))));
+    let run = run?;
+    let cache = &ctx.memory.legacy_tables;
+    let (services, named) = match bad {
+        Some(e) => (Err(e), Vec::new()),
+        None => {
+            let named = std::mem::take(&mut text.named);
+            (Ok(text.finish(cache.previous(v6))), named)
         }
-    }
-    run
+    };
+    cache.put(v6, services.as_ref().ok().cloned());
+    let save = LegacySave {
+        services,
+        named,
+        snat: snat.finish(),
+    };
+    Ok((run, save))
 }
 
 /// iptables-nft-save against the netlink counts of the same generation, when

@@ -305,6 +305,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             error: None,
         }),
         rule_counters: None,
+        legacy: Default::default(),
     });
     let nft = nftables::parse_list_table(
         "nft",
