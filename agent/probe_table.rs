@@ -110,7 +110,7 @@ macro_rules! probe_table {
             }
             /// iptables: backends, rule counts, kube-proxy's chains, the save cross-check.
             Iptables => iptables {
-                run: iptables_nft::probe,
+                run: iptables::probe,
                 reads: [],
                 facts: iptables::IptablesFacts,
                 json: #[serde(default)],

@@ -30,7 +30,6 @@ pub mod conntrack;
 pub mod conntrack_stale;
 pub mod counted;
 pub mod iptables;
-pub mod iptables_nft;
 pub mod ipvs;
 pub mod kube_proxy;
 pub mod modules;

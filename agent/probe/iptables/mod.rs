@@ -1,3 +1,7 @@
+//! The iptables probe, in one folder: here its facts ([`IptablesFacts`]), the
+//! `iptables-save` parser and the save runs (the fixture node's way); in
+//! [`node`], the probe's entry ([`probe`]) and the node's own read over netlink.
+//!
 //! Facts from `iptables-save` output (iptables 1.8.x, nft or legacy backend).
 //!
 //! [`SaveParser`] is a streaming parser: feed it one line at a time and it
@@ -26,6 +30,9 @@
 
 use std::collections::BTreeMap;
 use std::hash::Hasher;
+
+pub mod node;
+pub use node::probe;
 
 use crate::parse::{parse_u64, quote, ParseError};
 
@@ -435,7 +442,7 @@ impl<'a> Iterator for Words<'a> {
 
 // ---------------------------------------------------------------------------
 // The facts, the backend decision and the save runs. The probe's entry is in
-// iptables_nft.rs (which reads this file, never the reverse): where the host
+// node.rs (which reads this file, never the reverse): where the host
 // has a kernel to ask (`Host::kernel()`: the node itself, or a fixture node's
 // netlink recording) the nft backend is read over netlink, the legacy backend with iptables-legacy-save when it has tables,
 // and iptables-nft-save runs only as a cross-check on its own interval. On a

@@ -14,15 +14,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Instant, SystemTime};
 
-use super::counted::NetlinkCount;
-use super::iptables::{
+use super::super::counted::NetlinkCount;
+use super::super::rule_counters::{self, RuleCounters};
+use super::super::service_endpoints::iptables::{LegacySave, LegacySaves};
+use super::super::Memory;
+use super::super::{Deadline, ProbeContext, ProbeError, ProbeName};
+use super::{
     classify_chain, detect_backend, read_with_saves, run_save, run_save_with, CountMismatch, CrossCheck, IptablesFacts,
     Read, SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
 };
-use super::rule_counters::{self, RuleCounters};
-use super::service_endpoints::iptables::{LegacySave, LegacySaves};
-use super::Memory;
-use super::{Deadline, ProbeContext, ProbeError, ProbeName};
 use crate::host::Host;
 use crate::netlink::nft::{Chain, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Plan, Tally};
@@ -167,7 +167,7 @@ fn count_families(
     families: &[Family],
     deadline: Instant,
 ) -> Result<Vec<(SaveCounts, NetlinkCount)>, ProbeError> {
-    super::counted::counts_now(host, &memory.iptables, families, deadline, |family| {
+    super::super::counted::counts_now(host, &memory.iptables, families, deadline, |family| {
         let plan = Plan { family, sets: false };
         let c = nft_count::count(
             &mut || host.netlink(NETLINK_NETFILTER),
@@ -176,7 +176,7 @@ fn count_families(
             &IptTally::default,
         )?;
         let mut tally = c.tally;
-        let how = super::counted::NetlinkCount {
+        let how = super::super::counted::NetlinkCount {
             generation: c.generation,
             ..Default::default()
         };
@@ -193,12 +193,12 @@ async fn on_pool<T: Send + 'static>(
     family: Family,
     f: impl FnOnce() -> Result<T, NlError> + Send + 'static,
 ) -> Result<T, ProbeError> {
-    super::blocking(ProbeName::Iptables, move || f().map_err(|e| nl_error(family, e))).await
+    super::super::blocking(ProbeName::Iptables, move || f().map_err(|e| nl_error(family, e))).await
 }
 
 /// The iptables probe. Fails as a whole when a count fails, so a partial
 /// count is never reported as the node's rule set.
-pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Probed<IptablesFacts>, ProbeError> {
+pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::super::Probed<IptablesFacts>, ProbeError> {
     let (read, rule_counters, legacy) = if ctx.host.kernel().netlink() {
         read_node(ctx, deadline).await?
     } else {
@@ -206,10 +206,10 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Prob
     };
     let (saves, cross_check, not_run) = match read {
         Read::Present(saves, cross_check, not_run) => (saves, cross_check, not_run),
-        Read::Absent(why) => return Ok(super::Probed::Absent(why)),
+        Read::Absent(why) => return Ok(super::super::Probed::Absent(why)),
     };
     let (backend_in_use, backend_reason, backends_with_kube_rules) = detect_backend(&saves);
-    Ok(super::Probed::Present(IptablesFacts {
+    Ok(super::super::Probed::Present(IptablesFacts {
         saves,
         backend_in_use,
         backend_reason,
@@ -230,8 +230,8 @@ async fn read_node(
     // generation read and, unless reused, the counts.
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
     let started = Instant::now();
-    let (nft, legacy, counted, mut rules, acct) = super::blocking(ProbeName::Iptables, move || {
-        let nft = !super::modules::tool_would_load(&host, "nf_tables");
+    let (nft, legacy, counted, mut rules, acct) = super::super::blocking(ProbeName::Iptables, move || {
+        let nft = !super::super::modules::tool_would_load(&host, "nf_tables");
         let mut legacy = Vec::new();
         for (_, _, _, names) in FAMILIES {
             let text = host.read_optional(names)?.unwrap_or_default();
@@ -271,7 +271,7 @@ async fn read_node(
                 .push("iptables-nft: nf_tables is not loaded (not asked)".into());
         }
         // kube-proxy's invalid-drop nfacct object (asking never loads nfnetlink_acct).
-        let ask = !super::modules::tool_would_load(&host, "nfnetlink_acct");
+        let ask = !super::super::modules::tool_would_load(&host, "nfnetlink_acct");
         let acct = rule_counters::nfacct::read(&host, ask, at).map_err(|e| e.to_string());
         Ok((nft, legacy, counted, rules, acct))
     })
@@ -335,11 +335,11 @@ async fn legacy_save_and_services(
     deadline: Deadline,
     rules: &mut RuleCounters,
 ) -> Result<(SaveRun, LegacySave), ProbeError> {
-    use super::service_endpoints::iptables::SaveText;
+    use super::super::service_endpoints::iptables::SaveText;
     let v6 = label == "ipv6";
-    let names = super::service_traffic::wanted(&ctx.service_traffic);
+    let names = super::super::service_traffic::wanted(&ctx.service_traffic);
     let mut text = SaveText::naming(if v6 { Family::Ip6 } else { Family::Ip }, names);
-    let mut snat = super::snat::LegacySnatText::new(if v6 { Family::Ip6 } else { Family::Ip });
+    let mut snat = super::super::snat::LegacySnatText::new(if v6 { Family::Ip6 } else { Family::Ip });
     let mut bad: Option<String> = None;
     // `-c`: the counters come with the table anyway (IPT_SO_GET_ENTRIES); the
     // source NAT rules take theirs from each line, the service table's
@@ -476,7 +476,7 @@ async fn netlink_counts_at(
         return Ok(r.counts.clone());
     }
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
-    let counted = super::blocking(ProbeName::Iptables, move || {
+    let counted = super::super::blocking(ProbeName::Iptables, move || {
         count_families(&host, &memory, &[family], at)
     })
     .await?;
