@@ -14,11 +14,12 @@ use proxywatch::config::{
 };
 use proxywatch::evaluate::{Severity, Thresholds};
 use proxywatch::exec::Runner;
-use proxywatch::expose::{http, report, server};
+use proxywatch::expose::report;
 use proxywatch::host::Host;
 use proxywatch::liveness::Liveness;
 use proxywatch::probe::ProbeContext;
 use proxywatch::scheduler::{self, Aggregator};
+use proxywatch::serve::{http, server};
 
 /// Exit code when the agent itself could not run (Nagios "unknown").
 const EXIT_UNKNOWN: u8 = 3;

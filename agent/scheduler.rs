@@ -12,12 +12,12 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::evaluate::{self, Severity, Thresholds};
-use crate::expose::http::Latest;
 use crate::expose::Publication;
 use crate::history::findings::{Change, FindingTracker, LogBudget, Transition};
 use crate::history::{History, HistoryConfig};
 use crate::liveness::Liveness;
 use crate::probe::{self, panic_message, Deadline, Given, ProbeContext, ProbeError, ProbeName, Probed, Reading};
+use crate::serve::http::Latest;
 use crate::snapshot::{ProbeOutcome, ProbeStatus, Snapshot};
 use crate::timefmt::{human_duration, unix_seconds};
 use crate::watch::{Event, Source};
