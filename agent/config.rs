@@ -228,16 +228,16 @@ impl CompareArgs {
 
 impl ServeArgs {
     /// The listener's limits; `node` is the node name, accepted in the Host header.
-    pub fn limits(&self, node: &str) -> Result<crate::expose::server::Limits, crate::expose::token::TokenError> {
+    pub fn limits(&self, node: &str) -> Result<crate::serve::server::Limits, crate::serve::token::TokenError> {
         let bearer_token = match &self.bearer_token_file {
             None => None,
-            Some(path) => Some(crate::expose::token::BearerToken::from_file(
+            Some(path) => Some(crate::serve::token::BearerToken::from_file(
                 path,
-                crate::expose::token::RECHECK,
+                crate::serve::token::RECHECK,
             )?),
         };
         let names = std::iter::once(node).chain(self.allowed_hosts.iter().map(String::as_str));
-        Ok(crate::expose::server::Limits {
+        Ok(crate::serve::server::Limits {
             header_read_timeout: self.header_read_timeout,
             request_timeout: self.request_timeout,
             max_concurrent: self.max_concurrent,
@@ -247,7 +247,7 @@ impl ServeArgs {
             write_stall_timeout: self.write_stall_timeout,
             max_connection_age: self.max_connection_age,
             bearer_token,
-            allowed_hosts: crate::expose::guard::AllowedHosts::new(names),
+            allowed_hosts: crate::serve::guard::AllowedHosts::new(names),
             ..Default::default()
         })
     }

@@ -67,6 +67,7 @@ pub mod probe;
 pub mod promtext;
 pub mod reaper;
 pub mod scheduler;
+pub mod serve;
 pub mod snapshot;
 pub mod timefmt;
 pub mod watch;

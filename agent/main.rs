@@ -14,11 +14,12 @@ use proxywatch::config::{
 };
 use proxywatch::evaluate::{Severity, Thresholds};
 use proxywatch::exec::Runner;
-use proxywatch::expose::{http, report, server};
+use proxywatch::expose::report;
 use proxywatch::host::Host;
 use proxywatch::liveness::Liveness;
 use proxywatch::probe::ProbeContext;
 use proxywatch::scheduler::{self, Aggregator};
+use proxywatch::serve::{http, server};
 
 /// Exit code when the agent itself could not run (Nagios "unknown").
 const EXIT_UNKNOWN: u8 = 3;
@@ -140,6 +141,7 @@ fn setup(common: &Common, schedules: &[scheduler::Schedule]) -> anyhow::Result<S
         max_output_bytes: common.max_output_bytes,
         kube_proxy: common.kube_proxy_endpoints(),
         memory: Default::default(),
+        kube_proxy_found: Default::default(),
         iptables_save_interval: common.iptables_save_interval.0,
         snat: common.conntrack_snat,
         service_traffic: common.service_traffic(),

@@ -5,7 +5,8 @@
 //! | column | what it says | read by |
 //! |---|---|---|
 //! | `Variant => name` | `ProbeName::Variant`; `name` is the probe's `probe` label, its JSON key and its `Facts` slot | `probe/mod.rs`, `snapshot.rs` |
-//! | `run` | the probe's `async fn probe(ctx, deadline)` | `probe::run` |
+//! | `run` | the probe's `async fn probe(ctx, deadline)`, or `probe(ctx, given, deadline)` when it reads others | `probe::run` |
+//! | `reads` | the probes whose latest reading it reads: handed in a `Given` from the latest snapshot, never through `Memory` (in `check`, it runs after them) | `probe::run`, `scheduler.rs` |
 //! | `facts` | what one run reads: `Reading::Variant` and the slot's type (`(boxed)`: moved in a `Box`, it is large) | `probe/mod.rs`, `snapshot.rs` |
 //! | `json` | the slot's serde attributes in `/snapshot` (`null` or left out while empty) | `snapshot.rs` |
 //! | `interval`, `timeout` | the flags `--<name>.interval` and `--<name>.timeout` (`None`: `--probe.timeout`) | `config/probe_flags.rs` |
@@ -29,6 +30,7 @@ macro_rules! probe_table {
             /// CPUs and kernel release.
             Node => node {
                 run: node::probe,
+                reads: [],
                 facts: node::NodeFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("node.interval", "PROXYWATCH_NODE_INTERVAL", "60s",
@@ -39,6 +41,7 @@ macro_rules! probe_table {
             /// The kernel modules kube-proxy's modes need, loaded or built in.
             Modules => modules {
                 run: modules::probe,
+                reads: [],
                 facts: modules::ModuleFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("modules.interval", "PROXYWATCH_MODULES_INTERVAL", "60s",
@@ -49,6 +52,7 @@ macro_rules! probe_table {
             /// The conntrack table's fill and the kernel's conntrack statistics.
             Conntrack => conntrack {
                 run: conntrack::probe,
+                reads: [],
                 facts: conntrack::ConntrackFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("conntrack.interval", "PROXYWATCH_CONNTRACK_INTERVAL", "5s",
@@ -59,6 +63,7 @@ macro_rules! probe_table {
             /// NATed conntrack entries whose endpoint is gone, and the source-NAT port use.
             ConntrackStale => conntrack_stale {
                 run: conntrack_stale::probe,
+                reads: [Iptables],
                 facts: conntrack_stale::ConntrackStaleFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("conntrack-stale.interval", "PROXYWATCH_CONNTRACK_STALE_INTERVAL", "60s",
@@ -72,6 +77,7 @@ macro_rules! probe_table {
             /// The sysctls kube-proxy's data plane depends on.
             Sysctls => sysctls {
                 run: sysctl::probe,
+                reads: [],
                 facts: sysctl::SysctlFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("sysctls.interval", "PROXYWATCH_SYSCTLS_INTERVAL", "15s",
@@ -92,6 +98,7 @@ macro_rules! probe_table {
             /// The NodePorts the data plane serves against the ephemeral port range.
             NodePorts => node_ports {
                 run: node_ports::probe,
+                reads: [],
                 facts: node_ports::NodePortFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("node-ports.interval", "PROXYWATCH_NODE_PORTS_INTERVAL", "60s",
@@ -103,6 +110,7 @@ macro_rules! probe_table {
             /// The ARP and NDP tables against their gc thresholds.
             NeighbourTables => neighbour_tables {
                 run: neighbour_tables::probe,
+                reads: [],
                 facts: neighbour_tables::NeighbourFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("neighbour-tables.interval", "PROXYWATCH_NEIGHBOUR_TABLES_INTERVAL", "15s",
@@ -112,7 +120,8 @@ macro_rules! probe_table {
             }
             /// iptables: backends, rule counts, kube-proxy's chains, the save cross-check.
             Iptables => iptables {
-                run: iptables_nft::probe,
+                run: iptables::probe,
+                reads: [],
                 facts: iptables::IptablesFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("iptables.interval", "PROXYWATCH_IPTABLES_INTERVAL", "60s",
@@ -124,6 +133,7 @@ macro_rules! probe_table {
             /// Who holds the xtables lock (/proc/locks against /run/xtables.lock), and who waits.
             XtablesLock => xtables_lock {
                 run: xtables_lock::probe,
+                reads: [],
                 facts: xtables_lock::XtablesLockFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("xtables-lock.interval", "PROXYWATCH_XTABLES_LOCK_INTERVAL", "5s",
@@ -134,6 +144,7 @@ macro_rules! probe_table {
             /// kube-proxy's nftables tables, counted over netlink.
             Nftables => nftables {
                 run: nftables::probe,
+                reads: [],
                 facts: nftables::NftablesFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("nftables.interval", "PROXYWATCH_NFTABLES_INTERVAL", "120s",
@@ -145,6 +156,7 @@ macro_rules! probe_table {
             /// IPVS: virtual servers, real servers, kube-ipvs0.
             Ipvs => ipvs {
                 run: ipvs::probe,
+                reads: [],
                 facts: ipvs::IpvsFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("ipvs.interval", "PROXYWATCH_IPVS_INTERVAL", "30s",
@@ -156,6 +168,7 @@ macro_rules! probe_table {
             /// Service traffic tried for real: the API server's and DNS's ClusterIPs, and named Services.
             ServiceTraffic => service_traffic {
                 run: service_traffic::probe,
+                reads: [Iptables],
                 facts: service_traffic::ServiceTrafficFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("service-traffic.interval", "PROXYWATCH_SERVICE_TRAFFIC_INTERVAL", "0",
@@ -167,6 +180,7 @@ macro_rules! probe_table {
             /// kube-proxy itself: its mode, health, sync metrics, process and cgroup.
             KubeProxy => kube_proxy {
                 run: kube_proxy::probe,
+                reads: [],
                 facts: kube_proxy::KubeProxyFacts (boxed),
                 json: #[serde(default)],
                 interval: Flag::duration("kube-proxy.interval", "PROXYWATCH_KUBE_PROXY_INTERVAL", "15s",
@@ -184,6 +198,7 @@ macro_rules! probe_table {
         $(#[doc = $doc:literal])*
         $variant:ident => $name:ident {
             run: $run:path,
+            reads: [$($reads:ident),* $(,)?],
             facts: $facts_mod:ident :: $facts:ident $(($boxed:ident))?,
             json: #[$json:meta],
             interval: $interval:expr,
@@ -192,12 +207,12 @@ macro_rules! probe_table {
         }
     )*) => {
         probe_table! { @$stage $(
-            [$(#[doc = $doc])* $variant $name ($run) ($facts_mod $facts [$($boxed)?]) (#[$json]) ($interval) ($timeout) [$($section),*]]
+            [$(#[doc = $doc])* $variant $name ($run) ($facts_mod $facts [$($boxed)?]) (#[$json]) ($interval) ($timeout) [$($section),*] [$($reads),*]]
         )* }
     };
 
     // probe/mod.rs: the names, the readings and the dispatcher.
-    (@probe $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) $json:tt $interval:tt $timeout:tt $sections:tt])*) => {
+    (@probe $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) $json:tt $interval:tt $timeout:tt $sections:tt [$($reads:ident),*]])*) => {
         /// Every probe, in the order reports list them (the probe table, `agent/probe_table.rs`).
         /// The name is the probe's `probe` label, its JSON key and its flag prefix.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -214,6 +229,41 @@ macro_rules! probe_table {
                     $(ProbeName::$variant => stringify!($name),)*
                 }
             }
+
+            /// The probes whose latest reading this one reads (its row's `reads`): the
+            /// scheduler hands them in a [`Given`], and runs it after them in `check`.
+            pub fn reads(self) -> &'static [ProbeName] {
+                match self {
+                    $(ProbeName::$variant => &[$(ProbeName::$reads),*],)*
+                }
+            }
+        }
+
+        /// The latest readings of the probes a probe reads (its row's `reads`), as the
+        /// scheduler hands them from the latest snapshot: a probe's reading when its latest
+        /// run read one, its error when that run failed (never a reading held from before
+        /// it), nothing when its source is absent or it has not run yet.
+        #[derive(Debug, Clone, Default)]
+        pub struct Given {
+            readings: Vec<(ProbeName, Result<Reading, String>)>,
+        }
+
+        impl Given {
+            pub fn new(readings: Vec<(ProbeName, Result<Reading, String>)>) -> Self {
+                Given { readings }
+            }
+
+            $(
+                #[doc = concat!("The ", stringify!($name), " probe's latest reading, or its error.")]
+                #[allow(unreachable_patterns)]
+                pub fn $name(&self) -> Option<Result<&$facts_mod::$facts, &str>> {
+                    self.readings.iter().find_map(|(p, r)| match (p, r) {
+                        (ProbeName::$variant, Ok(Reading::$variant(f))) => Some(Ok(probe_table!(@ref f $($boxed)?))),
+                        (ProbeName::$variant, Err(e)) => Some(Err(e.as_str())),
+                        _ => None,
+                    })
+                }
+            )*
         }
 
         /// What one probe run read: one variant per probe, its facts of that moment.
@@ -224,15 +274,20 @@ macro_rules! probe_table {
 
         /// Runs one probe once, until `deadline`: the one place that knows which
         /// function reads which probe.
-        pub async fn run(name: ProbeName, ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Reading>, ProbeError> {
+        pub async fn run(name: ProbeName, ctx: &ProbeContext, given: &Given, deadline: Deadline) -> Result<Probed<Reading>, ProbeError> {
+            let _ = given;
             match name {
-                $(ProbeName::$variant => $run(ctx, deadline).await.map(|p| match p {
+                $(ProbeName::$variant => probe_table!(@call $run, ctx, given, deadline, [$($reads),*]).await.map(|p| match p {
                     Probed::Present(f) => Probed::Present(Reading::$variant(probe_table!(@box f $($boxed)?))),
                     Probed::Absent(why) => Probed::Absent(why),
                 }),)*
             }
         }
     };
+    (@call $run:path, $ctx:ident, $given:ident, $deadline:ident, []) => { $run($ctx, $deadline) };
+    (@call $run:path, $ctx:ident, $given:ident, $deadline:ident, [$($r:ident),+]) => { $run($ctx, $given, $deadline) };
+    (@ref $f:ident) => { $f };
+    (@ref $f:ident boxed) => { &**$f };
     (@boxed [$t:ty]) => { $t };
     (@boxed [$t:ty] boxed) => { Box<$t> };
     (@box $f:ident) => { $f };
@@ -241,7 +296,7 @@ macro_rules! probe_table {
     (@unbox $f:ident boxed) => { *$f };
 
     // snapshot.rs: one slot per probe in `Facts`.
-    (@facts $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) (#[$json:meta]) $interval:tt $timeout:tt $sections:tt])*) => {
+    (@facts $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) (#[$json:meta]) $interval:tt $timeout:tt $sections:tt $reads:tt])*) => {
         /// Everything the probes found, one slot per probe (the probe table, `agent/probe_table.rs`).
         /// A probe that found its source absent leaves its slot empty; one that failed keeps its
         /// last good reading for a while, with that reading's time in its outcome
@@ -258,6 +313,13 @@ macro_rules! probe_table {
                 }
             }
 
+            /// A copy of a probe's slot as a reading (for the probes that read it).
+            pub fn reading(&self, probe: ProbeName) -> Option<Reading> {
+                match probe {
+                    $(ProbeName::$variant => self.$name.clone().map(|f| Reading::$variant(probe_table!(@box f $($boxed)?))),)*
+                }
+            }
+
             /// Empties a probe's slot (it failed or its source is absent).
             pub fn clear(&mut self, probe: ProbeName) {
                 match probe {
@@ -268,7 +330,7 @@ macro_rules! probe_table {
     };
 
     // config/probe_flags.rs: each probe's interval and timeout flags.
-    (@flags $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt ($interval:expr) ($timeout:expr) $sections:tt])*) => {
+    (@flags $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt ($interval:expr) ($timeout:expr) $sections:tt $reads:tt])*) => {
         /// Each probe's schedule flags, in the table's order.
         pub const TABLE: &[ProbeFlags] = &[$(ProbeFlags {
             probe: ProbeName::$variant,
@@ -278,7 +340,7 @@ macro_rules! probe_table {
     };
 
     // expose/metrics.rs: the sections that render each probe's facts.
-    (@metrics $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt $interval:tt $timeout:tt [$($section:path),*]])*) => {
+    (@metrics $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt $interval:tt $timeout:tt [$($section:path),*] $reads:tt])*) => {
         /// Each probe's sections, in the table's order (the encoder sorts the families by name).
         fn probe_sections(out: &Out, s: &Snapshot) {
             $($($section(out, s);)*)*

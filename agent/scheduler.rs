@@ -12,12 +12,12 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::evaluate::{self, Severity, Thresholds};
-use crate::expose::http::Latest;
 use crate::expose::Publication;
 use crate::history::findings::{Change, FindingTracker, LogBudget, Transition};
 use crate::history::{History, HistoryConfig};
 use crate::liveness::Liveness;
-use crate::probe::{self, panic_message, Deadline, ProbeContext, ProbeError, ProbeName, Probed, Reading};
+use crate::probe::{self, panic_message, Deadline, Given, ProbeContext, ProbeError, ProbeName, Probed, Reading};
+use crate::serve::http::Latest;
 use crate::snapshot::{ProbeOutcome, ProbeStatus, Snapshot};
 use crate::timefmt::{human_duration, unix_seconds};
 use crate::watch::{Event, Source};
@@ -147,6 +147,24 @@ impl Aggregator {
         self.snapshot.collected_mono = mono;
         self.waiting_for.remove(&p);
         self.publish(now, mono)
+    }
+
+    /// What `probe` reads of the others (its row's `reads`), from the latest snapshot: a
+    /// reading only when that probe's latest run read it, never one held after a failure.
+    pub fn given(&self, probe: ProbeName) -> Given {
+        let readings = probe
+            .reads()
+            .iter()
+            .filter_map(|&p| {
+                let outcome = self.snapshot.probes.get(&p)?;
+                match outcome.status {
+                    ProbeStatus::Ok => self.snapshot.facts.reading(p).map(|r| (p, Ok(r))),
+                    ProbeStatus::Failed => Some((p, Err(outcome.error.clone().unwrap_or_default()))),
+                    ProbeStatus::Absent => None,
+                }
+            })
+            .collect();
+        Given::new(readings)
     }
 
     /// Records one event of an event source (`crate::watch`): the history stage's journal takes
@@ -385,11 +403,12 @@ impl From<RunReport> for Input {
 async fn run_isolated(
     probe: ProbeName,
     ctx: &Arc<ProbeContext>,
+    given: Arc<Given>,
     timeout: Duration,
 ) -> Result<Probed<Reading>, ProbeError> {
     let deadline = Deadline::after(timeout);
     let task_ctx = ctx.clone();
-    let mut handle: JoinHandle<_> = tokio::spawn(async move { probe::run(probe, &task_ctx, deadline).await });
+    let mut handle: JoinHandle<_> = tokio::spawn(async move { probe::run(probe, &task_ctx, &given, deadline).await });
     match tokio::time::timeout_at((deadline.at() + GRACE).into(), &mut handle).await {
         Ok(Ok(result)) => result,
         Ok(Err(e)) if e.is_panic() => Err(ProbeError::Panicked(panic_message(e.into_panic()))),
@@ -403,8 +422,15 @@ async fn run_isolated(
 }
 
 /// Runs one probe on its interval, and early when `wake` is notified (an event source's row
-/// names it: the rules changed); a run woken early starts the interval again.
-async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender<RunReport>, wake: Arc<Notify>) {
+/// names it: the rules changed); a run woken early starts the interval again. Each run gets
+/// what `given` holds then: the readings it reads of the others.
+async fn probe_loop(
+    schedule: Schedule,
+    ctx: Arc<ProbeContext>,
+    given: watch::Receiver<Arc<Given>>,
+    tx: mpsc::Sender<RunReport>,
+    wake: Arc<Notify>,
+) {
     let mut ticker = tokio::time::interval(schedule.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -413,7 +439,8 @@ async fn probe_loop(schedule: Schedule, ctx: Arc<ProbeContext>, tx: mpsc::Sender
             _ = wake.notified() => ticker.reset(),
         }
         let started = Instant::now();
-        let result = run_isolated(schedule.probe, &ctx, schedule.timeout).await;
+        let given = given.borrow().clone();
+        let result = run_isolated(schedule.probe, &ctx, given, schedule.timeout).await;
         let report = RunReport {
             probe: schedule.probe,
             result,
@@ -440,10 +467,16 @@ pub fn spawn(
     let (event_tx, mut event_rx) = mpsc::channel::<Event>(256);
     let (pub_tx, pub_rx) = watch::channel(None);
     let mut wakers = BTreeMap::new();
+    // What each probe that reads others gets, sent again whenever one of those reports.
+    let mut givens = BTreeMap::new();
     for s in schedules {
         let wake = Arc::new(Notify::new());
         wakers.insert(s.probe, wake.clone());
-        tokio::spawn(probe_loop(s, ctx.clone(), tx.clone(), wake));
+        let (given_tx, given_rx) = watch::channel(Arc::new(Given::default()));
+        if !s.probe.reads().is_empty() {
+            givens.insert(s.probe, given_tx);
+        }
+        tokio::spawn(probe_loop(s, ctx.clone(), given_rx, tx.clone(), wake));
     }
     drop(tx);
     for source in sources {
@@ -493,8 +526,17 @@ pub fn spawn(
             };
             let now = unix_seconds(SystemTime::now());
             let mono = origin.elapsed().as_secs_f64();
+            let reported = match &input {
+                Input::Run(r) => Some(r.probe),
+                Input::Event(_) => None,
+            };
             if let Some(p) = step(&mut aggregator, input, now, mono, &liveness) {
                 pub_tx.send_replace(Some(Arc::new(p)));
+            }
+            for (reader, tx) in &givens {
+                if reported.is_some_and(|p| reader.reads().contains(&p)) {
+                    tx.send_replace(Arc::new(aggregator.given(*reader)));
+                }
             }
             // At least RECHECK_MIN apart: a probe that keeps failing is not re-run in a loop.
             recheck = aggregator
@@ -547,8 +589,8 @@ async fn source_loop(
 }
 
 /// Runs every probe once, concurrently, and returns the publication (for `proxywatch check`).
-/// conntrack_stale and service_traffic run once the others are done: they read
-/// iptables-legacy rules from the table the iptables probe decoded from its save.
+/// A probe that reads others' readings (its row's `reads`) runs once the others are done,
+/// given what they read.
 /// The event sources run while the probes do: what they saw by the end is in the publication.
 /// Before it waits on a verdict that depends on time (kube-proxy gone, within its grace) it hands
 /// `notice` one line saying so, at once: `check` never sits silent.
@@ -565,13 +607,12 @@ pub async fn run_once(
         (source.start)(ctx.clone(), tx);
         events.push(rx);
     }
-    use crate::probe::ProbeName;
-    let later = |s: &&Schedule| matches!(s.probe, ProbeName::ConntrackStale | ProbeName::ServiceTraffic);
-    let run = |s: &Schedule| {
+    let later = |s: &&Schedule| !s.probe.reads().is_empty();
+    let run = |s: &Schedule, given: Given| {
         let (ctx, probe, timeout) = (ctx.clone(), s.probe, s.timeout);
         async move {
             let started = Instant::now();
-            let result = run_isolated(probe, &ctx, timeout).await;
+            let result = run_isolated(probe, &ctx, Arc::new(given), timeout).await;
             RunReport {
                 probe,
                 result,
@@ -579,8 +620,25 @@ pub async fn run_once(
             }
         }
     };
-    let mut reports = futures_util::future::join_all(schedules.iter().filter(|s| !later(s)).map(run)).await;
-    reports.extend(futures_util::future::join_all(schedules.iter().filter(later).map(run)).await);
+    let first = schedules.iter().filter(|s| !later(s));
+    let mut reports = futures_util::future::join_all(first.map(|s| run(s, Given::default()))).await;
+    // The first round's readings are the latest there are: nothing was recorded before.
+    let given = |s: &Schedule| {
+        let read = s.probe.reads();
+        Given::new(
+            reports
+                .iter()
+                .filter(|r| read.contains(&r.probe))
+                .filter_map(|r| match &r.result {
+                    Ok(Probed::Present(reading)) => Some((r.probe, Ok(reading.clone()))),
+                    Ok(Probed::Absent(_)) => None,
+                    Err(e) => Some((r.probe, Err(e.to_string()))),
+                })
+                .collect(),
+        )
+    };
+    let second: Vec<_> = schedules.iter().filter(later).map(|s| run(s, given(s))).collect();
+    reports.extend(futures_util::future::join_all(second).await);
     let origin = Instant::now();
     let mut last = None;
     for r in reports {
@@ -606,7 +664,7 @@ pub async fn run_once(
         }
         tokio::time::sleep(wait.min(s.interval)).await;
         let started = Instant::now();
-        let result = run_isolated(s.probe, &ctx, s.timeout).await;
+        let result = run_isolated(s.probe, &ctx, Arc::new(aggregator.given(probe)), s.timeout).await;
         let report = RunReport {
             probe,
             result,
@@ -675,6 +733,53 @@ mod tests {
             duration: Duration::from_millis(2),
         }
     }
+
+    /// A probe that reads another's gets that probe's latest reading from the snapshot, its
+    /// error once a run failed (never the reading held meanwhile), nothing once it is absent;
+    /// a probe that reads none gets nothing.
+    #[test]
+    fn a_probe_is_given_the_latest_reading_of_those_it_reads() {
+        use crate::probe::iptables::IptablesFacts;
+        let reader = ProbeName::ConntrackStale;
+        assert_eq!(reader.reads(), &[ProbeName::Iptables]);
+        let mut a = Aggregator::new(
+            "n",
+            crate::config::default_thresholds(),
+            PROBES_FOR_GIVEN,
+            history(60.0, 60.0),
+        );
+        assert!(a.given(reader).iptables().is_none(), "not run yet");
+        let facts = IptablesFacts {
+            backend_in_use: "nft".into(),
+            ..Default::default()
+        };
+        a.record(ok(ProbeName::Iptables, Reading::Iptables(facts.clone())), 1000.0, 0.0);
+        assert_eq!(a.given(reader).iptables(), Some(Ok(&facts)));
+        assert!(
+            a.given(ProbeName::Conntrack).iptables().is_none(),
+            "conntrack reads none"
+        );
+        let failed = RunReport {
+            probe: ProbeName::Iptables,
+            result: Err(ProbeError::Timeout(Duration::from_secs(30))),
+            duration: Duration::from_secs(30),
+        };
+        a.record(failed, 1060.0, 60.0);
+        assert!(
+            a.snapshot.facts.iptables.is_some(),
+            "the reading is held for the others"
+        );
+        assert_eq!(a.given(reader).iptables(), Some(Err("timed out after 30s")));
+        let absent = RunReport {
+            probe: ProbeName::Iptables,
+            result: Ok(Probed::Absent("none".into())),
+            duration: Duration::ZERO,
+        };
+        a.record(absent, 1120.0, 120.0);
+        assert!(a.given(reader).iptables().is_none());
+    }
+
+    const PROBES_FOR_GIVEN: &[ProbeName] = &[ProbeName::Iptables, ProbeName::ConntrackStale];
 
     #[test]
     fn publishes_after_every_probe_reported_and_windows_drops() {

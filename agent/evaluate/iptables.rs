@@ -229,6 +229,7 @@ mod tests {
             not_run: Vec::new(),
             cross_check: None,
             rule_counters: None,
+            legacy: Default::default(),
         });
         s
     }

@@ -1,22 +1,16 @@
-//! Rendering only: Prometheus text, JSON, the terminal report and HTTP routes;
-//! and the listener that serves them (`server`: connection caps in `admit`,
-//! per-connection timers in `conn`, per-request checks in `guard`, the bearer
-//! token in `token`).
+//! Rendering only: Prometheus text (`metrics`), the `/snapshot` and `/findings`
+//! JSON (`json`), the status page (`page`), the terminal report (`report`) and
+//! the NPD plugin's reading of findings (`npd`). Serving them over HTTP is
+//! `crate::serve`'s.
 //!
 //! A `Publication` renders a snapshot and its verdict once; HTTP handlers only
 //! copy its bytes. Nothing here evaluates: the verdict comes in whole.
 
-pub mod admit;
-pub mod conn;
-pub mod guard;
-pub mod http;
 pub mod json;
 pub mod metrics;
 pub mod npd;
 pub mod page;
 pub mod report;
-pub mod server;
-pub mod token;
 
 use bytes::Bytes;
 
@@ -24,6 +18,16 @@ use crate::evaluate::{Severity, Verdict};
 use crate::snapshot::Snapshot;
 
 pub use json::Document;
+
+/// The route list, the start of `/` for curl.
+pub(crate) const INDEX: &str = "proxywatch: is this node's kube-proxy data plane healthy?
+
+  /metrics   Prometheus metrics
+  /snapshot  facts, probe outcomes and findings (JSON)
+  /findings  active findings (JSON)
+  /healthz   200 while the agent's pipeline moves (503 when it has stalled)
+  /readyz    200 when the first snapshot exists and no critical finding is active
+";
 
 /// A snapshot, its findings, and every rendering of them.
 #[derive(Debug, Clone)]
@@ -49,7 +53,7 @@ impl Publication {
         let snapshot_json = Bytes::from(document.to_json());
         let findings_json = Bytes::from(serde_json::to_vec_pretty(&document.findings).expect("findings serialize"));
         let page_html = Bytes::from(page::render(&document, snapshot.collected_at));
-        let index_text = Bytes::from(format!("{}\n{}", page::text_status(&document), http::INDEX));
+        let index_text = Bytes::from(format!("{}\n{}", page::text_status(&document), INDEX));
         Publication {
             document,
             metrics: Bytes::from(metrics),

@@ -12,7 +12,7 @@
 //!    nftables `kube-proxy` table, both families, one walk per family — plus
 //!    the IPVS table (`/proc/net/ip_vs`, when IPVS is loaded), read every run,
 //!    and the iptables-legacy table the iptables probe decoded from its latest
-//!    `iptables-legacy-save` ([`crate::probe::service_endpoints::iptables::LegacyMemory`]);
+//!    `iptables-legacy-save` (its reading's `legacy`, handed by the scheduler: the probe table's `reads`);
 //!    a service port whose path was not understood is undecoded: not judged;
 //! 3. the node's addresses (rtnetlink), to tell NodePort traffic;
 //! 4. per family with service ports, one ctnetlink dump ([`ct_dump`]),
@@ -52,9 +52,10 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::service_endpoints::iptables::LegacySaves;
 use super::service_endpoints::BothLayouts;
 use super::service_endpoints::{protocol_name, service_label, socket, ServicePort, ServiceTable};
-use super::{Deadline, ProbeContext, ProbeError, ProbeName, Probed};
+use super::{Deadline, Given, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
 use crate::netlink::nft::Family;
 use crate::netlink::{ct_dump, nft_count, NlError, NETLINK_NETFILTER};
@@ -442,16 +443,16 @@ fn rules(e: NlError) -> ProbeError {
 /// What one run reads, and with what.
 struct Run<'a> {
     memory: &'a StaleMemory,
-    /// The tables the iptables probe decoded from its legacy saves.
-    legacy: &'a super::service_endpoints::iptables::LegacyMemory,
+    /// What the iptables probe's latest reading decoded from its legacy saves.
+    legacy: &'a LegacySaves,
+    /// Why there is no such reading: the iptables probe's latest run failed.
+    legacy_failed: Option<&'a str>,
     host: &'a Host,
     local: &'a HashSet<IpAddr>,
     /// nf_tables is loaded (else only IPVS can list services: asking would load it).
     nf_tables: bool,
     /// Group SRC_NAT entries and read the source NAT rules too.
     snat: bool,
-    /// The source NAT rules of the iptables probe's latest legacy saves.
-    legacy_snat: super::snat::LegacyRules,
     deadline: Instant,
 }
 
@@ -511,9 +512,10 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     ] {
         let listed = host.read_optional(names)?.is_some_and(|t| !t.trim().is_empty());
         if listed && !run.legacy.has(v6) {
-            legacy_errors.push(format!(
-                "{names} lists iptables-legacy tables the iptables probe has not saved yet"
-            ));
+            legacy_errors.push(match run.legacy_failed {
+                Some(e) => format!("{names} lists iptables-legacy tables; the iptables probe's latest run failed: {e}"),
+                None => format!("{names} lists iptables-legacy tables the iptables probe has not saved yet"),
+            });
             unsaved.push(legacy_errors.last().cloned().unwrap_or_default());
         }
     }
@@ -615,7 +617,7 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
         return Ok(Err("the IPVS table changed during the dump".into()));
     }
     let snat = run.snat.then(|| {
-        let mut f = super::snat::read_rules(run.host, grouper, run.nf_tables, &run.legacy_snat, deadline);
+        let mut f = super::snat::read_rules(run.host, grouper, run.nf_tables, &run.legacy.snat_rules(), deadline);
         // Their source NAT rules are missing too: said so, never an empty list taken as none.
         f.rule_errors.extend(unsaved);
         f
@@ -635,7 +637,13 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
     }))
 }
 
-pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ConntrackStaleFacts>, ProbeError> {
+/// The conntrack_stale probe; `given` holds the iptables probe's latest reading (the
+/// iptables-legacy part of the service table and of the source NAT rules).
+pub async fn probe(
+    ctx: &ProbeContext,
+    given: &Given,
+    deadline: Deadline,
+) -> Result<Probed<ConntrackStaleFacts>, ProbeError> {
     if !ctx.host.kernel().netlink() {
         return Ok(Probed::Absent(
             "conntrack entries are read over netlink on the node itself (--host-root /) only".into(),
@@ -645,6 +653,11 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
     let memory = ctx.memory.clone();
     let snat = ctx.snat;
     let at = deadline.at();
+    let (legacy, legacy_failed) = match given.iptables() {
+        Some(Ok(f)) => (f.legacy.clone(), None),
+        Some(Err(e)) => (LegacySaves::default(), Some(e.to_string())),
+        None => (LegacySaves::default(), None),
+    };
     let local: HashSet<IpAddr> = super::ipvs::interface::of_host(&ctx.host, at)
         .await?
         .addresses
@@ -659,12 +672,12 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Conn
         }
         let run = Run {
             memory: &memory.stale,
-            legacy: &memory.legacy_services,
+            legacy: &legacy,
+            legacy_failed: legacy_failed.as_deref(),
             host: &host,
             local: &local,
             nf_tables: !super::modules::tool_would_load(&host, "nf_tables"),
             snat,
-            legacy_snat: memory.legacy_snat.rules(),
             deadline: at,
         };
         read(&run).map(Probed::Present)

@@ -197,7 +197,7 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
     let scan = scan?;
     let refused = |r: &Result<fetch::Fetched, FetchError>| matches!(r, Err(e) if e.is_refused());
     if scan.candidates.is_empty() && refused(&metrics) && refused(&health) {
-        ctx.memory.found_kube_proxy(None);
+        ctx.kube_proxy_found.found(None);
         return Ok(Probed::Absent(format!(
             "no kube-proxy process and nothing listening on {} or {}",
             ep.metrics_url, ep.healthz_url
@@ -284,8 +284,8 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
         }
         facts.process = Some(p);
     }
-    ctx.memory
-        .found_kube_proxy(facts.process.as_ref().map(|p| super::WatchedProcess {
+    ctx.kube_proxy_found
+        .found(facts.process.as_ref().map(|p| super::WatchedProcess {
             pid: p.pid,
             start_time_seconds: p.start_time_seconds,
         }));

@@ -12,9 +12,15 @@
 //! hands every run through the context, which only spares work — rule-set
 //! counts and the stale check's service table kept by the kernel's own ruleset
 //! generation (served only to a run that has just read the same generation),
-//! and when the save cross-check last ran. It never changes what a reading
-//! says, only what it costs to make; `probe/counted.rs` says why it cannot
-//! live in history (history sees a reading only after the work is done).
+//! the legacy saves' tables by their text's hash, and when the save cross-check
+//! last ran. It never changes what a reading says, only what it costs to make;
+//! `probe/counted.rs` says why it cannot live in history (history sees a reading
+//! only after the work is done).
+//!
+//! A probe that needs another's reading declares it in its row of the probe table
+//! (`reads`); the scheduler hands it that probe's latest reading from the snapshot
+//! in a [`Given`] (`probe(ctx, given, deadline)`), and in `check` runs it after
+//! the probes it reads.
 //!
 //! A probe never panics on input and never decides what is healthy; that is
 //! `evaluate`'s job. "Absent" (no IPVS on this kernel, no conntrack) is not a
@@ -24,7 +30,6 @@ pub mod conntrack;
 pub mod conntrack_stale;
 pub mod counted;
 pub mod iptables;
-pub mod iptables_nft;
 pub mod ipvs;
 pub mod kube_proxy;
 pub mod modules;
@@ -102,8 +107,10 @@ pub struct ProbeContext {
     pub max_output_bytes: u64,
     /// Where kube-proxy's endpoints are.
     pub kube_proxy: kube_proxy::Endpoints,
-    /// Rule-set counts kept by ruleset generation, and the save cross-check's schedule.
+    /// What spares a re-read: rule-set counts kept by ruleset generation, the save cross-check's schedule.
     pub memory: std::sync::Arc<Memory>,
+    /// The kube-proxy process the kube_proxy probe found, for the exit watch.
+    pub kube_proxy_found: std::sync::Arc<KubeProxyFound>,
     /// How often iptables-nft-save cross-checks the netlink counts; None: never.
     pub iptables_save_interval: Option<Duration>,
     /// The conntrack_stale probe also groups SNAT entries and reads the source NAT rules.
@@ -115,7 +122,11 @@ pub struct ProbeContext {
     pub conntrack_stats_interval: Option<Duration>,
 }
 
-/// What the agent remembers for its rule-set probes.
+/// What the agent keeps between runs of a probe, only to make its next reading cheaper: each
+/// entry is served only to a run that has just checked it still holds (the ruleset
+/// generation it was read at, the hash of the text it was decoded from, the cross-check's
+/// interval), so it never changes what a reading says. What one probe needs of another's
+/// reading is never here: it comes from the snapshot (the probe table's `reads`, [`Given`]).
 #[derive(Debug, Default)]
 pub struct Memory {
     /// iptables-nft's tables per family (the iptables probe).
@@ -130,15 +141,32 @@ pub struct Memory {
     pub stale: conntrack_stale::StaleMemory,
     /// The service_traffic probe's targets, by generation.
     pub service_traffic: service_traffic::TrafficMemory,
-    /// kube-proxy's service table decoded from the iptables probe's legacy saves.
-    pub legacy_services: service_endpoints::iptables::LegacyMemory,
-    /// The source NAT rules of the iptables probe's legacy saves (for the SNAT facts).
-    pub legacy_snat: snat::LegacySnatMemory,
-    /// When the iptables-nft-save cross-check last ran, and what it found.
+    /// The iptables probe's tables decoded from its legacy saves, by the text's hash.
+    pub legacy_tables: service_endpoints::iptables::LegacyTables,
+    /// When the iptables-nft-save cross-check last ran, and what it found (reused until the
+    /// next is due).
     cross_check: std::sync::Mutex<Option<(std::time::Instant, iptables::CrossCheck)>>,
-    /// The kube-proxy process the kube_proxy probe found last (None: none), for the event
-    /// source that watches its exit (`crate::watch::process_exit`).
-    pub kube_proxy_process: tokio::sync::watch::Sender<Option<WatchedProcess>>,
+}
+
+/// The kube-proxy process the kube_proxy probe found last (None: none), for the event source
+/// that watches its exit (`crate::watch::process_exit`), which must open it at once rather than
+/// at the next publication: what the probe found is in its reading too.
+#[derive(Debug, Default)]
+pub struct KubeProxyFound(tokio::sync::watch::Sender<Option<WatchedProcess>>);
+
+impl KubeProxyFound {
+    /// The kube_proxy probe found `process` (or none): the exit watch follows it.
+    pub fn found(&self, process: Option<WatchedProcess>) {
+        self.0.send_if_modified(|p| {
+            let changed = *p != process;
+            *p = process;
+            changed
+        });
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<WatchedProcess>> {
+        self.0.subscribe()
+    }
 }
 
 /// A context on `host` with nothing configured (unit tests).
@@ -156,6 +184,7 @@ pub fn test_context(host: Host) -> ProbeContext {
             process_name: String::new(),
         },
         memory: Default::default(),
+        kube_proxy_found: Default::default(),
         iptables_save_interval: None,
         snat: true,
         service_traffic: Default::default(),
@@ -197,15 +226,6 @@ impl Memory {
         if let Ok(mut l) = self.cross_check.lock() {
             *l = Some((at, check));
         }
-    }
-
-    /// The kube_proxy probe found `process` (or none): the exit watch follows it.
-    pub fn found_kube_proxy(&self, process: Option<WatchedProcess>) {
-        self.kube_proxy_process.send_if_modified(|p| {
-            let changed = *p != process;
-            *p = process;
-            changed
-        });
     }
 }
 

@@ -279,46 +279,9 @@ pub fn rule_of(r: &FoundRule) -> SnatRule {
 }
 
 /// The rules of the iptables probe's latest legacy saves (both families), and
-/// why a family's could not be read.
+/// why a family's could not be read
+/// ([`super::service_endpoints::iptables::LegacySaves::snat_rules`]).
 pub type LegacyRules = (Vec<FoundRule>, Vec<String>);
-
-/// One family's rules from the latest legacy save, or why there are none.
-type LegacySlot = Option<Result<Vec<FoundRule>, String>>;
-
-/// The source NAT rules the iptables probe found in its legacy saves, per
-/// family, for the conntrack_stale probe (the same reasoning as
-/// [`super::service_endpoints::iptables::LegacyMemory`]).
-#[derive(Debug, Default)]
-pub struct LegacySnatMemory {
-    slots: std::sync::Mutex<[LegacySlot; 2]>,
-}
-
-impl LegacySnatMemory {
-    pub fn put(&self, v6: bool, r: Result<Vec<FoundRule>, String>) {
-        if let Ok(mut s) = self.slots.lock() {
-            s[usize::from(v6)] = Some(r);
-        }
-    }
-
-    pub fn clear(&self, v6: bool) {
-        if let Ok(mut s) = self.slots.lock() {
-            s[usize::from(v6)] = None;
-        }
-    }
-
-    pub fn rules(&self) -> LegacyRules {
-        let (mut rules, mut errors) = (Vec::new(), Vec::new());
-        if let Ok(s) = self.slots.lock() {
-            for slot in s.iter().flatten() {
-                match slot {
-                    Ok(r) => rules.extend(r.iter().cloned()),
-                    Err(e) => errors.push(e.clone()),
-                }
-            }
-        }
-        (rules, errors)
-    }
-}
 
 /// Edges between nat chains kept from a legacy save (kube-proxy's per-service
 /// chains excepted: no source NAT is reached through them).

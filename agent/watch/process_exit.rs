@@ -1,5 +1,5 @@
 //! kube-proxy's exit at its instant: a pidfd (`pidfd_open(2)`) on the process the kube_proxy
-//! probe found (`Memory::kube_proxy_process`), polled by the runtime's reactor. A pidfd becomes
+//! probe found (`ProbeContext::kube_proxy_found`), polled by the runtime's reactor. A pidfd becomes
 //! readable when its process exits, so the watch costs nothing until then: no timer, no read of
 //! `/proc`. At the exit it reports [`Event::ProcessExited`] with the time it saw it; the
 //! scheduler wakes the kube_proxy probe, and the history stage starts kube-proxy's absence (and
@@ -86,7 +86,7 @@ async fn run(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
     if tx.send(Event::ExitWatching).await.is_err() {
         return;
     }
-    let mut found = ctx.memory.kube_proxy_process.subscribe();
+    let mut found = ctx.kube_proxy_found.subscribe();
     // The process whose exit was reported: not watched again while the probe still names it.
     let mut reported: Option<WatchedProcess> = None;
     loop {
@@ -150,7 +150,7 @@ mod tests {
     #[tokio::test]
     async fn an_exit_is_reported_once_with_its_time() {
         let (ctx, mut rx, mut child, pid, started) = watch_started_with_a_child().await;
-        ctx.memory.found_kube_proxy(Some(WatchedProcess {
+        ctx.kube_proxy_found.found(Some(WatchedProcess {
             pid,
             start_time_seconds: started,
         }));
@@ -169,8 +169,8 @@ mod tests {
         assert!(at_seconds >= killed, "{at_seconds} < {killed}");
         child.wait().unwrap();
         // The probe still names it (a reading in flight): not reported twice.
-        ctx.memory.found_kube_proxy(None);
-        ctx.memory.found_kube_proxy(Some(WatchedProcess {
+        ctx.kube_proxy_found.found(None);
+        ctx.kube_proxy_found.found(Some(WatchedProcess {
             pid,
             start_time_seconds: started,
         }));
@@ -182,7 +182,7 @@ mod tests {
     #[tokio::test]
     async fn a_reused_pid_is_not_watched() {
         let (ctx, mut rx, mut child, pid, started) = watch_started_with_a_child().await;
-        ctx.memory.found_kube_proxy(Some(WatchedProcess {
+        ctx.kube_proxy_found.found(Some(WatchedProcess {
             pid,
             start_time_seconds: started - 100.0,
         }));

@@ -1,5 +1,5 @@
 //! `iptables-legacy-save -c` output through the legacy rule readers, as the
-//! iptables probe runs each legacy save (iptables_nft.rs
+//! iptables probe runs each legacy save (probe/iptables/node.rs
 //! `legacy_save_and_services`): every line to `rule_counters::LegacyLines`
 //! (the reject/drop counters, the old nat `KUBE-MARK-DROP` drop of
 //! `rule_counters::nat`, `--nfacct-name`), what it leaves of the line to

@@ -12,7 +12,7 @@
 use libfuzzer_sys::fuzz_target;
 use proxywatch::netlink::nft::{self, *};
 use proxywatch::netlink::nft_count::Tally;
-use proxywatch::probe::iptables_nft::IptTally;
+use proxywatch::probe::iptables::node::IptTally;
 use proxywatch::probe::nftables::NftTally;
 use proxywatch::probe::rule_counters::{self, nat, Reason};
 

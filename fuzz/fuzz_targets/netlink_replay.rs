@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use proxywatch::netlink::nft::Family;
 use proxywatch::netlink::replay::{self, Replay};
 use proxywatch::netlink::{ct_dump, ctnetlink, nfacct, nft_count, nft_snat, Conn, Session};
-use proxywatch::probe::iptables_nft::IptTally;
+use proxywatch::probe::iptables::node::IptTally;
 use proxywatch::probe::nftables::NftTally;
 use proxywatch::probe::snat;
 

@@ -189,7 +189,7 @@ fn every_documented_endpoint_answers() {
     tx.send_replace(Some(std::sync::Arc::new(proxywatch::expose::Publication::new(
         &snapshot, verdict,
     ))));
-    let router = proxywatch::expose::http::router(
+    let router = proxywatch::serve::http::router(
         rx,
         std::sync::Arc::new(proxywatch::liveness::Liveness::new(std::time::Duration::from_secs(60))),
     );
@@ -305,6 +305,7 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
             error: None,
         }),
         rule_counters: None,
+        legacy: Default::default(),
     });
     let nft = nftables::parse_list_table(
         "nft",

@@ -579,6 +579,7 @@ mod tests {
                 process_name: String::new(),
             },
             memory: Default::default(),
+            kube_proxy_found: Default::default(),
             iptables_save_interval: None,
             snat: true,
             service_traffic: Default::default(),

@@ -340,68 +340,79 @@ impl SaveText {
     }
 }
 
-/// One family's table from the latest legacy save, or why there is none.
-type LegacySlot = Option<Result<(u64, std::sync::Arc<ServiceTable>), String>>;
-
-/// The service tables the iptables probe decoded from its legacy saves (per
-/// family), for the conntrack_stale probe: the same reasoning as
-/// [`crate::probe::counted::Memory`] (the probe, not history, needs it).
-#[derive(Debug, Default)]
-pub struct LegacyMemory {
-    slots: std::sync::Mutex<[LegacySlot; 2]>,
-    /// Per family, the service_traffic targets' ports in the latest save ([`SaveText::named`]).
-    named: std::sync::Mutex<[Vec<super::names::NamedPort>; 2]>,
+/// One family's latest legacy save, as the iptables probe decoded it for the probes that
+/// read its reading (the probe table's `reads`: conntrack_stale, service_traffic).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegacySave {
+    /// kube-proxy's service table and the save text's hash, or why the text did not decode.
+    pub services: Result<(u64, std::sync::Arc<ServiceTable>), String>,
+    /// The service_traffic targets' ports in it ([`SaveText::named`]).
+    pub named: Vec<super::names::NamedPort>,
+    /// Its source NAT rules (nat POSTROUTING and the chains it reaches), or why they are not listed.
+    pub snat: Result<Vec<crate::netlink::nft_snat::FoundRule>, String>,
 }
 
-impl LegacyMemory {
-    pub fn put_named(&self, v6: bool, named: Vec<super::names::NamedPort>) {
-        if let Ok(mut s) = self.named.lock() {
-            s[usize::from(v6)] = named;
-        }
-    }
+/// What the iptables probe's latest run decoded from its legacy saves, per family (IPv4,
+/// IPv6): part of its reading, so that the probes that read it get it through the snapshot.
+/// None: the family has no legacy tables.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LegacySaves(pub [Option<LegacySave>; 2]);
 
-    /// The service_traffic targets' ports in both families' latest saves.
-    pub fn named(&self) -> Vec<super::names::NamedPort> {
-        self.named.lock().map(|s| s.concat()).unwrap_or_default()
-    }
-
-    /// The table of the family's latest save and its text's hash, if it decoded.
-    pub fn previous(&self, v6: bool) -> Option<(u64, std::sync::Arc<ServiceTable>)> {
-        let s = self.slots.lock().ok()?;
-        s[usize::from(v6)].as_ref()?.as_ref().ok().cloned()
-    }
-
-    pub fn put(&self, v6: bool, r: Result<(u64, std::sync::Arc<ServiceTable>), String>) {
-        if let Ok(mut s) = self.slots.lock() {
-            s[usize::from(v6)] = Some(r);
-        }
-    }
-
-    /// The family has no legacy tables (any more).
-    pub fn clear(&self, v6: bool) {
-        if let Ok(mut s) = self.slots.lock() {
-            s[usize::from(v6)] = None;
-        }
-        self.put_named(v6, Vec::new());
-    }
-
+impl LegacySaves {
     /// Whether the family's latest legacy save was read (decoded or not).
     pub fn has(&self, v6: bool) -> bool {
-        self.slots.lock().is_ok_and(|s| s[usize::from(v6)].is_some())
+        self.0[usize::from(v6)].is_some()
     }
 
     /// The decoded tables of both families, and the errors of those that did not decode.
     pub fn tables(&self) -> (Vec<std::sync::Arc<ServiceTable>>, Vec<String>) {
         let (mut tables, mut errors) = (Vec::new(), Vec::new());
-        if let Ok(s) = self.slots.lock() {
-            for slot in s.iter().flatten() {
-                match slot {
-                    Ok((_, t)) => tables.push(t.clone()),
-                    Err(e) => errors.push(e.clone()),
-                }
+        for save in self.0.iter().flatten() {
+            match &save.services {
+                Ok((_, t)) => tables.push(t.clone()),
+                Err(e) => errors.push(e.clone()),
             }
         }
         (tables, errors)
+    }
+
+    /// The service_traffic targets' ports in both families' saves.
+    pub fn named(&self) -> Vec<super::names::NamedPort> {
+        self.0.iter().flatten().flat_map(|s| s.named.iter().cloned()).collect()
+    }
+
+    /// The source NAT rules of both families' saves, and why a family's are not listed.
+    pub fn snat_rules(&self) -> (Vec<crate::netlink::nft_snat::FoundRule>, Vec<String>) {
+        let (mut rules, mut errors) = (Vec::new(), Vec::new());
+        for save in self.0.iter().flatten() {
+            match &save.snat {
+                Ok(r) => rules.extend(r.iter().cloned()),
+                Err(e) => errors.push(e.clone()),
+            }
+        }
+        (rules, errors)
+    }
+}
+
+/// The iptables probe's cache of the tables it decoded from its legacy saves, per family,
+/// with their text's hash: a save whose text did not change is not decoded again.
+#[derive(Debug, Default)]
+pub struct LegacyTables(std::sync::Mutex<[Option<Decoded>; 2]>);
+
+/// A legacy save's text hash and the table it decoded to.
+type Decoded = (u64, std::sync::Arc<ServiceTable>);
+
+impl LegacyTables {
+    /// The table of the family's latest decoded save and its text's hash.
+    pub fn previous(&self, v6: bool) -> Option<Decoded> {
+        self.0.lock().ok()?[usize::from(v6)].clone()
+    }
+
+    /// The family's latest save decoded to this (None: it did not, or it has no legacy tables).
+    pub fn put(&self, v6: bool, t: Option<Decoded>) {
+        if let Ok(mut s) = self.0.lock() {
+            s[usize::from(v6)] = t;
+        }
     }
 }
 

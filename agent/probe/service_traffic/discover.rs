@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::super::service_endpoints::iptables::{IptEndpoints, LegacyMemory};
+use super::super::service_endpoints::iptables::{IptEndpoints, LegacySaves};
 use super::super::service_endpoints::names::{iptables_entry, link_of_chain, name_of_chain, NamedPort};
 use super::super::service_endpoints::nftables::{self, NftEndpoints};
 use super::super::service_endpoints::ServiceTable;
@@ -179,7 +179,7 @@ pub(super) fn find(
 /// comments, [`crate::probe::service_endpoints::iptables::SaveText::naming`])
 /// and their endpoints. Legacy rules have no generation to keep them by: read
 /// each run (a few ports).
-pub(super) fn with_legacy(found: Arc<Found>, legacy: &LegacyMemory) -> Arc<Found> {
+pub(super) fn with_legacy(found: Arc<Found>, legacy: &LegacySaves) -> Arc<Found> {
     let named = legacy.named();
     if named.is_empty() {
         return found;

@@ -14,8 +14,8 @@
 //!    `service-2QRHZV4L-default/kubernetes/tcp/https`). Read again only when
 //!    the ruleset generation moved ([`TrafficMemory`]). iptables-legacy
 //!    rules are not in nf_tables: their ports come from the same comments in
-//!    the iptables probe's latest `iptables-legacy-save` (the probe runs after
-//!    it in `check`). IPVS carries no Service names, so its Services are not
+//!    the iptables probe's latest `iptables-legacy-save` (its reading, which the
+//!    scheduler hands this probe: the probe table's `reads`). IPVS carries no Service names, so its Services are not
 //!    found (`not_in_rules`);
 //! 2. one try per target, all at once, each under `--service-traffic.try-timeout`:
 //!    a TCP connect (its connect time), or a DNS query for
@@ -313,7 +313,13 @@ fn nl(e: NlError) -> ProbeError {
     ))
 }
 
-pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ServiceTrafficFacts>, ProbeError> {
+/// The service_traffic probe; `given` holds the iptables probe's latest reading (the
+/// targets' ports in its legacy saves).
+pub async fn probe(
+    ctx: &ProbeContext,
+    given: &super::Given,
+    deadline: Deadline,
+) -> Result<Probed<ServiceTrafficFacts>, ProbeError> {
     if !matches!(ctx.host.kernel(), crate::netlink::replay::KernelSource::Live) {
         return Ok(Probed::Absent(
             "Service traffic is tried from the node itself (--host-root /) only".into(),
@@ -323,14 +329,18 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Serv
     let wanted = wanted(&settings);
     let at = deadline.at();
     let (host, memory) = (ctx.host.clone(), ctx.memory.clone());
+    let legacy = match given.iptables() {
+        Some(Ok(f)) => f.legacy.clone(),
+        _ => Default::default(),
+    };
     let (generation, found, conntrack) = super::blocking(super::ProbeName::ServiceTraffic, move || {
         let conntrack = !super::modules::tool_would_load(&host, "nf_conntrack_netlink");
         if super::modules::tool_would_load(&host, "nf_tables") {
-            let legacy = discover::with_legacy(Arc::new(Found::default()), &memory.legacy_services);
+            let legacy = discover::with_legacy(Arc::new(Found::default()), &legacy);
             return Ok((0, legacy, conntrack));
         }
         let (g, f) = discover::find(&host, &memory.service_traffic, &wanted, at).map_err(nl)?;
-        Ok((g, discover::with_legacy(f, &memory.legacy_services), conntrack))
+        Ok((g, discover::with_legacy(f, &legacy), conntrack))
     })
     .await?;
     let plans = plans(&found, &settings);

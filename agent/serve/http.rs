@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::watch;
 
-use super::Publication;
+use crate::expose::{Publication, INDEX};
 use crate::liveness::Liveness;
 
 /// The latest publication; None until every probe has run once.
@@ -20,16 +20,6 @@ const TEXT: &str = "text/plain; charset=utf-8";
 const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 const JSON: &str = "application/json";
 const HTML: &str = "text/html; charset=utf-8";
-
-/// The route list, the start of `/` for curl.
-pub(crate) const INDEX: &str = "proxywatch: is this node's kube-proxy data plane healthy?
-
-  /metrics   Prometheus metrics
-  /snapshot  facts, probe outcomes and findings (JSON)
-  /findings  active findings (JSON)
-  /healthz   200 while the agent's pipeline moves (503 when it has stalled)
-  /readyz    200 when the first snapshot exists and no critical finding is active
-";
 
 pub fn router(latest: Latest, liveness: Arc<Liveness>) -> Router {
     Router::new()
@@ -115,7 +105,7 @@ async fn index(State(latest): State<Latest>, headers: HeaderMap) -> Response {
     if html {
         h.insert(
             header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(super::page::CSP),
+            HeaderValue::from_static(crate::expose::page::CSP),
         );
         h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     }

@@ -1,3 +1,7 @@
+//! The iptables probe, in one folder: here its facts ([`IptablesFacts`]), the
+//! `iptables-save` parser and the save runs (the fixture node's way); in
+//! [`node`], the probe's entry ([`probe`]) and the node's own read over netlink.
+//!
 //! Facts from `iptables-save` output (iptables 1.8.x, nft or legacy backend).
 //!
 //! [`SaveParser`] is a streaming parser: feed it one line at a time and it
@@ -26,6 +30,9 @@
 
 use std::collections::BTreeMap;
 use std::hash::Hasher;
+
+pub mod node;
+pub use node::probe;
 
 use crate::parse::{parse_u64, quote, ParseError};
 
@@ -435,7 +442,7 @@ impl<'a> Iterator for Words<'a> {
 
 // ---------------------------------------------------------------------------
 // The facts, the backend decision and the save runs. The probe's entry is in
-// iptables_nft.rs (which reads this file, never the reverse): where the host
+// node.rs (which reads this file, never the reverse): where the host
 // has a kernel to ask (`Host::kernel()`: the node itself, or a fixture node's
 // netlink recording) the nft backend is read over netlink, the legacy backend with iptables-legacy-save when it has tables,
 // and iptables-nft-save runs only as a cross-check on its own interval. On a
@@ -521,6 +528,11 @@ pub struct IptablesFacts {
     /// kube-proxy's reject and drop rules with their counters (None: not read, e.g. a fixture host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule_counters: Option<super::rule_counters::RuleCounters>,
+    /// What the legacy saves decode to (kube-proxy's service table, the service_traffic
+    /// targets' ports, the source NAT rules), for the probes that read this one (the probe
+    /// table's `reads`). Not in `/snapshot`: the rules are the kernel's, the counts are above.
+    #[serde(skip)]
+    pub legacy: super::service_endpoints::iptables::LegacySaves,
 }
 
 impl IptablesFacts {

@@ -14,14 +14,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Instant, SystemTime};
 
-use super::counted::NetlinkCount;
-use super::iptables::{
+use super::super::counted::NetlinkCount;
+use super::super::rule_counters::{self, RuleCounters};
+use super::super::service_endpoints::iptables::{LegacySave, LegacySaves};
+use super::super::Memory;
+use super::super::{Deadline, ProbeContext, ProbeError, ProbeName};
+use super::{
     classify_chain, detect_backend, read_with_saves, run_save, run_save_with, CountMismatch, CrossCheck, IptablesFacts,
     Read, SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
 };
-use super::rule_counters::{self, RuleCounters};
-use super::Memory;
-use super::{Deadline, ProbeContext, ProbeError, ProbeName};
 use crate::host::Host;
 use crate::netlink::nft::{Chain, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Plan, Tally};
@@ -166,7 +167,7 @@ fn count_families(
     families: &[Family],
     deadline: Instant,
 ) -> Result<Vec<(SaveCounts, NetlinkCount)>, ProbeError> {
-    super::counted::counts_now(host, &memory.iptables, families, deadline, |family| {
+    super::super::counted::counts_now(host, &memory.iptables, families, deadline, |family| {
         let plan = Plan { family, sets: false };
         let c = nft_count::count(
             &mut || host.netlink(NETLINK_NETFILTER),
@@ -175,7 +176,7 @@ fn count_families(
             &IptTally::default,
         )?;
         let mut tally = c.tally;
-        let how = super::counted::NetlinkCount {
+        let how = super::super::counted::NetlinkCount {
             generation: c.generation,
             ..Default::default()
         };
@@ -192,23 +193,23 @@ async fn on_pool<T: Send + 'static>(
     family: Family,
     f: impl FnOnce() -> Result<T, NlError> + Send + 'static,
 ) -> Result<T, ProbeError> {
-    super::blocking(ProbeName::Iptables, move || f().map_err(|e| nl_error(family, e))).await
+    super::super::blocking(ProbeName::Iptables, move || f().map_err(|e| nl_error(family, e))).await
 }
 
 /// The iptables probe. Fails as a whole when a count fails, so a partial
 /// count is never reported as the node's rule set.
-pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Probed<IptablesFacts>, ProbeError> {
-    let (read, rule_counters) = if ctx.host.kernel().netlink() {
+pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::super::Probed<IptablesFacts>, ProbeError> {
+    let (read, rule_counters, legacy) = if ctx.host.kernel().netlink() {
         read_node(ctx, deadline).await?
     } else {
-        (read_with_saves(ctx, deadline).await?, None)
+        (read_with_saves(ctx, deadline).await?, None, LegacySaves::default())
     };
     let (saves, cross_check, not_run) = match read {
         Read::Present(saves, cross_check, not_run) => (saves, cross_check, not_run),
-        Read::Absent(why) => return Ok(super::Probed::Absent(why)),
+        Read::Absent(why) => return Ok(super::super::Probed::Absent(why)),
     };
     let (backend_in_use, backend_reason, backends_with_kube_rules) = detect_backend(&saves);
-    Ok(super::Probed::Present(IptablesFacts {
+    Ok(super::super::Probed::Present(IptablesFacts {
         saves,
         backend_in_use,
         backend_reason,
@@ -216,17 +217,21 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<super::Prob
         not_run,
         cross_check,
         rule_counters,
+        legacy,
     }))
 }
 
 /// The node itself (`--host-root /`), and kube-proxy's reject and drop rules' counters.
-async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Option<RuleCounters>), ProbeError> {
+async fn read_node(
+    ctx: &ProbeContext,
+    deadline: Deadline,
+) -> Result<(Read, Option<RuleCounters>, LegacySaves), ProbeError> {
     // One trip to the blocking pool: the gate, the legacy tables, one
     // generation read and, unless reused, the counts.
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
     let started = Instant::now();
-    let (nft, legacy, counted, mut rules, acct) = super::blocking(ProbeName::Iptables, move || {
-        let nft = !super::modules::tool_would_load(&host, "nf_tables");
+    let (nft, legacy, counted, mut rules, acct) = super::super::blocking(ProbeName::Iptables, move || {
+        let nft = !super::super::modules::tool_would_load(&host, "nf_tables");
         let mut legacy = Vec::new();
         for (_, _, _, names) in FAMILIES {
             let text = host.read_optional(names)?.unwrap_or_default();
@@ -266,7 +271,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
                 .push("iptables-nft: nf_tables is not loaded (not asked)".into());
         }
         // kube-proxy's invalid-drop nfacct object (asking never loads nfnetlink_acct).
-        let ask = !super::modules::tool_would_load(&host, "nfnetlink_acct");
+        let ask = !super::super::modules::tool_would_load(&host, "nfnetlink_acct");
         let acct = rule_counters::nfacct::read(&host, ask, at).map_err(|e| e.to_string());
         Ok((nft, legacy, counted, rules, acct))
     })
@@ -274,6 +279,7 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
     let elapsed = started.elapsed().as_secs_f64();
     let mut counted = counted.into_iter();
     let mut saves = Vec::new();
+    let mut decoded = LegacySaves::default();
     for ((_, label, legacy_save, names), legacy_tables) in FAMILIES.iter().zip(&legacy) {
         if let Some((mut counts, how)) = counted.next() {
             // What iptables-nft-save says on stderr when the legacy backend has tables.
@@ -295,17 +301,18 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
                     legacy_tables.join(", ")
                 )));
             }
-            saves.push(legacy_save_and_services(ctx, (label, legacy_save), deadline, &mut rules).await?);
+            let (run, save) = legacy_save_and_services(ctx, (label, legacy_save), deadline, &mut rules).await?;
+            saves.push(run);
+            decoded.0[usize::from(*label == "ipv6")] = Some(save);
         } else {
-            ctx.memory.legacy_services.clear(*label == "ipv6");
-            ctx.memory.legacy_snat.clear(*label == "ipv6");
+            ctx.memory.legacy_tables.put(*label == "ipv6", None);
         }
     }
     if !nft && saves.is_empty() {
         return Ok((Read::Absent(
             "nf_tables is not loaded (nothing was asked, so nothing was loaded) and no legacy iptables table exists"
                 .into(),
-        ), None));
+        ), None, decoded));
     }
     rule_counters::nfacct::merge(&mut rules, acct);
     rules.counted_rules = rules.rules.len();
@@ -314,24 +321,25 @@ async fn read_node(ctx: &ProbeContext, deadline: Deadline) -> Result<(Read, Opti
     } else {
         None
     };
-    Ok((Read::Present(saves, cross_check, Vec::new()), Some(rules)))
+    Ok((Read::Present(saves, cross_check, Vec::new()), Some(rules), decoded))
 }
 
-/// One legacy save, its lines also decoded into kube-proxy's service table
-/// for the conntrack_stale probe (kept in memory; rebuilt only when the text
-/// changed). A save that fails, or text the decoder cannot read, leaves an
-/// error there instead, so the stale check says so and uses its other sources.
+/// One legacy save, its lines also decoded into kube-proxy's service table, the
+/// service_traffic targets' ports and the source NAT rules, for the probes that read
+/// this one (the table rebuilt only when the text changed). Text the decoder cannot
+/// read leaves an error there instead, so the stale check says so and uses its other
+/// sources; a save that fails fails the probe.
 async fn legacy_save_and_services(
     ctx: &ProbeContext,
     (label, command): (&str, &str),
     deadline: Deadline,
     rules: &mut RuleCounters,
-) -> Result<SaveRun, ProbeError> {
-    use super::service_endpoints::iptables::SaveText;
+) -> Result<(SaveRun, LegacySave), ProbeError> {
+    use super::super::service_endpoints::iptables::SaveText;
     let v6 = label == "ipv6";
-    let names = super::service_traffic::wanted(&ctx.service_traffic);
+    let names = super::super::service_traffic::wanted(&ctx.service_traffic);
     let mut text = SaveText::naming(if v6 { Family::Ip6 } else { Family::Ip }, names);
-    let mut snat = super::snat::LegacySnatText::new(if v6 { Family::Ip6 } else { Family::Ip });
+    let mut snat = super::super::snat::LegacySnatText::new(if v6 { Family::Ip6 } else { Family::Ip });
     let mut bad: Option<String> = None;
     // `-c`: the counters come with the table anyway (IPT_SO_GET_ENTRIES); the
     // source NAT rules take theirs from each line, the service table's
@@ -349,13 +357,6 @@ async fn legacy_save_and_services(
         }
     })
     .await;
-    ctx.memory.legacy_snat.put(
-        v6,
-        match &run {
-            Err(e) => Err(format!("{command}: {e}")),
-            Ok(_) => snat.finish(),
-        },
-    );
     let source = counted.source();
     *rules = std::mem::take(&mut counted.counters);
     match &run {
@@ -366,16 +367,22 @@ async fn legacy_save_and_services(
             rules.unavailable.push(format!("{command} -c: {e}"));
         }
     }
-    let memory = &ctx.memory.legacy_services;
-    match (&run, bad) {
-        (Err(e), _) => memory.put(v6, Err(format!("{command}: {e}"))),
-        (Ok(_), Some(e)) => memory.put(v6, Err(e)),
-        (Ok(_), None) => {
-            memory.put_named(v6, std::mem::take(&mut text.named));
-            memory.put(v6, Ok(text.finish(memory.previous(v6))));
+    let run = run?;
+    let cache = &ctx.memory.legacy_tables;
+    let (services, named) = match bad {
+        Some(e) => (Err(e), Vec::new()),
+        None => {
+            let named = std::mem::take(&mut text.named);
+            (Ok(text.finish(cache.previous(v6))), named)
         }
-    }
-    run
+    };
+    cache.put(v6, services.as_ref().ok().cloned());
+    let save = LegacySave {
+        services,
+        named,
+        snat: snat.finish(),
+    };
+    Ok((run, save))
 }
 
 /// iptables-nft-save against the netlink counts of the same generation, when
@@ -469,7 +476,7 @@ async fn netlink_counts_at(
         return Ok(r.counts.clone());
     }
     let (host, memory, at) = (ctx.host.clone(), ctx.memory.clone(), deadline.at());
-    let counted = super::blocking(ProbeName::Iptables, move || {
+    let counted = super::super::blocking(ProbeName::Iptables, move || {
         count_families(&host, &memory, &[family], at)
     })
     .await?;
