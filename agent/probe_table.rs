@@ -88,6 +88,7 @@ macro_rules! probe_table {
             /// Reverse-path filtering on the interfaces of the node's routes, and its drops.
             RpFilter => rp_filter {
                 run: rp_filter::probe,
+                reads: [],
                 facts: rp_filter::RpFilterFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("rp-filter.interval", "PROXYWATCH_RP_FILTER_INTERVAL", "15s",

@@ -528,7 +528,7 @@ pub fn spawn(
             let mono = origin.elapsed().as_secs_f64();
             let reported = match &input {
                 Input::Run(r) => Some(r.probe),
-                Input::Event(_) => None,
+                Input::Events(_) => None,
             };
             if let Some(p) = step(&mut aggregator, input, now, mono, &liveness) {
                 pub_tx.send_replace(Some(Arc::new(p)));

@@ -59,7 +59,7 @@ static SAID_NO_PROC_EVENTS: std::sync::Once = std::sync::Once::new();
 /// Listens to process events while the kube_proxy probe names a process, and drains them as
 /// they come (a busy node forks a lot: the socket must not fill up between commits).
 async fn follow_kube_proxy(ctx: Arc<ProbeContext>, children: Arc<KubeProxyChildren>, tx: Sender<Event>) {
-    let mut found = ctx.memory.kube_proxy_process.subscribe();
+    let mut found = ctx.kube_proxy_found.subscribe();
     let mut refused = false;
     loop {
         let pid = found.borrow_and_update().map(|p| p.pid);
