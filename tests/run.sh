@@ -12,7 +12,7 @@
 #   2. cargo fmt --check, cargo clippy -D warnings
 #   3. cargo test        unit tests, fixture nodes, real-kernel tests in
 #                        network namespaces, the end-to-end Prometheus test: built
-#                        once, then 3 test binaries at a time (PROXYWATCH_TEST_JOBS);
+#                        once, then vm/ alone, then 3 test binaries at a time;
 #                        stages 4, 5 and the image build run beside it (they
 #                        neither need a test nor are needed by one), niced
 #   4. fuzz              every cargo-fuzz target for a fixed number of runs
@@ -123,8 +123,9 @@ side_stages >"$SIDE_LOG" 2>&1 &
 SIDE_PID=$!
 
 echo "=== cargo test (fuzz, manifests and the image build run beside it)"
-# The unit tests and the 8 harnesses (tests/<group>/main.rs) run
-# PROXYWATCH_TEST_JOBS at a time (3), each one's output printed whole when it ends
+# The unit tests and the 8 harnesses (tests/<group>/main.rs): vm/ first and alone (its
+# QEMU is CPU-bound where it emulates), then the others PROXYWATCH_TEST_JOBS at a time (3),
+# each one's output printed whole when it ends
 # (tests/tools/run_test_binaries.py); tests that must not overlap take a lock that
 # holds across binaries (tests/common: global_lock, live_proc_lock, kube_proxy_process_lock).
 test_rc=0

@@ -165,11 +165,14 @@ fn sigterm_finishes_the_request_in_flight_and_kills_the_running_command() {
     };
     // Whatever fails below, the group does not outlive the test.
     let cleanup = KillGroup(nix::unistd::Pid::from_raw(pgid));
-    assert_eq!(
-        processes_with(&marker).len(),
-        1,
-        "the stand-in's sleep runs: {:?}",
-        processes_with(&marker)
+    // The script writes its group before it starts the sleep: wait for the sleep itself.
+    common::poll(
+        "the stand-in's sleep runs",
+        Duration::from_secs(20),
+        || match processes_with(&marker) {
+            p if p.len() == 1 => Ok(()),
+            p => Err(format!("{p:?}")),
+        },
     );
 
     // A request in flight: its head half sent.

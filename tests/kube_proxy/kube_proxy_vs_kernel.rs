@@ -367,6 +367,14 @@ fn listed_packets(ns: &Netns, tool: &str, chain: &str, what: &str) -> u64 {
     line.split_whitespace().next().unwrap().parse().unwrap()
 }
 
+/// One reference sample: the counter, timed when the listing returned. iptables-legacy waits
+/// for the host-wide xtables lock before it reads (other tests' restores hold it, for seconds
+/// under load): a time taken before the command would date the count too early.
+fn sample(ns: &Netns, tool: &str, chain: &str, what: &str) -> (f64, u64) {
+    let packets = listed_packets(ns, tool, chain, what);
+    (now(), packets)
+}
+
 /// The agent's packets per second for one Service and reason (0 when it is not listed).
 fn agent_rate(snap: &Value, service: &str, reason: &str) -> f64 {
     snap["derived"]["service_rejects"]["services"]
@@ -483,15 +491,13 @@ fn rejected_traffic_is_counted(backend: &str, fam: &Family) {
     let (mut rejects, mut drops, mut old_drops) = (Vec::new(), Vec::new(), Vec::new());
     let started = now();
     while now() - started < 40.0 {
-        let t = now();
-        rejects.push((t, listed_packets(&node, &tool, "KUBE-SERVICES", "has no endpoints")));
-        drops.push((
-            t,
-            listed_packets(&node, &tool, "KUBE-EXTERNAL-SERVICES", "has no local endpoints"),
-        ));
-        old_drops.push((
-            t,
-            listed_packets(&node, &tool, "nat KUBE-XLB-AQI2S6QIMU7PVVRP", "has no local endpoints"),
+        rejects.push(sample(&node, &tool, "KUBE-SERVICES", "has no endpoints"));
+        drops.push(sample(&node, &tool, "KUBE-EXTERNAL-SERVICES", "has no local endpoints"));
+        old_drops.push(sample(
+            &node,
+            &tool,
+            "nat KUBE-XLB-AQI2S6QIMU7PVVRP",
+            "has no local endpoints",
         ));
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -866,7 +872,7 @@ fn invalid_drops_are_counted_by_the_nfacct_object(backend: &str) {
     let mut samples = Vec::new();
     let started = now();
     while now() - started < 40.0 {
-        samples.push((now(), listed_packets(&node, &tool, "KUBE-FORWARD", "nfacct")));
+        samples.push(sample(&node, &tool, "KUBE-FORWARD", "nfacct"));
         std::thread::sleep(Duration::from_millis(250));
     }
     let snap = agent.snapshot().unwrap();
