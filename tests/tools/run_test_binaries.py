@@ -2,7 +2,7 @@
 """Runs the test binaries cargo built, a few at a time (tests/run.sh's test stage).
 
     cargo test --locked --all-targets --no-run --message-format=json-render-diagnostics \
-        | python3 tests/tools/run_test_binaries.py
+        | python3 tests/tools/run_test_binaries.py [alone|rest]
 
 Reads cargo's JSON messages on stdin and runs every test executable of them (the lib and bin
 unit tests, each harness tests/<group>/main.rs) in the package root, as `cargo test` does,
@@ -67,7 +67,15 @@ def main():
     order = {name: i for i, name in enumerate(FIRST)}
     found.sort(key=lambda b: (order.get(b[1], len(FIRST)), b[0]))
     jobs = int(os.environ.get("PROXYWATCH_TEST_JOBS", "3"))
-    # The harnesses of ALONE first, one at a time, then the rest `jobs` at a time.
+    # `alone`: only the harnesses of ALONE; `rest`: only the others; no argument: both, ALONE
+    # first, one at a time, then the rest `jobs` at a time.
+    part = sys.argv[1] if len(sys.argv) > 1 else ""
+    if part not in ("", "alone", "rest"):
+        raise SystemExit(f"run_test_binaries: unknown part {part!r} (alone, rest)")
+    if part == "alone":
+        found = [b for b in found if b[1] in ALONE]
+    elif part == "rest":
+        found = [b for b in found if b[1] not in ALONE]
     pending = [b for b in found if b[1] in ALONE]
     failed, times = [], []
     lock = threading.Lock()
