@@ -350,7 +350,11 @@ while time.monotonic() - start < duration:
     stale = pf = ""
     if "/metrics" in bodies:
         text = bodies["/metrics"].decode()
-        stale = sum(series(text, f'proxywatch_conntrack_{k}_entries{{protocol="{p}"}}') or 0 for k, p in (("draining", "tcp"), ("stale", "udp"), ("draining", "sctp")))
+        # A gauge the scrape did not carry (the stale check not run yet, or failed) is
+        # absent, not 0: the column stays empty unless at least one of them was there.
+        present = [v for v in (series(text, f'proxywatch_conntrack_{k}_entries{{protocol="{p}"}}')
+                               for k, p in (("draining", "tcp"), ("stale", "udp"), ("draining", "sctp"))) if v is not None]
+        stale = sum(present) if present else ""
     if "/snapshot" in bodies:
         doc = json.loads(bodies["/snapshot"])
         pf = 0

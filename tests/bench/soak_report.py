@@ -86,6 +86,8 @@ lines.append(f"zombies seen: {zombies}")
 stale = [float(r["stale_entries"]) for r in rows if r["stale_entries"] not in ("", None)]
 if stale:
     lines.append(f"stale gauge (sum over protocols): min {min(stale):.0f}, max {max(stale):.0f}, samples at 0: {sum(1 for v in stale if v == 0)} of {len(stale)}")
+absent = sum(1 for r in rows if r["stale_entries"] in ("", None) and r["failed"] == "0")
+lines.append(f"stale gauges absent from a good /metrics scrape: {absent} of {len(rows)} samples")
 try:
     probes = json.load(open(os.path.join(out, "probes.json")))
     for name, p in sorted(probes.items()):
