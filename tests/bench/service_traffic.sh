@@ -14,11 +14,24 @@
 # (SECONDS_WINDOW, 60), the same flags but one tries every INTERVAL (250ms) the 23 built-in
 # and flag targets (--service-traffic.target default/web<i>:80, each its one
 # ClusterIP try) and the other never (the default). Columns:
+# A third agent (ren) tries nothing either but re-reads its sysctls every INTERVAL: it
+# publishes (snapshot, metrics, page rendered) as often as the trying agent does, so its
+# CPU, less the idle agent's, is the cost of a probe run and its publication without tries.
 #   runs       service_traffic runs in the window (the API server's tries, from /snapshot)
 #   on_cpu / off_cpu  user + system CPU of each agent over the window (/proc/PID/stat, 10 ms ticks), ms
 #   cpu_per_run  (on_cpu - off_cpu) / runs, ms (issue 37: <= 5)
 #   probe_ms   the probe's wall time, probes.service_traffic.duration_seconds at the end
 #   on_kib / off_kib / d_kib  VmRSS of each agent at the end (issue 37: within 0.3 MiB = 307 KiB)
+#   ren_cpu    CPU of the third agent over the window, ms; pubs_on / pubs_ren the
+#              publications of the trying and of the third agent in the window
+#              (proxywatch_publications_total)
+#   pub_ms     (ren_cpu - off_cpu) / pubs_ren: one sysctls run and its publication, ms
+#   try_ms     cpu_per_run less pub_ms per publication of the trying agent: the 23 tries
+#              themselves and their history, ms per run
+#   ren_kib    VmRSS of the third agent at the end
+# and, on a line of its own, the size in KiB of what the trying and the idle agent serve
+# at the end (/snapshot, /metrics): each is rendered and kept per
+# publication, so it is part of the trying agent's RSS.
 #   curl_cpu   user + system CPU of 20 `curl -s -o /dev/null -w %{time_connect}` to the
 #              web Services, one after the other (wait4 rusage of the bash that runs them),
 #              median of RUNS (5), ms; curl_ms their wall time
@@ -135,6 +148,9 @@ ON=$!
 ip netns exec "$NODE" "$PW_BIN" serve --listen 127.0.0.1:19872 "${common[@]}" "${targets[@]}" 2>"$WORK/off.log" &
 PIDS+=($!)
 OFF=$!
+ip netns exec "$NODE" "$PW_BIN" serve --listen 127.0.0.1:19873 "${common[@]}" "${targets[@]}" --sysctls.interval "$INTERVAL" 2>"$WORK/ren.log" &
+PIDS+=($!)
+REN=$!
 
 snap() { innode curl -sf "http://127.0.0.1:$1/snapshot"; }
 api_tries() { # port: the API server's tries so far
@@ -146,9 +162,10 @@ print(sum(t[0]["tries"].values()) if t else 0)'
 }
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+pubs() { innode curl -sf "http://127.0.0.1:$1/metrics" | awk '$1 == "proxywatch_publications_total" {print $2}'; }
 
 for _ in $(seq 100); do
-	if snap 19871 >/dev/null 2>&1 && snap 19872 >/dev/null 2>&1 && (($(api_tries 19871) > 0)); then break; fi
+	if snap 19871 >/dev/null 2>&1 && snap 19872 >/dev/null 2>&1 && snap 19873 >/dev/null 2>&1 && (($(api_tries 19871) > 0)); then break; fi
 	sleep 0.2
 done
 # Every target tried and reached once before the window: the figures are of successes.
@@ -162,10 +179,10 @@ if len(tries) != int(sys.argv[1]) + 3 or bad:
 ' "$TARGETS"
 
 TICK=$(getconf CLK_TCK)
-r0=$(api_tries 19871) on0=$(cpu "$ON") off0=$(cpu "$OFF")
+r0=$(api_tries 19871) on0=$(cpu "$ON") off0=$(cpu "$OFF") ren0=$(cpu "$REN") pon0=$(pubs 19871) pren0=$(pubs 19873)
 sleep "$SECONDS_"
-r1=$(api_tries 19871) on1=$(cpu "$ON") off1=$(cpu "$OFF")
-on_kib=$(rss "$ON") off_kib=$(rss "$OFF")
+r1=$(api_tries 19871) on1=$(cpu "$ON") off1=$(cpu "$OFF") ren1=$(cpu "$REN") pon1=$(pubs 19871) pren1=$(pubs 19873)
+on_kib=$(rss "$ON") off_kib=$(rss "$OFF") ren_kib=$(rss "$REN")
 probe_ms=$(snap 19871 | python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["probes"]["service_traffic"]["duration_seconds"] * 1000))')
 
 # What a user would run instead: 20 curls, each its connect time.
@@ -191,11 +208,29 @@ done
 n_connects=$(grep -c . "$WORK/connects.txt")
 median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
-printf '%6s %8s %8s %11s %9s %7s %7s %6s %9s %8s\n' runs on_cpu off_cpu cpu_per_run probe_ms on_kib off_kib d_kib curl_cpu curl_ms
-awk -v r=$((r1 - r0)) -v on=$(((on1 - on0))) -v off=$(((off1 - off0))) -v t="$TICK" -v p="$probe_ms" \
-	-v ok="$on_kib" -v fk="$off_kib" -v cc="$(printf '%s\n' "${cc[@]}" | median)" -v cw="$(printf '%s\n' "${cw[@]}" | median)" \
+printf '%6s %8s %8s %11s %9s %7s %7s %6s %9s %8s %8s %8s %8s %7s %7s %7s\n' runs on_cpu off_cpu cpu_per_run probe_ms on_kib off_kib d_kib curl_cpu curl_ms \
+	ren_cpu pubs_on pubs_ren pub_ms try_ms ren_kib
+awk -v r=$((r1 - r0)) -v on=$((on1 - on0)) -v off=$((off1 - off0)) -v ren=$((ren1 - ren0)) -v t="$TICK" -v p="$probe_ms" \
+	-v pon="$(awk -v a="$pon0" -v b="$pon1" 'BEGIN {print b - a}')" -v pren="$(awk -v a="$pren0" -v b="$pren1" 'BEGIN {print b - a}')" \
+	-v ok="$on_kib" -v fk="$off_kib" -v rk="$ren_kib" -v cc="$(printf '%s\n' "${cc[@]}" | median)" -v cw="$(printf '%s\n' "${cw[@]}" | median)" \
 	'BEGIN {
-		onms = on * 1000 / t; offms = off * 1000 / t
-		printf "%6d %8.0f %8.0f %11.2f %9s %7d %7d %6d %9.1f %8.1f\n", r, onms, offms, (r > 0 ? (onms - offms) / r : 0), p, ok, fk, ok - fk, cc * 1000, cw * 1000
+		onms = on * 1000 / t; offms = off * 1000 / t; renms = ren * 1000 / t
+		per_run = (r > 0 ? (onms - offms) / r : 0)
+		pub = (pren > 0 ? (renms - offms) / pren : 0)
+		tries = (r > 0 ? per_run - pub * pon / r : 0)
+		printf "%6d %8.0f %8.0f %11.2f %9s %7d %7d %6d %9.1f %8.1f %8.0f %8d %8d %7.2f %7.2f %7d\n", r, onms, offms, per_run, p, ok, fk, ok - fk, cc * 1000, cw * 1000, renms, pon, pren, pub, tries, rk
 	}'
+size() { innode curl -sf -o /dev/null -w '%{size_download}' "http://127.0.0.1:$1$2"; }
+sizes=""
+for path in /snapshot /metrics; do sizes+=" $path $(($(size 19871 $path) / 1024)) / $(($(size 19872 $path) / 1024))"; done
+echo "served KiB, trying / idle agent:$sizes"
+# Where the trying agent's snapshot is bigger: its service_traffic sections.
+snap 19871 | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+k = lambda v: len(json.dumps(v)) // 1024
+print("of its /snapshot, KiB: facts.service_traffic %d, derived.service_traffic %d (recent points %d), findings %d"
+      % (k(d["facts"].get("service_traffic")), k(d["derived"].get("service_traffic")),
+         sum(len(t.get("recent", [])) for t in (d["derived"].get("service_traffic") or {}).get("targets", [])), k(d.get("findings"))))
+print("  by section, KiB:", ", ".join("%s %d" % (n, k(v)) for n, v in sorted(d.items(), key=lambda kv: -len(json.dumps(kv[1])))[:6]))'
 echo "($TARGETS targets + the 3 built-in tries per run, every $INTERVAL for ${SECONDS_}s; curl: $n_connects connect times printed per run, medians of $RUNS; load average $(cut -d' ' -f1-3 /proc/loadavg))"
