@@ -411,10 +411,23 @@ fn corpus_case(tag: &str, file: &str, how: Load, table: Table, outside: Outside)
 
 /// Runs one case; returns the agent's conntrack_stale facts.
 fn corpus_case_in(net: &Net, tag: &str, file: &str, how: Load, table: Table, outside: Outside) -> Value {
+    corpus_case_rules(net, tag, file, &fixture(file), how, table, outside)
+}
+
+/// [`corpus_case_in`] on `rules` (named `file` in messages): a fixture as it is, or altered.
+fn corpus_case_rules(
+    net: &Net,
+    tag: &str,
+    file: &str,
+    rules: &str,
+    how: Load,
+    table: Table,
+    outside: Outside,
+) -> Value {
     let node = Netns::new(tag);
     let host = if net.node.contains(':') { 128 } else { 32 };
     node.exec_ok("ip", &["addr", "add", &format!("{}/{host}", net.node), "dev", "lo"]);
-    load(&node, how, &fixture(file));
+    load(&node, how, rules);
 
     // Per service port (from a pod address, 10.1.0.1): one entry to each
     // endpoint (current), one to GONE (stale); then the outside client's.
@@ -616,6 +629,97 @@ fn overall_iptables_rules_ipv6_on(backend: &'static str, tag: &str) {
             ],
         );
     }
+}
+
+/// [`OVERALL_V6`] with svc2 (eTP=Local, no local endpoint) on UDP: the derived IPv6 rules
+/// with svc2's service rules matching `udp` instead of `tcp` (its health check node port
+/// stays TCP, as kube-proxy serves it).
+const OVERALL_V6_SVC2_UDP: Table = &[
+    ("[fd00:30::41]:80/tcp", &["[fd00:180::1]:80"]),
+    ("[fd00:30::42]:80/udp", &["[fd00:180::2]:80"]),
+    ("[fd00:99::22]:80/udp", &["[fd00:180::2]:80"]),
+    ("[2001:db8:1::4]:80/udp", &["[fd00:180::2]:80"]),
+    (":3001/udp", &["[fd00:180::2]:80"]),
+    ("[fd00:30::43]:80/tcp", &["[fd00:180::3]:80"]),
+    (":3003/tcp", &["[fd00:180::3]:80"]),
+    ("[fd00:30::44]:80/tcp", &["[fd00:180::4]:80", "[fd00:180::5]:80"]),
+    ("[fd00:99::33]:80/tcp", &["[fd00:180::4]:80", "[fd00:180::5]:80"]),
+    ("[fd00:30::45]:80/tcp", &["[fd00:180::3]:80"]),
+    ("[2001:db8:5::8]:80/tcp", &["[fd00:180::3]:80"]),
+    (":3002/tcp", &["[fd00:180::3]:80"]),
+    ("[fd00:30::46]:80/tcp", &[]),
+];
+
+/// [`OVERALL_V6_OUTSIDE`] with svc2's flows on UDP: the three to its serving remote endpoint
+/// are not what kube-proxy's reconciler clears (it ignores traffic policy), the two to an
+/// endpoint in no path are.
+const OVERALL_V6_SVC2_UDP_OUTSIDE: Outside = &[
+    ("[2001:db8:1::4]:80/udp", "[fd00:180::2]:80", false),
+    ("[fd00:99::22]:80/udp", "[fd00:180::2]:80", false),
+    (":3001/udp", "[fd00:180::2]:80", false),
+    ("[fd00:99::33]:80/tcp", "[fd00:180::4]:80", false),
+    (":3003/tcp", "[fd00:180::3]:80", false),
+    (":3001/udp", "[fd00:180::9:9]:80", true),
+    ("[2001:db8:1::4]:80/udp", "[fd00:180::9:9]:80", true),
+];
+
+/// The UDP IPv6 case of eTP=Local: [`overall_iptables_rules_ipv6_on`] with svc2 on UDP, on
+/// `backend`. UDP is what kube-proxy's reconciler clears, so here the outside flows to svc2's
+/// serving remote endpoint would be false stale entries if the check judged them against the
+/// local endpoints; exactly the 4 entries to GONE on svc2's ports and the 2 outside ones to an
+/// endpoint in no path are stale.
+fn overall_iptables_rules_ipv6_svc2_udp_on(backend: &'static str, tag: &str) {
+    if !common::can_run(&["ip", &format!("ip6tables-{backend}-restore"), "conntrack"]) {
+        return;
+    }
+    let file = "iptables-derived-TestOverallIPTablesRules-ipv6.txt";
+    let rules: String = fixture(file)
+        .lines()
+        .map(|l| {
+            if l.contains("ns2/svc2:p80") && !l.contains("health check node port") {
+                l.replace("-m tcp -p tcp", "-m udp -p udp")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    assert_eq!(
+        rules.matches("-m udp -p udp").count(),
+        9,
+        "svc2's service rules, moved to UDP"
+    );
+    let f = corpus_case_rules(
+        &V6,
+        tag,
+        &format!("{file} (svc2 on UDP)"),
+        &rules,
+        Load::Ip6tables(backend),
+        OVERALL_V6_SVC2_UDP,
+        OVERALL_V6_SVC2_UDP_OUTSIDE,
+    );
+    assert_eq!(f["stale_entries"]["udp"], 6, "{f}");
+    let stale_to_serving = f["stale"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["endpoint"] == "[fd00:180::2]:80")
+        .count();
+    assert_eq!(
+        stale_to_serving, 0,
+        "svc2's serving remote endpoint is never stale: {f}"
+    );
+}
+
+#[test]
+fn overall_iptables_rules_ipv6_svc2_udp_on_iptables_nft() {
+    overall_iptables_rules_ipv6_svc2_udp_on("nft", "kpc-un6");
+}
+
+#[test]
+fn overall_iptables_rules_ipv6_svc2_udp_on_iptables_legacy() {
+    overall_iptables_rules_ipv6_svc2_udp_on("legacy", "kpc-ul6");
 }
 
 #[test]
