@@ -111,7 +111,7 @@ pub fn changed_by_other_process(s: &Snapshot, t: &Thresholds, _: &ModeDecision) 
         .evidence(
             "clears",
             format!(
-                "when one commit of kube-proxy writes back as many of its rules as were removed, or {} after this change",
+                "when kube-proxy has written back, in every table the change took from, its chains' rules (as many in one commit as were removed) and each jump from a built-in chain that was removed, or {} after this change",
                 human_duration(t.rules_changed_window_seconds)
             ),
         );

@@ -88,6 +88,83 @@ pub struct OtherChange {
     /// When it was recorded on the monotonic clock (the window is measured on it). Never shown.
     #[serde(skip)]
     pub mono: f64,
+    /// What kube-proxy has to write back, per table the commit took from, before the change is
+    /// over. Never shown.
+    #[serde(skip)]
+    pub pending: Vec<Pending>,
+}
+
+/// One table's part of an [`OtherChange`]: the rules of kube-proxy's chains that went (written
+/// back by one of its restores, which rewrite whole chains), and the jumps to them from the
+/// built-in chains that went (written back one by one: kube-proxy adds each with `iptables -I`,
+/// and its restores never write them, so its partial syncs alone never end the change).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pending {
+    family: String,
+    table: String,
+    /// Rules of kube-proxy's chains a single commit of its must add (1 when only other rules
+    /// of the built-in chains went: any restore of its ends it).
+    rules: u64,
+    rules_back: bool,
+    jumps: u64,
+    jumps_back: u64,
+}
+
+impl Pending {
+    fn of(c: &Commit) -> Vec<Pending> {
+        c.tables
+            .iter()
+            .filter(|t| concerns_kube(t).is_some())
+            .map(|t| {
+                let own = t.kube_rules_removed.saturating_sub(t.base_kube_rules_removed);
+                let rules = if own == 0 && t.base_kube_rules_removed == 0 {
+                    1
+                } else {
+                    own
+                };
+                Pending {
+                    family: t.family.clone(),
+                    table: t.table.clone(),
+                    rules,
+                    rules_back: rules == 0,
+                    jumps: t.base_kube_rules_removed,
+                    jumps_back: 0,
+                }
+            })
+            .collect()
+    }
+
+    /// Adds a later commit's pending tables to those already pending: a table taken from again
+    /// needs the larger of the two chain rewrites and every jump.
+    fn merge(into: &mut Vec<Pending>, more: Vec<Pending>) {
+        for m in more {
+            match into.iter_mut().find(|p| p.family == m.family && p.table == m.table) {
+                Some(p) => {
+                    if !m.rules_back {
+                        p.rules = p.rules.max(m.rules);
+                        p.rules_back = false;
+                    }
+                    p.jumps += m.jumps;
+                }
+                None => into.push(m),
+            }
+        }
+    }
+
+    /// Takes one of kube-proxy's commits; whether this table is back.
+    fn restore(&mut self, c: &Commit) -> bool {
+        for t in c
+            .tables
+            .iter()
+            .filter(|t| t.family == self.family && t.table == self.table)
+        {
+            if t.kube_rules_added.saturating_sub(t.base_kube_rules_added) >= self.rules {
+                self.rules_back = true;
+            }
+            self.jumps_back += t.base_kube_rules_added;
+        }
+        self.rules_back && self.jumps_back >= self.jumps
+    }
 }
 
 /// What the history stage derived from the watcher's events (`derived.nftables_watch`).
@@ -228,17 +305,16 @@ impl WatchHistory {
                 match class {
                     WriterClass::KubeProxy => {
                         d.commits_kube_proxy_total += 1;
-                        // kube-proxy wrote its rules back where they were removed, in one commit
-                        // at least as many as went (its partial syncs rewrite a few chains
-                        // without the jump rules a flush took: not restored): restored.
-                        let restored = d.changed_by_other.as_ref().is_some_and(|o| {
-                            c.tables.iter().any(|t| {
-                                o.commit.tables.iter().any(|r| {
-                                    r.family == t.family
-                                        && r.table == t.table
-                                        && t.kube_rules_added >= r.kube_rules_removed.max(1)
-                                })
-                            })
+                        // kube-proxy wrote its rules back in every table they were removed from:
+                        // its chains' rules in one commit at least as many as went, and the
+                        // jumps from the built-in chains as many as went (its partial syncs
+                        // rewrite its chains only, never the jumps a flush took: not restored).
+                        let restored = d.changed_by_other.as_mut().is_some_and(|o| {
+                            let mut all = true;
+                            for p in &mut o.pending {
+                                all &= p.restore(c);
+                            }
+                            all
                         });
                         if restored {
                             d.changed_by_other = None;
@@ -256,17 +332,22 @@ impl WatchHistory {
                                 ),
                                 None => (c.at_seconds, 1, true),
                             };
-                            if worse {
-                                d.changed_by_other = Some(OtherChange {
+                            // What kube-proxy must write back adds up over the other
+                            // process's commits, whichever of them is shown.
+                            let previous = d.changed_by_other.take();
+                            let mut pending = previous.as_ref().map(|o| o.pending.clone()).unwrap_or_default();
+                            Pending::merge(&mut pending, Pending::of(c));
+                            d.changed_by_other = Some(match previous {
+                                Some(o) if !worse => OtherChange { commits, pending, ..o },
+                                _ => OtherChange {
                                     commit: c.clone(),
                                     removed_kube_rules,
                                     first_seconds: first,
                                     commits,
                                     mono,
-                                });
-                            } else if let Some(o) = d.changed_by_other.as_mut() {
-                                o.commits = commits;
-                            }
+                                    pending,
+                                },
+                            });
                         }
                     }
                 }
@@ -434,5 +515,98 @@ mod tests {
             h.derived().journal[JOURNAL - 1].commit.as_ref().unwrap().generation,
             199
         );
+    }
+
+    /// Another process takes only the service portals (the jumps from PREROUTING and OUTPUT, as a
+    /// firewall reload does): kube-proxy's partial syncs rewrite far more rules of its chains than
+    /// went, but never the jumps, so the change stands until kube-proxy adds each jump back; a
+    /// flush of two tables stands until both are back.
+    #[test]
+    fn removed_portals_stand_until_kube_proxy_adds_the_jumps_back_and_every_table_counts() {
+        let mut h = WatchHistory::default();
+        let kp = Some(10);
+        let kube = |pid, tables| commit(pid, Some(10), "iptables-restor", tables);
+        let portals = commit(
+            40,
+            Some(1),
+            "iptables-nft-re",
+            vec![table("nat", |t| {
+                (
+                    t.rules_removed,
+                    t.kube_rules_removed,
+                    t.base_rules_removed,
+                    t.base_kube_rules_removed,
+                ) = (2, 2, 2, 2)
+            })],
+        );
+        let portals_again = || portals.clone();
+        assert!(h
+            .observe(&Event::Commit(portals_again()), kp, 1.0)
+            .changed_by_other
+            .is_some());
+        let partial = kube(
+            41,
+            vec![table("nat", |t| (t.rules_added, t.kube_rules_added) = (700, 700))],
+        );
+        assert!(
+            h.observe(&Event::Commit(partial), kp, 2.0).changed_by_other.is_some(),
+            "a partial sync does not put the portals back"
+        );
+        let jump = |pid| {
+            kube(
+                pid,
+                vec![table("nat", |t| {
+                    (t.rules_added, t.kube_rules_added, t.base_kube_rules_added) = (1, 1, 1)
+                })],
+            )
+        };
+        assert!(h.observe(&Event::Commit(jump(42)), kp, 3.0).changed_by_other.is_some());
+        assert!(h.observe(&Event::Commit(jump(43)), kp, 4.0).changed_by_other.is_none());
+
+        let flush = commit(
+            50,
+            Some(1),
+            "iptables",
+            vec![
+                table("nat", |t| (t.rules_removed, t.kube_rules_removed) = (9, 9)),
+                table("filter", |t| (t.rules_removed, t.kube_rules_removed) = (4, 4)),
+            ],
+        );
+        assert!(h.observe(&Event::Commit(flush), kp, 5.0).changed_by_other.is_some());
+        let nat = kube(51, vec![table("nat", |t| (t.rules_added, t.kube_rules_added) = (9, 9))]);
+        assert!(
+            h.observe(&Event::Commit(nat), kp, 6.0).changed_by_other.is_some(),
+            "filter is not back"
+        );
+        let filter = kube(
+            52,
+            vec![table("filter", |t| (t.rules_added, t.kube_rules_added) = (4, 4))],
+        );
+        assert!(h.observe(&Event::Commit(filter), kp, 7.0).changed_by_other.is_none());
+
+        // A second change by another process: what the first one took still has to be written back.
+        assert!(h
+            .observe(&Event::Commit(portals_again()), kp, 8.0)
+            .changed_by_other
+            .is_some());
+        let one = commit(
+            60,
+            Some(1),
+            "iptables",
+            vec![table("filter", |t| (t.rules_removed, t.kube_rules_removed) = (1, 1))],
+        );
+        let d = h.observe(&Event::Commit(one), kp, 9.0);
+        assert_eq!(d.changed_by_other.as_ref().unwrap().commits, 2);
+        assert_eq!(d.changed_by_other.as_ref().unwrap().pending.len(), 2);
+        assert!(h.observe(&Event::Commit(jump(61)), kp, 10.0).changed_by_other.is_some());
+        assert!(
+            h.observe(&Event::Commit(jump(62)), kp, 11.0).changed_by_other.is_some(),
+            "the filter rule the second commit took is not back"
+        );
+        let filter = kube(
+            63,
+            vec![table("filter", |t| (t.rules_added, t.kube_rules_added) = (3, 3))],
+        );
+        assert!(h.observe(&Event::Commit(filter), kp, 12.0).changed_by_other.is_none());
     }
 }

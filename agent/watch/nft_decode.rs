@@ -83,6 +83,13 @@ pub struct TableChange {
     /// Of `rules_removed`: rules of the iptables built-in chains (PREROUTING, OUTPUT...).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub base_rules_removed: u64,
+    /// Of `kube_rules_added` / `kube_rules_removed`: rules of the built-in chains that jump to a
+    /// `KUBE-*` chain (the service portals kube-proxy adds with `iptables -I`, apart from its
+    /// restores).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub base_kube_rules_added: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub base_kube_rules_removed: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub chains_added: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -261,13 +268,16 @@ impl Pending {
                 let (chain, table) = (rule.chain, rule.table);
                 if let Some(t) = self.table(family, table) {
                     let kube = jumps || chain.starts_with(KUBE_CHAIN_PREFIX) || t.is_kube_table();
+                    let base = BASE_CHAINS.contains(&chain);
                     if kind == NEWRULE {
                         t.rules_added += 1;
                         t.kube_rules_added += u64::from(kube);
+                        t.base_kube_rules_added += u64::from(base && jumps);
                     } else {
                         t.rules_removed += 1;
                         t.kube_rules_removed += u64::from(kube);
-                        t.base_rules_removed += u64::from(BASE_CHAINS.contains(&chain));
+                        t.base_rules_removed += u64::from(base);
+                        t.base_kube_rules_removed += u64::from(base && jumps);
                     }
                 }
             }
@@ -391,10 +401,12 @@ mod tests {
         assert_eq!((t[0].family.as_str(), t[0].table.as_str()), ("ip", "nat"));
         assert!(t[0].table_added && !t[0].table_deleted);
         assert_eq!((t[0].rules_added, t[0].kube_rules_added, t[0].chains_added), (2, 2, 3));
+        assert_eq!(t[0].base_kube_rules_added, 1, "the jump from PREROUTING");
         assert_eq!(c[0].messages, 6);
         // iptables-nft -t nat -F: both rules removed, one of a built-in chain; kube-proxy's.
         let t = &c[1].tables[0];
         assert_eq!((t.rules_removed, t.kube_rules_removed, t.base_rules_removed), (2, 2, 1));
+        assert_eq!(t.base_kube_rules_removed, 1, "the jump from PREROUTING");
         assert!(t.removed_kube() && !t.table_deleted);
         // nft adds kube-proxy's table; then deletes it with its chain and rule.
         let t = &c[2].tables[0];

@@ -30,9 +30,14 @@ use serde_json::Value;
 const KUBE_PROXY_NAME: &str = "pwt-kpw";
 
 fn log_dir() -> PathBuf {
+    log_dir_named("nftables_watch_e2e")
+}
+
+/// A test's own log folder (emptied first): tests running at once never share one.
+fn log_dir_named(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let target = exe.ancestors().nth(3).unwrap().to_path_buf();
-    let dir = target.join("e2e-logs").join("nftables_watch_e2e");
+    let dir = target.join("e2e-logs").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -283,6 +288,121 @@ done",
     assert_eq!(common::series(&metrics, "proxywatch_nftables_watch_up"), Some(1.0));
     agent.stop_cleanly();
     monitor.stop();
+    kube_proxy.stop();
+}
+
+/// Another process takes only the service portals (the jumps from nat PREROUTING and OUTPUT
+/// to KUBE-SERVICES, as a firewall reload does): kube-proxy's rewrites of its own chains, each
+/// far more rules than went, do not end the change, since they never write the jumps; the
+/// change ends when kube-proxy adds each jump back (`iptables -I`, through a child, as its
+/// full syncs do). Needs root, `ip`, `iptables-nft-restore`, `iptables-nft`, `bash`; about 10 s.
+#[test]
+fn removed_portals_stand_through_kube_proxys_rewrites_until_it_adds_the_jumps_back() {
+    if !common::can_run(&["ip", "iptables-nft-restore", "iptables-nft", "bash"]) {
+        return;
+    }
+    let dir = log_dir_named("nftables_watch_portals");
+    let ns = Netns::new("nftp");
+    std::fs::write(dir.join("kube.rules"), kube_chains()).unwrap();
+    let standin = dir.join(KUBE_PROXY_NAME);
+    let _ = std::fs::remove_file(&standin);
+    std::os::unix::fs::symlink(common::which("bash").unwrap(), &standin).unwrap();
+    let jump = |chain: &str| {
+        format!("iptables-nft -t nat -I {chain} -m comment --comment 'kubernetes service portals' -j KUBE-SERVICES")
+    };
+    let script = format!(
+        "cd {dir}
+iptables-nft-restore --noflush < kube.rules
+{pre}
+{out}
+while :; do
+  iptables-nft-restore --noflush < kube.rules
+  if [ -e jumps-back ]; then {pre}; {out}; rm jumps-back; fi
+  sleep 1
+done",
+        dir = dir.display(),
+        pre = jump("PREROUTING"),
+        out = jump("OUTPUT"),
+    );
+    let kube_proxy = Process::spawn(
+        "stand-in kube-proxy",
+        &mut ns.command(standin.to_str().unwrap(), &["-c", &script]),
+        &dir.join("kube-proxy.log"),
+    );
+    let agent = Serve::new()
+        .in_netns(&ns)
+        .args(["--node-name", "pwt-nftp", "--kube-proxy.interval", "1s"])
+        .args(["--kube-proxy.process-name", KUBE_PROXY_NAME])
+        .log(dir.join("agent.log"))
+        .start();
+    let kube_commits = || watch(&agent).map(|w| w["commits_kube_proxy_total"].as_u64().unwrap_or(0));
+    common::poll(
+        "three commits of kube-proxy's journaled",
+        Duration::from_secs(20),
+        || {
+            let n = kube_commits()?;
+            let kp = agent.snapshot()?["facts"]["kube_proxy"]["process"]["pid"].as_u64();
+            (n >= 3 && kp == Some(u64::from(kube_proxy.pid())))
+                .then_some(())
+                .ok_or(format!("{n} commits, kube-proxy {kp:?}"))
+        },
+    );
+    let other = |agent: &common::Agent| -> Result<Option<Value>, String> {
+        Ok(findings(agent)?
+            .into_iter()
+            .find(|f| f["id"] == "rules_changed_by_other_process"))
+    };
+    assert_eq!(other(&agent).unwrap(), None, "kube-proxy's own commits");
+
+    ns.exec_input(
+        "iptables-nft-restore",
+        &["--noflush"],
+        "*nat\n-F PREROUTING\n-F OUTPUT\nCOMMIT\n",
+    );
+    let f = common::poll("rules_changed_by_other_process", Duration::from_secs(10), || {
+        other(&agent)?.ok_or("not yet".into())
+    });
+    assert_eq!(f["evidence"]["writer_name"], "iptables-nft-re", "{f:#}");
+    let t = &f["evidence"]["tables"][0];
+    assert_eq!(
+        (&t["table"], &t["rules_removed"], &t["base_kube_rules_removed"]),
+        (&Value::from("nat"), &Value::from(2), &Value::from(2)),
+        "{f:#}"
+    );
+    let before = kube_commits().unwrap();
+    common::poll(
+        "two more rewrites of kube-proxy's chains",
+        Duration::from_secs(10),
+        || {
+            let n = kube_commits()?;
+            (n >= before + 2).then_some(()).ok_or(format!("{n}"))
+        },
+    );
+    assert!(
+        other(&agent).unwrap().is_some(),
+        "kube-proxy's rewrites of its chains ({} rules each) do not put the portals back",
+        kube_chains().lines().filter(|l| l.starts_with("-A ")).count()
+    );
+
+    std::fs::write(dir.join("jumps-back"), "").unwrap();
+    common::poll(
+        "the finding cleared by kube-proxy's jumps",
+        Duration::from_secs(10),
+        || match other(&agent)? {
+            None => Ok(()),
+            Some(f) => Err(format!("{f}")),
+        },
+    );
+    let w = watch(&agent).unwrap();
+    assert_eq!(w["commits_other_total"], 1, "{w}");
+    let jumps = w["journal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["writer_class"] == "kube-proxy" && e["commit"]["writer"]["name"] == "iptables-nft")
+        .count();
+    assert_eq!(jumps, 2, "the two jumps, each kube-proxy's: {w}");
+    agent.stop_cleanly();
     kube_proxy.stop();
 }
 
