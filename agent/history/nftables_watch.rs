@@ -241,7 +241,10 @@ pub struct WatchHistory {
 /// kube-proxy's process as the kube_proxy probe found it (its PID), or none.
 pub fn classify(c: &Commit, kube_proxy_pid: Option<i32>) -> (WriterClass, &'static str) {
     let w = &c.writer;
-    let tool = || w.name.as_deref().is_some_and(|n| KUBE_PROXY_TOOLS.contains(&n));
+    // A writer gone before it was looked at is told by its name only where the process events
+    // did not see its fork (not followed, lost, or before they were): where they saw it, its
+    // parent is known, kube-proxy or not.
+    let tool = || w.parent_pid.is_none() && w.name.as_deref().is_some_and(|n| KUBE_PROXY_TOOLS.contains(&n));
     match kube_proxy_pid {
         Some(kp) if w.pid.is_some_and(|p| i64::from(p) == i64::from(kp)) => (WriterClass::KubeProxy, "pid"),
         Some(kp) if w.parent_pid == Some(kp) => (WriterClass::KubeProxy, "parent pid"),
@@ -427,6 +430,16 @@ mod tests {
             (WriterClass::KubeProxy, "exited tool name")
         );
         assert_eq!(classify(&commit(13, None, "bash", vec![]), None).0, WriterClass::Other);
+        // The process events saw a tool that is gone forked from another process (a script's
+        // `iptables-restore`): it is that process's, whatever its name...
+        let mut forked = commit(15, Some(5), "iptables-restor", vec![]);
+        (forked.writer.gone, forked.writer.parent_from_fork) = (true, true);
+        assert_eq!(classify(&forked, Some(10)), (WriterClass::Other, "pid"));
+        assert_eq!(classify(&forked, None), (WriterClass::Other, "none"));
+        // ... and one whose parent is named kube-proxy, before the kube_proxy probe found it
+        // (kube-proxy restarted), is kube-proxy's.
+        forked.named_kube_proxy = true;
+        assert_eq!(classify(&forked, None), (WriterClass::KubeProxy, "name"));
         let mut named = commit(14, Some(3), "nft", vec![]);
         assert_eq!(classify(&named, None), (WriterClass::Other, "none"));
         named.named_kube_proxy = true;

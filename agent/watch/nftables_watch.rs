@@ -263,16 +263,16 @@ impl Watcher {
     }
 
     /// The writer from `/proc`; one gone already is kube-proxy's child when the process events
-    /// (read up to now: its fork came before its commit) saw it forked from kube-proxy.
+    /// (read up to now: its fork came before its commit) saw it forked from kube-proxy, or a
+    /// descendant of it, and else has the parent they saw it forked from, if any.
     fn writer(&self, pid: Option<u32>, name: Option<String>) -> Writer {
         let mut w = attribute::attribute(&self.host, pid, name);
         if w.parent_pid.is_none() {
-            let root = pid
-                .and_then(|p| i32::try_from(p).ok())
-                .and_then(|p| self.children.parent_of(p));
-            if let Some(kp) = root {
-                w.parent_pid = Some(kp);
-                w.parent_name = attribute::stat(&self.host, kp.into()).map(|(n, _)| n);
+            let pid = pid.and_then(|p| i32::try_from(p).ok());
+            let parent = pid.and_then(|p| self.children.parent_of(p).or_else(|| self.children.forked_by(p)));
+            if let Some(parent) = parent {
+                w.parent_pid = Some(parent);
+                w.parent_name = attribute::stat(&self.host, parent.into()).map(|(n, _)| n);
                 w.parent_from_fork = true;
             }
         }

@@ -147,13 +147,21 @@ pub fn decode(datagram: &[u8]) -> Vec<Result<ProcEvent, DecodeError>> {
     out
 }
 
+/// How many recent forks of any process are remembered (the oldest go first): a writer that
+/// exited before it was looked at is named with its parent if its fork is among them. The
+/// watcher looks within milliseconds of the commit; at 1,000 forks a second this holds 4 s.
+pub const MAX_FORKS: usize = 4096;
+
 /// kube-proxy's descendants seen forked: child -> the kube-proxy it descends from, at most
-/// [`MAX_CHILDREN`] (the oldest forgotten first). Kept after the child's exit: that is its use.
+/// [`MAX_CHILDREN`] (the oldest forgotten first); and every process's recent forks, child ->
+/// parent, at most [`MAX_FORKS`]. Kept after the child's exit: that is their use.
 #[derive(Debug, Default)]
 pub struct Children {
     kube_proxy: Option<i32>,
     of: HashMap<i32, i32>,
     order: VecDeque<i32>,
+    forks: HashMap<i32, i32>,
+    fork_order: VecDeque<i32>,
 }
 
 impl Children {
@@ -179,6 +187,14 @@ impl Children {
             return;
         };
         let Some(kp) = self.kube_proxy else { return };
+        if self.forks.insert(child_tgid, parent_tgid).is_none() {
+            self.fork_order.push_back(child_tgid);
+        }
+        while self.fork_order.len() > MAX_FORKS {
+            if let Some(old) = self.fork_order.pop_front() {
+                self.forks.remove(&old);
+            }
+        }
         let root = if parent_tgid == kp {
             Some(kp)
         } else {
@@ -206,6 +222,11 @@ impl Children {
     /// The kube-proxy `pid` descends from, if it was seen forked from it.
     pub fn root_of(&self, pid: i32) -> Option<i32> {
         self.of.get(&pid).copied()
+    }
+
+    /// The parent `pid` was seen forked from, among the recent forks.
+    pub fn forked_by(&self, pid: i32) -> Option<i32> {
+        self.forks.get(&pid).copied()
     }
 
     pub fn len(&self) -> usize {
@@ -346,6 +367,13 @@ impl KubeProxyChildren {
         inner.children.root_of(pid)
     }
 
+    /// The parent `pid` was seen forked from (any process), once what is queued has been read.
+    pub fn forked_by(&self, pid: i32) -> Option<i32> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.drain();
+        inner.children.forked_by(pid)
+    }
+
     /// Events lost to overflows so far.
     pub fn lost(&self) -> u64 {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).lost
@@ -480,5 +508,28 @@ mod tests {
         // Another kube-proxy: the previous one's children are forgotten.
         c.follow(Some(200));
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn any_process_s_recent_forks_name_the_parent_of_a_writer_gone_bounded() {
+        let take = |c: &mut Children, d: Vec<u8>| decode(&d).into_iter().flatten().for_each(|e| c.take(e));
+        let mut c = Children::default();
+        take(&mut c, fork(7, 104));
+        assert_eq!(c.forked_by(104), None, "not listening: nothing remembered");
+        c.follow(Some(100));
+        take(&mut c, fork(7, 104)); // a script's iptables-restore
+        take(&mut c, fork(100, 105)); // kube-proxy's
+        take(&mut c, event(PROC_EVENT_FORK, &[7, 7, 106, 7])); // a thread
+        assert_eq!(
+            (c.forked_by(104), c.forked_by(105), c.forked_by(106)),
+            (Some(7), Some(100), None)
+        );
+        assert_eq!((c.root_of(104), c.root_of(105)), (None, Some(100)));
+        for p in 0..MAX_FORKS as i32 {
+            take(&mut c, fork(8, 20_000 + p));
+        }
+        assert_eq!(c.forked_by(104), None, "the oldest forgotten first");
+        assert_eq!(c.forked_by(20_000), Some(8));
+        assert_eq!(c.forks.len(), MAX_FORKS);
     }
 }

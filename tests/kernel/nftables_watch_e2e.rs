@@ -536,7 +536,9 @@ fn an_overflow_while_the_agent_is_stopped_during_a_resync_is_counted_and_the_rul
 /// kube-proxy) runs `nft -f` children that commit inside a network namespace the test created
 /// (where the watcher's socket was opened) and are reaped before the watcher reads: first
 /// without process events (parent unknown, as before), then with them (the parent named, the
-/// commit classed kube-proxy's by its parent's PID). Needs root, `ip`, `nft`, `bash`, and the
+/// commit classed kube-proxy's by its parent's PID); and a second `bash`, not kube-proxy, whose
+/// `nft -f` child is as fast: its fork names that parent, and the commit is another process's
+/// though its writer is named as kube-proxy's tools are. Needs root, `ip`, `nft`, `bash`, and the
 /// initial user, PID and network namespaces (the connector exists there only). About 1 s.
 #[test]
 fn an_exited_child_is_attributed_to_its_parent_through_process_events_in_the_initial_namespaces() {
@@ -575,19 +577,28 @@ fn an_exited_child_is_attributed_to_its_parent_through_process_events_in_the_ini
         ns.name,
         rules.display()
     );
-    let mut parent = std::process::Command::new("bash")
-        .args(["-c", &script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let spawn = || {
+        let mut p = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let to = p.stdin.take().unwrap();
+        let from = std::io::BufReader::new(p.stdout.take().unwrap());
+        (p, to, from)
+    };
+    let (mut parent, mut to_parent, mut from_parent) = spawn();
+    // Another process doing the same: a script's `nft -f`, not kube-proxy's.
+    let (mut other, mut to_other, mut from_other) = spawn();
     let parent_pid = parent.id() as i32;
-    let mut to_parent = parent.stdin.take().unwrap();
-    let mut from_parent = std::io::BufReader::new(parent.stdout.take().unwrap());
-    let mut commit_once = |watcher: &mut Watcher| {
-        to_parent.write_all(b"go\n").unwrap();
+    let other_pid = other.id() as i32;
+    let commit_by = |to: &mut std::process::ChildStdin,
+                     from: &mut std::io::BufReader<std::process::ChildStdout>,
+                     watcher: &mut Watcher| {
+        to.write_all(b"go\n").unwrap();
         let mut answer = String::new();
-        from_parent.read_line(&mut answer).unwrap();
+        from.read_line(&mut answer).unwrap();
         assert_eq!(answer, "done\n", "the child committed and was reaped");
         common::poll("the child's commit", Duration::from_secs(5), || {
             match watcher.read() {
@@ -601,6 +612,7 @@ fn an_exited_child_is_attributed_to_its_parent_through_process_events_in_the_ini
             .ok_or("not yet".to_string())
         })
     };
+    let mut commit_once = |watcher: &mut Watcher| commit_by(&mut to_parent, &mut from_parent, watcher);
     // Without process events: the writer gone, its parent unknown.
     let before = commit_once(&mut watcher);
     assert_eq!(before.writer.name.as_deref(), Some("nft"), "{before:?}");
@@ -611,10 +623,21 @@ fn an_exited_child_is_attributed_to_its_parent_through_process_events_in_the_ini
         .follow(Some(parent_pid))
         .expect("process events in the initial namespaces, as root");
     let c = commit_once(&mut watcher);
+    // The other process's child, gone as fast: its fork names its parent, not kube-proxy.
+    let o = commit_by(&mut to_other, &mut from_other, &mut watcher);
     let _ = children.follow(None);
     drop(to_parent);
+    drop(to_other);
     let _ = parent.wait();
+    let _ = other.wait();
     let _ = std::fs::remove_dir_all(&dir);
+    assert!(o.writer.gone && o.writer.parent_from_fork, "{o:?}");
+    assert_eq!(o.writer.parent_pid, Some(other_pid), "{o:?}");
+    assert_eq!(
+        proxywatch::history::nftables_watch::classify(&o, Some(parent_pid)),
+        (proxywatch::history::nftables_watch::WriterClass::Other, "pid"),
+        "a tool's name does not make a script's commit kube-proxy's"
+    );
     assert_eq!(c.writer.name.as_deref(), Some("nft"), "{c:?}");
     assert!(c.writer.gone && c.writer.parent_from_fork, "{c:?}");
     assert_eq!(c.writer.parent_pid, Some(parent_pid), "{c:?}");
