@@ -233,41 +233,75 @@ fn round(x: f64, places: i32) -> f64 {
 /// The facts compared, in the order shown. Each reads the document defensively:
 /// a field missing or of another type (another agent version) is left out.
 fn extract(doc: &Value) -> Vec<Fact> {
-    let mut out: Vec<Fact> = Vec::new();
-    let mut put = |name: String, v: Option<Value>, unit: &'static str| {
-        if let Some(v) = v {
-            out.push((name, v, unit));
-        }
-    };
+    let mut out = FactList::default();
     let f = &doc["facts"];
     // Values derived over time sit under `derived` since 0.2; a baseline saved
-    // by 0.1 kept them inside the facts. Read whichever the document has.
+    // by 0.1 kept them inside the facts (see `either`).
     let d = &doc["derived"];
-    let either = |new: &Value, old: &Value| if new.is_null() { old.clone() } else { new.clone() };
-    put("status".into(), doc["status"].as_str().map(Value::from), "");
-    put(
+    out.put("status".into(), doc["status"].as_str().map(Value::from), "");
+    out.put(
         "proxy mode".into(),
         doc["proxy_mode"]["mode"].as_str().map(Value::from),
         "",
     );
+    out.conntrack(&f["conntrack"], &d["conntrack"]);
+    out.node(f);
+    out.iptables(&f["iptables"]);
+    out.nftables(&f["nftables"]);
+    out.ipvs(&f["ipvs"]);
+    out.kube_proxy(&f["kube_proxy"], &d["kube_proxy"]);
+    out.service_tries(&f["service_traffic"]);
+    if let Some(probes) = doc["probes"].as_object() {
+        for (name, o) in probes {
+            out.put(format!("probe {name}"), o["status"].as_str().map(Value::from), "");
+        }
+    }
+    out.0
+}
 
-    let ct = &f["conntrack"];
-    if ct.is_object() {
+/// A value derived over time: under `derived` since 0.2 (`new`), inside the
+/// facts in a baseline saved by 0.1 (`old`). Whichever the document has.
+fn either(new: &Value, old: &Value) -> Value {
+    if new.is_null() {
+        old.clone()
+    } else {
+        new.clone()
+    }
+}
+
+/// The facts [`extract`] has read so far, in the order shown; one section of
+/// the document per method.
+#[derive(Default)]
+struct FactList(Vec<Fact>);
+
+impl FactList {
+    /// Adds a fact, unless the document does not have it (`None`).
+    fn put(&mut self, name: String, v: Option<Value>, unit: &'static str) {
+        if let Some(v) = v {
+            self.0.push((name, v, unit));
+        }
+    }
+
+    /// `facts.conntrack`, with its trend from `derived.conntrack` (`d`).
+    fn conntrack(&mut self, ct: &Value, d: &Value) {
+        if !ct.is_object() {
+            return;
+        }
         let fill = match (ct["entries"].as_f64(), ct["max"].as_f64()) {
             (Some(e), Some(m)) if m > 0.0 => Some(Value::from(round(e / m * 100.0, 1))),
             _ => None,
         };
-        put("conntrack fill".into(), fill, "%");
-        put("conntrack entries".into(), num(&ct["entries"]), "");
-        put("conntrack max".into(), num(&ct["max"]), "");
-        put("conntrack buckets".into(), num(&ct["buckets"]), "");
+        self.put("conntrack fill".into(), fill, "%");
+        self.put("conntrack entries".into(), num(&ct["entries"]), "");
+        self.put("conntrack max".into(), num(&ct["max"]), "");
+        self.put("conntrack buckets".into(), num(&ct["buckets"]), "");
         for stat in ["drop", "early_drop", "insert_failed"] {
-            put(format!("conntrack {stat} (since boot)"), num(&ct["stats"][stat]), "");
+            self.put(format!("conntrack {stat} (since boot)"), num(&ct["stats"][stat]), "");
         }
-        let trend = either(&d["conntrack"]["trend"], &ct["trend"]);
-        put("conntrack growth".into(), num(&trend["slope_per_second"]), "/s");
+        let trend = either(&d["trend"], &ct["trend"]);
+        self.put("conntrack growth".into(), num(&trend["slope_per_second"]), "/s");
         if trend.is_object() {
-            put(
+            self.put(
                 "conntrack time to full".into(),
                 Some(trend["seconds_to_full"].clone()),
                 "s",
@@ -275,131 +309,139 @@ fn extract(doc: &Value) -> Vec<Fact> {
         }
     }
 
-    let node = &f["node"];
-    put(
-        "kernel release".into(),
-        node["kernel_release"].as_str().map(Value::from),
-        "",
-    );
-    put("cpus".into(), num(&node["cpus"]), "");
+    /// The node (`facts.node`), its modules and its sysctls.
+    fn node(&mut self, f: &Value) {
+        let node = &f["node"];
+        self.put(
+            "kernel release".into(),
+            node["kernel_release"].as_str().map(Value::from),
+            "",
+        );
+        self.put("cpus".into(), num(&node["cpus"]), "");
 
-    if let Some(m) = f["modules"]["modules"].as_object() {
-        for (name, state) in m {
-            put(format!("module {name}"), state.as_str().map(Value::from), "");
+        if let Some(m) = f["modules"]["modules"].as_object() {
+            for (name, state) in m {
+                self.put(format!("module {name}"), state.as_str().map(Value::from), "");
+            }
+        }
+        if let Some(values) = f["sysctls"]["values"].as_object() {
+            for (name, v) in values {
+                self.put(
+                    format!("sysctl {name}"),
+                    (v.is_number() || v.is_null()).then(|| v.clone()),
+                    "",
+                );
+            }
         }
     }
-    if let Some(values) = f["sysctls"]["values"].as_object() {
-        for (name, v) in values {
-            put(
-                format!("sysctl {name}"),
-                (v.is_number() || v.is_null()).then(|| v.clone()),
+
+    /// `facts.iptables`: the backend in use, and each save's counts and duration.
+    fn iptables(&mut self, ipt: &Value) {
+        self.put(
+            "iptables backend in use".into(),
+            ipt["backend_in_use"].as_str().map(Value::from),
+            "",
+        );
+        for save in ipt["saves"].as_array().into_iter().flatten() {
+            let (Some(b), Some(fam)) = (save["backend"].as_str(), save["family"].as_str()) else {
+                continue;
+            };
+            let counts = &save["counts"];
+            if let Some(tables) = counts["tables"].as_object() {
+                for (table, c) in tables {
+                    self.put(format!("iptables {b} {fam} {table} rules"), num(&c["rules"]), "");
+                }
+            }
+            self.put(
+                format!("iptables {b} {fam} KUBE-* rules"),
+                num(&counts["kube_rules"]),
                 "",
+            );
+            self.put(
+                format!("iptables {b} {fam} KUBE-SVC chains"),
+                num(&counts["kube"]["svc"]),
+                "",
+            );
+            self.put(
+                format!("iptables {b} {fam} save duration"),
+                num(&save["duration_seconds"]),
+                "s",
             );
         }
     }
 
-    let ipt = &f["iptables"];
-    put(
-        "iptables backend in use".into(),
-        ipt["backend_in_use"].as_str().map(Value::from),
-        "",
-    );
-    for save in ipt["saves"].as_array().into_iter().flatten() {
-        let (Some(b), Some(fam)) = (save["backend"].as_str(), save["family"].as_str()) else {
-            continue;
-        };
-        let counts = &save["counts"];
-        if let Some(tables) = counts["tables"].as_object() {
-            for (table, c) in tables {
-                put(format!("iptables {b} {fam} {table} rules"), num(&c["rules"]), "");
+    /// `facts.nftables`: each table's counts and list duration.
+    fn nftables(&mut self, nft: &Value) {
+        for table in nft["tables"].as_array().into_iter().flatten() {
+            let Some(fam) = table["family"].as_str() else { continue };
+            // Baselines saved by earlier builds name nft's families (`ip`, `ip6`).
+            let fam = crate::probe::nftables::address_family_of_key(fam);
+            let c = &table["counts"];
+            self.put(format!("nftables {fam} rules"), num(&c["rules"]), "");
+            self.put(format!("nftables {fam} chains"), num(&c["chains"]), "");
+            self.put(format!("nftables {fam} service chains"), num(&c["service_chains"]), "");
+            self.put(
+                format!("nftables {fam} list duration"),
+                num(&table["duration_seconds"]),
+                "s",
+            );
+        }
+    }
+
+    /// `facts.ipvs`: the virtual and real servers.
+    fn ipvs(&mut self, ipvs: &Value) {
+        self.put("ipvs virtual servers".into(), num(&ipvs["virtual_servers"]), "");
+        self.put("ipvs real servers".into(), num(&ipvs["real_servers"]), "");
+        self.put(
+            "ipvs virtual servers w/o backends".into(),
+            num(&ipvs["without_backends"]),
+            "",
+        );
+    }
+
+    /// `facts.kube_proxy`, with its latency windows and restarts from
+    /// `derived.kube_proxy` (`d`).
+    fn kube_proxy(&mut self, kp: &Value, d: &Value) {
+        self.put("kube-proxy mode".into(), kp["mode"].as_str().map(Value::from), "");
+        self.put(
+            "kube-proxy metrics up".into(),
+            kp["metrics_up"].as_bool().map(Value::from),
+            "",
+        );
+        for (key, label) in [("sync", "sync p99"), ("network_programming", "programming p99")] {
+            let l = &kp[key];
+            let window = &d[key];
+            // The window's p99 when there is a window, else since start (as the checks do).
+            let p99 = if window.is_object() {
+                num(&window["p99"])
+            } else if l["count_window"].is_number() {
+                num(&l["p99_window"])
+            } else {
+                num(&l["p99_since_start"])
+            };
+            self.put(format!("kube-proxy {label}"), p99, "s");
+        }
+        self.put(
+            "kube-proxy restarts".into(),
+            num(&either(&d["restarts"], &kp["restarts"])),
+            "",
+        );
+    }
+
+    /// The service_traffic tries (`--try-services`): each target's result and time.
+    fn service_tries(&mut self, st: &Value) {
+        for t in st["tries"].as_array().into_iter().flatten() {
+            let Some(target) = t["target"].as_str() else { continue };
+            self.put(
+                format!("service try {target}"),
+                t["result"].as_str().map(Value::from),
+                "",
+            );
+            if t["result"] == "ok" {
+                self.put(format!("{CONNECT_TIME}{target}"), num(&t["seconds"]), "s");
             }
         }
-        put(
-            format!("iptables {b} {fam} KUBE-* rules"),
-            num(&counts["kube_rules"]),
-            "",
-        );
-        put(
-            format!("iptables {b} {fam} KUBE-SVC chains"),
-            num(&counts["kube"]["svc"]),
-            "",
-        );
-        put(
-            format!("iptables {b} {fam} save duration"),
-            num(&save["duration_seconds"]),
-            "s",
-        );
     }
-
-    for table in f["nftables"]["tables"].as_array().into_iter().flatten() {
-        let Some(fam) = table["family"].as_str() else { continue };
-        // Baselines saved by earlier builds name nft's families (`ip`, `ip6`).
-        let fam = crate::probe::nftables::address_family_of_key(fam);
-        let c = &table["counts"];
-        put(format!("nftables {fam} rules"), num(&c["rules"]), "");
-        put(format!("nftables {fam} chains"), num(&c["chains"]), "");
-        put(format!("nftables {fam} service chains"), num(&c["service_chains"]), "");
-        put(
-            format!("nftables {fam} list duration"),
-            num(&table["duration_seconds"]),
-            "s",
-        );
-    }
-
-    let ipvs = &f["ipvs"];
-    put("ipvs virtual servers".into(), num(&ipvs["virtual_servers"]), "");
-    put("ipvs real servers".into(), num(&ipvs["real_servers"]), "");
-    put(
-        "ipvs virtual servers w/o backends".into(),
-        num(&ipvs["without_backends"]),
-        "",
-    );
-
-    let kp = &f["kube_proxy"];
-    put("kube-proxy mode".into(), kp["mode"].as_str().map(Value::from), "");
-    put(
-        "kube-proxy metrics up".into(),
-        kp["metrics_up"].as_bool().map(Value::from),
-        "",
-    );
-    for (key, label) in [("sync", "sync p99"), ("network_programming", "programming p99")] {
-        let l = &kp[key];
-        let window = &d["kube_proxy"][key];
-        // The window's p99 when there is a window, else since start (as the checks do).
-        let p99 = if window.is_object() {
-            num(&window["p99"])
-        } else if l["count_window"].is_number() {
-            num(&l["p99_window"])
-        } else {
-            num(&l["p99_since_start"])
-        };
-        put(format!("kube-proxy {label}"), p99, "s");
-    }
-    put(
-        "kube-proxy restarts".into(),
-        num(&either(&d["kube_proxy"]["restarts"], &kp["restarts"])),
-        "",
-    );
-
-    // The service_traffic tries (`--try-services`): each target's result and time.
-    for t in f["service_traffic"]["tries"].as_array().into_iter().flatten() {
-        let Some(target) = t["target"].as_str() else { continue };
-        put(
-            format!("service try {target}"),
-            t["result"].as_str().map(Value::from),
-            "",
-        );
-        if t["result"] == "ok" {
-            put(format!("{CONNECT_TIME}{target}"), num(&t["seconds"]), "s");
-        }
-    }
-
-    if let Some(probes) = doc["probes"].as_object() {
-        for (name, o) in probes {
-            put(format!("probe {name}"), o["status"].as_str().map(Value::from), "");
-        }
-    }
-    out
 }
 
 /// The agent's own wall time reading a rule set: it moves from run to run with
@@ -473,12 +515,42 @@ fn same(name: &str, before: &Value, after: &Value, unit: &str) -> bool {
 
 /// Compares two documents (already checked by `parse_document`).
 pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &Value) -> Comparison {
-    // Facts, in before's order, then those only after has.
-    let (b, a) = (extract(before), extract(after));
+    let facts = fact_changes(&extract(before), &extract(after));
+    let mode = |d: &Value| d["proxy_mode"]["mode"].as_str().map(str::to_string);
+    let mode_change = match (mode(before), mode(after)) {
+        (Some(b), Some(a)) if a != b => Some(ModeChange { before: b, after: a }),
+        _ => None,
+    };
+    let mut reasons = Reasons::default();
+    let changed = finding_changes(&findings(before), &findings(after), mode_change.as_ref(), &mut reasons);
+    for (worse_now, why) in facts.iter().filter_map(judged) {
+        if worse_now {
+            reasons.worse.push(why);
+        } else {
+            reasons.better.push(why);
+        }
+    }
+    reasons.status(before["status"].as_str(), after["status"].as_str());
+    let (verdict, reasons) = reasons.verdict();
+    Comparison {
+        verdict,
+        reasons,
+        before: side(before_source, before),
+        after: side(after_source, after),
+        facts,
+        appeared: changed.appeared,
+        resolved: changed.resolved,
+        severity_changed: changed.severity_changed,
+        mode_change,
+    }
+}
+
+/// Every fact on either side: in before's order, then those only after has.
+fn fact_changes(b: &[Fact], a: &[Fact]) -> Vec<FactChange> {
     let after_by_name: BTreeMap<&str, &Fact> = a.iter().map(|f| (f.0.as_str(), f)).collect();
     let before_names: BTreeSet<&str> = b.iter().map(|f| f.0.as_str()).collect();
     let mut facts = Vec::new();
-    for (name, bv, unit) in &b {
+    for (name, bv, unit) in b {
         let change = match after_by_name.get(name.as_str()) {
             Some((_, av, _)) => {
                 let delta = match (bv.as_f64(), av.as_f64()) {
@@ -509,7 +581,7 @@ pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &
         };
         facts.push(change);
     }
-    for (name, av, unit) in &a {
+    for (name, av, unit) in a {
         if !before_names.contains(name.as_str()) {
             facts.push(FactChange {
                 name: name.clone(),
@@ -521,23 +593,73 @@ pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &
             });
         }
     }
+    facts
+}
 
-    let (fb, fa) = (findings(before), findings(after));
+/// What makes the comparison worse or better, in the order found.
+#[derive(Default)]
+struct Reasons {
+    worse: Vec<String>,
+    better: Vec<String>,
+}
+
+impl Reasons {
+    /// The overall status: worse or better by rank.
+    fn status(&mut self, sb: Option<&str>, sa: Option<&str>) {
+        if rank(sa) > rank(sb) {
+            self.worse.push(format!(
+                "status got worse ({} -> {})",
+                sb.unwrap_or("missing"),
+                sa.unwrap_or("missing")
+            ));
+        } else if rank(sa) < rank(sb) {
+            self.better.push(format!(
+                "status got better ({} -> {})",
+                sb.unwrap_or("missing"),
+                sa.unwrap_or("missing")
+            ));
+        }
+    }
+
+    /// Worse if anything got worse, better if anything got better, else same;
+    /// with the reasons that decided it.
+    fn verdict(self) -> (Verdict, Vec<String>) {
+        if !self.worse.is_empty() {
+            (Verdict::Worse, self.worse)
+        } else if !self.better.is_empty() {
+            (Verdict::Better, self.better)
+        } else {
+            (
+                Verdict::Same,
+                vec!["no finding appeared, resolved or changed severity".to_string()],
+            )
+        }
+    }
+}
+
+/// The findings that appeared, resolved or changed severity between two sides.
+struct FindingChanges {
+    appeared: Vec<FindingChange>,
+    resolved: Vec<FindingChange>,
+    severity_changed: Vec<FindingChange>,
+}
+
+/// Compares the active findings before (`fb`) and after (`fa`); a warning or
+/// critical one appearing, resolving or changing severity goes to `reasons`.
+fn finding_changes(
+    fb: &BTreeMap<String, (String, String)>,
+    fa: &BTreeMap<String, (String, String)>,
+    mode_change: Option<&ModeChange>,
+    reasons: &mut Reasons,
+) -> FindingChanges {
     let mut appeared = Vec::new();
     let mut resolved = Vec::new();
     let mut severity_changed = Vec::new();
-    let mut worse = Vec::new();
-    let mut better = Vec::new();
-    let mode = |d: &Value| d["proxy_mode"]["mode"].as_str().map(str::to_string);
-    let mode_change = match (mode(before), mode(after)) {
-        (Some(b), Some(a)) if a != b => Some(ModeChange { before: b, after: a }),
-        _ => None,
-    };
-    for (id, (sev, summary)) in &fa {
+    for (id, (sev, summary)) in fa {
         match fb.get(id) {
             None => {
                 if rank(Some(sev)) >= 2 {
-                    worse.push(match &mode_change {
+                    reasons.worse.push(match mode_change {
                         // What a switch or a rollback left behind is the point of comparing.
                         Some(m) if id == "proxy_mode_leftovers" => format!(
                             "{id} appeared ({sev}) after the mode change {} -> {}: state of the old mode is still there",
@@ -556,9 +678,9 @@ pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &
             Some((old, _)) if old != sev => {
                 let (r0, r1) = (rank(Some(old)), rank(Some(sev)));
                 if r1 > r0 && r1 >= 2 {
-                    worse.push(format!("{id} got more severe ({old} -> {sev})"));
+                    reasons.worse.push(format!("{id} got more severe ({old} -> {sev})"));
                 } else if r1 < r0 && r0 >= 2 {
-                    better.push(format!("{id} got less severe ({old} -> {sev})"));
+                    reasons.better.push(format!("{id} got less severe ({old} -> {sev})"));
                 }
                 severity_changed.push(FindingChange {
                     id: id.clone(),
@@ -570,10 +692,10 @@ pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &
             Some(_) => {}
         }
     }
-    for (id, (sev, summary)) in &fb {
+    for (id, (sev, summary)) in fb {
         if !fa.contains_key(id) {
             if rank(Some(sev)) >= 2 {
-                better.push(format!("{id} resolved (was {sev})"));
+                reasons.better.push(format!("{id} resolved (was {sev})"));
             }
             resolved.push(FindingChange {
                 id: id.clone(),
@@ -583,47 +705,10 @@ pub fn compare(before_source: &str, before: &Value, after_source: &str, after: &
             });
         }
     }
-    for (worse_now, why) in facts.iter().filter_map(judged) {
-        if worse_now {
-            worse.push(why);
-        } else {
-            better.push(why);
-        }
-    }
-    let (sb, sa) = (before["status"].as_str(), after["status"].as_str());
-    if rank(sa) > rank(sb) {
-        worse.push(format!(
-            "status got worse ({} -> {})",
-            sb.unwrap_or("missing"),
-            sa.unwrap_or("missing")
-        ));
-    } else if rank(sa) < rank(sb) {
-        better.push(format!(
-            "status got better ({} -> {})",
-            sb.unwrap_or("missing"),
-            sa.unwrap_or("missing")
-        ));
-    }
-    let (verdict, reasons) = if !worse.is_empty() {
-        (Verdict::Worse, worse)
-    } else if !better.is_empty() {
-        (Verdict::Better, better)
-    } else {
-        (
-            Verdict::Same,
-            vec!["no finding appeared, resolved or changed severity".to_string()],
-        )
-    };
-    Comparison {
-        verdict,
-        reasons,
-        before: side(before_source, before),
-        after: side(after_source, after),
-        facts,
+    FindingChanges {
         appeared,
         resolved,
         severity_changed,
-        mode_change,
     }
 }
 

@@ -82,15 +82,26 @@ const COL: usize = 13;
 /// The comparison for a person, 80 columns.
 pub fn render_text(c: &Comparison) -> String {
     let mut out = String::new();
+    verdict(&mut out, c);
+    numeric_facts(&mut out, &c.facts);
+    other_facts(&mut out, &c.facts);
+    let same = c.facts.iter().filter(|f| f.state == FactState::Same).count();
+    let _ = writeln!(out, "{same} facts unchanged (--format json lists every fact).\n");
+    findings(&mut out, c);
+    out
+}
+
+/// The verdict, the two sides, and the reasons for the verdict.
+fn verdict(out: &mut String, c: &Comparison) {
     let _ = writeln!(out, "proxywatch compare: {}", c.verdict.as_str().to_uppercase());
     wrap(
-        &mut out,
+        out,
         "  before: ",
         10,
         &format!("{}: {}", c.before.source, describe(&c.before)),
     );
     wrap(
-        &mut out,
+        out,
         "  after:  ",
         10,
         &format!("{}: {}", c.after.source, describe(&c.after)),
@@ -102,61 +113,69 @@ pub fn render_text(c: &Comparison) -> String {
         let _ = writeln!(out, "  proxy mode changed: {} -> {}", m.before, m.after);
     }
     for r in &c.reasons {
-        wrap(&mut out, &format!("  {}: ", c.verdict.as_str()), 4, r);
+        wrap(out, &format!("  {}: ", c.verdict.as_str()), 4, r);
     }
     out.push('\n');
+}
 
-    let numeric: Vec<&FactChange> = c
-        .facts
+/// The changed facts that are numbers (on either side), as a table: before, after, change.
+fn numeric_facts(out: &mut String, facts: &[FactChange]) {
+    let numeric: Vec<&FactChange> = facts
         .iter()
         .filter(|f| f.state != FactState::Same && (f.before.is_number() || f.after.is_number()))
         .collect();
-    if !numeric.is_empty() {
-        let _ = writeln!(
-            out,
-            "{:<NAME$} {:>COL$} {:>COL$} {:>COL$}",
-            "fact", "before", "after", "change"
-        );
-        for f in &numeric {
-            let missing = |v: &Value, gone: bool| if gone { "missing".into() } else { show(v, f.unit) };
-            let before = missing(&f.before, f.state == FactState::MissingBefore);
-            let after = missing(&f.after, f.state == FactState::MissingAfter);
-            let change = f.change.map(|d| show_change(d, f.unit)).unwrap_or_default();
-            let mut name = f.name.clone();
-            if name.chars().count() > NAME {
-                let _ = writeln!(out, "{name}");
-                name.clear();
-            }
-            let line = format!("{name:<NAME$} {before:>COL$} {after:>COL$} {change:>COL$}");
-            let _ = writeln!(out, "{}", line.trim_end());
-        }
-        out.push('\n');
+    if numeric.is_empty() {
+        return;
     }
-    let other: Vec<&FactChange> = c
-        .facts
+    let _ = writeln!(
+        out,
+        "{:<NAME$} {:>COL$} {:>COL$} {:>COL$}",
+        "fact", "before", "after", "change"
+    );
+    for f in &numeric {
+        let missing = |v: &Value, gone: bool| if gone { "missing".into() } else { show(v, f.unit) };
+        let before = missing(&f.before, f.state == FactState::MissingBefore);
+        let after = missing(&f.after, f.state == FactState::MissingAfter);
+        let change = f.change.map(|d| show_change(d, f.unit)).unwrap_or_default();
+        let mut name = f.name.clone();
+        if name.chars().count() > NAME {
+            let _ = writeln!(out, "{name}");
+            name.clear();
+        }
+        let line = format!("{name:<NAME$} {before:>COL$} {after:>COL$} {change:>COL$}");
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out.push('\n');
+}
+
+/// The other changed facts (words, flags), one `name: before -> after` line each.
+fn other_facts(out: &mut String, facts: &[FactChange]) {
+    let other: Vec<&FactChange> = facts
         .iter()
         .filter(|f| f.state != FactState::Same && !(f.before.is_number() || f.after.is_number()))
         .collect();
-    if !other.is_empty() {
-        out.push_str("changed:\n");
-        for f in &other {
-            let before = if f.state == FactState::MissingBefore {
-                "missing".into()
-            } else {
-                show(&f.before, f.unit)
-            };
-            let after = if f.state == FactState::MissingAfter {
-                "missing".into()
-            } else {
-                show(&f.after, f.unit)
-            };
-            wrap(&mut out, "  ", 6, &format!("{}: {before} -> {after}", f.name));
-        }
-        out.push('\n');
+    if other.is_empty() {
+        return;
     }
-    let same = c.facts.iter().filter(|f| f.state == FactState::Same).count();
-    let _ = writeln!(out, "{same} facts unchanged (--format json lists every fact).\n");
+    out.push_str("changed:\n");
+    for f in &other {
+        let before = if f.state == FactState::MissingBefore {
+            "missing".into()
+        } else {
+            show(&f.before, f.unit)
+        };
+        let after = if f.state == FactState::MissingAfter {
+            "missing".into()
+        } else {
+            show(&f.after, f.unit)
+        };
+        wrap(out, "  ", 6, &format!("{}: {before} -> {after}", f.name));
+    }
+    out.push('\n');
+}
 
+/// The findings that appeared, resolved or changed severity, or that none did.
+fn findings(out: &mut String, c: &Comparison) {
     for (title, list) in [
         ("findings appeared", &c.appeared),
         ("findings resolved", &c.resolved),
@@ -173,14 +192,13 @@ pub fn render_text(c: &Comparison) -> String {
                 (b, a) => format!("  [{} -> {}] {}", tag(b.as_deref()), tag(a.as_deref()), f.id),
             };
             let _ = writeln!(out, "{head}");
-            wrap(&mut out, "      ", 6, &f.summary);
+            wrap(out, "      ", 6, &f.summary);
         }
         out.push('\n');
     }
     if c.appeared.is_empty() && c.resolved.is_empty() && c.severity_changed.is_empty() {
         out.push_str("findings: no change.\n");
     }
-    out
 }
 
 #[cfg(test)]

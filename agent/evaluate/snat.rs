@@ -205,30 +205,38 @@ pub fn without_random_fully(s: &Snapshot, _: &Thresholds, _: &ModeDecision) -> O
         .evidence("rule_errors", facts.rule_errors.clone());
     if severity > Severity::Ok {
         let first = carrying.first().or(unknown.first()).map(|(_, r)| *r);
-        let mut steps = Vec::new();
-        if let Some(r) = first {
-            let list = match (r.backend.as_str(), r.family.as_str()) {
-                ("nftables", _) => format!(
-                    "nft list chain {} {} {}",
-                    if r.family == "ipv6" { "ip6" } else { "ip" },
-                    r.table,
-                    r.chain
-                ),
-                ("iptables-legacy", "ipv6") => format!("ip6tables-legacy -t nat -L {} -v -n --line-numbers", r.chain),
-                ("iptables-legacy", _) => format!("iptables-legacy -t nat -L {} -v -n --line-numbers", r.chain),
-                (_, "ipv6") => format!("ip6tables-nft -t nat -L {} -v -n --line-numbers", r.chain),
-                _ => format!("iptables-nft -t nat -L {} -v -n --line-numbers", r.chain),
-            };
-            steps.push(format!("See the rule and its counters (read-only): {list}"));
-        }
-        if first.is_none() {
-            steps.push("Some source NAT rules could not be read (evidence rule_errors): give the agent CAP_NET_ADMIN in the node's network namespace, or wait for the iptables probe's next legacy save; nothing on the node needs changing for this.".into());
-            return Some(f.remediation_owned(steps));
-        }
-        steps.push("Have the component that owns the rule add --random-fully (nft: fully-random): kube-proxy does so itself when its iptables supports it; ip-masq-agent, flannel and Calico have a setting for it. A rule edited by hand is rewritten at the owner's next sync.".into());
-        f = f.remediation_owned(steps);
+        f = f.remediation_owned(random_fully_steps(first));
     }
     Some(f)
+}
+
+/// What to do about source NAT without random-fully: see `first` (the first rule
+/// carrying traffic, else of unknown traffic) and have its owner fix it; without
+/// one, the rules the agent could not read.
+fn random_fully_steps(first: Option<&SnatRule>) -> Vec<String> {
+    let Some(r) = first else {
+        return vec!["Some source NAT rules could not be read (evidence rule_errors): give the agent CAP_NET_ADMIN in the node's network namespace, or wait for the iptables probe's next legacy save; nothing on the node needs changing for this.".into()];
+    };
+    vec![
+        format!("See the rule and its counters (read-only): {}", list_rule(r)),
+        "Have the component that owns the rule add --random-fully (nft: fully-random): kube-proxy does so itself when its iptables supports it; ip-masq-agent, flannel and Calico have a setting for it. A rule edited by hand is rewritten at the owner's next sync.".into(),
+    ]
+}
+
+/// The read-only command that lists a rule's chain with its counters.
+fn list_rule(r: &SnatRule) -> String {
+    match (r.backend.as_str(), r.family.as_str()) {
+        ("nftables", _) => format!(
+            "nft list chain {} {} {}",
+            if r.family == "ipv6" { "ip6" } else { "ip" },
+            r.table,
+            r.chain
+        ),
+        ("iptables-legacy", "ipv6") => format!("ip6tables-legacy -t nat -L {} -v -n --line-numbers", r.chain),
+        ("iptables-legacy", _) => format!("iptables-legacy -t nat -L {} -v -n --line-numbers", r.chain),
+        (_, "ipv6") => format!("ip6tables-nft -t nat -L {} -v -n --line-numbers", r.chain),
+        _ => format!("iptables-nft -t nat -L {} -v -n --line-numbers", r.chain),
+    }
 }
 
 #[cfg(test)]

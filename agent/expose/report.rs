@@ -5,7 +5,7 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use super::json::Document;
-use crate::evaluate::Severity;
+use crate::evaluate::{Finding, Severity};
 use crate::history::kube_proxy::p99;
 use crate::snapshot::ProbeStatus;
 
@@ -407,74 +407,104 @@ pub fn render(doc: &Document) -> String {
         out.push_str("No findings: the data plane looks healthy.\n\n");
     }
     for f in &doc.findings {
-        wrap(&mut out, &format!("{} {}: ", tag(f.severity), f.id), 7, &f.summary);
-        if let Some(since) = f.since {
-            let _ = writeln!(
-                out,
-                "       since: {} ({} at {})",
-                crate::timefmt::rfc3339(since),
-                crate::timefmt::human_duration(collected_at - since),
-                f.severity.as_str()
-            );
-        }
-        let mut ev = Vec::new();
-        for (k, v) in &f.evidence {
-            flatten(k, v, &mut ev);
-        }
-        if !ev.is_empty() {
-            pack(&mut out, "       evidence: ", 17, &ev, true);
-        }
-        for (i, step) in f.remediation.iter().enumerate() {
-            let first = if i == 0 {
-                "       fix: 1. ".to_string()
-            } else {
-                format!("            {}. ", i + 1)
-            };
-            wrap(&mut out, &first, 15, step);
-        }
-        out.push('\n');
+        finding(&mut out, f, collected_at);
     }
-    if let (Some(f), Some(d)) = (&doc.facts.conntrack_stale, &doc.derived.conntrack_stale) {
-        let total: u64 = f.stale_entries.values().sum();
-        let draining: u64 = f.draining_entries.values().sum();
+    stale_entries(&mut out, doc);
+    service_tries(&mut out, doc);
+    journal(&mut out, doc);
+    probes(&mut out, doc);
+    out
+}
+
+/// One finding: its summary, since when, its evidence and the steps to fix it.
+fn finding(out: &mut String, f: &Finding, collected_at: f64) {
+    wrap(out, &format!("{} {}: ", tag(f.severity), f.id), 7, &f.summary);
+    if let Some(since) = f.since {
         let _ = writeln!(
             out,
-            "stale conntrack entries: {total}, draining: {draining} ({} entries checked, {} service ports from {})",
-            f.examined_entries, f.service_ports, f.source
+            "       since: {} ({} at {})",
+            crate::timefmt::rfc3339(since),
+            crate::timefmt::human_duration(collected_at - since),
+            f.severity.as_str()
         );
-        for (g, state) in d
-            .groups
-            .iter()
-            .map(|g| (g, "stale"))
-            .chain(d.draining.iter().map(|g| (g, "draining")))
-        {
-            let _ = writeln!(
-                out,
-                "  {}{} -> {} ({state}, no longer in the service's endpoints): {} entries, {} checks",
-                g.group.service,
-                if g.group.node_port { " (NodePort)" } else { "" },
-                g.group.endpoint,
-                g.group.entries,
-                g.checks
-            );
-        }
-        out.push('\n');
     }
+    let mut ev = Vec::new();
+    for (k, v) in &f.evidence {
+        flatten(k, v, &mut ev);
+    }
+    if !ev.is_empty() {
+        pack(out, "       evidence: ", 17, &ev, true);
+    }
+    for (i, step) in f.remediation.iter().enumerate() {
+        let first = if i == 0 {
+            "       fix: 1. ".to_string()
+        } else {
+            format!("            {}. ", i + 1)
+        };
+        wrap(out, &first, 15, step);
+    }
+    out.push('\n');
+}
+
+/// The stale and draining conntrack entries, per service and endpoint; nothing
+/// without the conntrack_stale probe's facts and their history.
+fn stale_entries(out: &mut String, doc: &Document) {
+    let (Some(f), Some(d)) = (&doc.facts.conntrack_stale, &doc.derived.conntrack_stale) else {
+        return;
+    };
+    let total: u64 = f.stale_entries.values().sum();
+    let draining: u64 = f.draining_entries.values().sum();
+    let _ = writeln!(
+        out,
+        "stale conntrack entries: {total}, draining: {draining} ({} entries checked, {} service ports from {})",
+        f.examined_entries, f.service_ports, f.source
+    );
+    for (g, state) in d
+        .groups
+        .iter()
+        .map(|g| (g, "stale"))
+        .chain(d.draining.iter().map(|g| (g, "draining")))
+    {
+        let _ = writeln!(
+            out,
+            "  {}{} -> {} ({state}, no longer in the service's endpoints): {} entries, {} checks",
+            g.group.service,
+            if g.group.node_port { " (NodePort)" } else { "" },
+            g.group.endpoint,
+            g.group.entries,
+            g.checks
+        );
+    }
+    out.push('\n');
+}
+
+/// The Service tries (`--try-services`), one line each; nothing without any.
+fn service_tries(out: &mut String, doc: &Document) {
     let tries = service_try_lines(doc);
-    if !tries.is_empty() {
-        let _ = writeln!(out, "service tries (connect time; DNS over UDP: answer time):");
-        for (target, text) in &tries {
-            wrap(&mut out, &format!("  {target}: "), 4, text);
-        }
-        out.push('\n');
+    if tries.is_empty() {
+        return;
     }
-    if let Some(w) = doc.derived.nftables_watch.as_ref().filter(|w| !w.journal.is_empty()) {
-        let _ = writeln!(out, "rule changes (newest last, who committed):");
-        for e in w.journal.iter().rev().take(JOURNAL_LINES).rev() {
-            wrap(&mut out, "  ", 4, &e.describe());
-        }
-        out.push('\n');
+    let _ = writeln!(out, "service tries (connect time; DNS over UDP: answer time):");
+    for (target, text) in &tries {
+        wrap(out, &format!("  {target}: "), 4, text);
     }
+    out.push('\n');
+}
+
+/// The newest [`JOURNAL_LINES`] rule changes the nf_tables watcher journaled.
+fn journal(out: &mut String, doc: &Document) {
+    let Some(w) = doc.derived.nftables_watch.as_ref().filter(|w| !w.journal.is_empty()) else {
+        return;
+    };
+    let _ = writeln!(out, "rule changes (newest last, who committed):");
+    for e in w.journal.iter().rev().take(JOURNAL_LINES).rev() {
+        wrap(out, "  ", 4, &e.describe());
+    }
+    out.push('\n');
+}
+
+/// Each probe's status, duration and error, in columns.
+fn probes(out: &mut String, doc: &Document) {
     out.push_str("probes:\n");
     // Columns sized by the longest probe name, so every row aligns.
     let name_w = doc.probes.keys().map(|n| n.chars().count()).max().unwrap_or(0);
@@ -489,9 +519,8 @@ pub fn render(doc: &Document) -> String {
             o.duration_seconds * 1000.0
         );
         let indent = head.chars().count();
-        wrap(&mut out, &head, indent, o.error.as_deref().unwrap_or(""));
+        wrap(out, &head, indent, o.error.as_deref().unwrap_or(""));
     }
-    out
 }
 
 #[cfg(test)]

@@ -104,6 +104,33 @@ impl ServiceRejectHistory {
     /// Takes one reading at `mono` (monotonic seconds). None until a source
     /// was read twice.
     pub fn observe(&mut self, c: &RuleCounters, mono: f64) -> Option<ServiceRejects> {
+        let iv = self.increases(c, mono);
+        let first = self.start.is_none();
+        let had_seen = !self.seen.is_empty();
+        self.seen.extend(c.sources.iter().cloned());
+        for (k, v) in &iv.totals {
+            *self.since_start.entry(k.clone()).or_default() += v;
+        }
+        if first {
+            self.start = Some(mono);
+            return None;
+        }
+        self.intervals.push_back(iv);
+        self.keep_window(mono);
+        if !had_seen || c.sources.is_empty() {
+            return (!c.unavailable.is_empty() || !c.sources.is_empty()).then(|| ServiceRejects {
+                unavailable: c.unavailable.clone(),
+                undecoded: c.undecoded,
+                ..Default::default()
+            });
+        }
+        Some(self.rates(c, mono))
+    }
+
+    /// The interval ending at `mono`: each rule's increase since the previous reading
+    /// of its source, summed per reason and protocol and per Service. Each rule's
+    /// counter is kept for the next reading (those of the sources read, only).
+    fn increases(&mut self, c: &RuleCounters, mono: f64) -> Interval {
         let mut iv = Interval {
             end: mono,
             ..Default::default()
@@ -143,18 +170,11 @@ impl ServiceRejectHistory {
         self.last
             .retain(|k, _| !read.contains(format!("{} {}", k.0, k.1).as_str()));
         self.last.extend(next);
-        let first = self.start.is_none();
-        let had_seen = !self.seen.is_empty();
-        self.seen.extend(c.sources.iter().cloned());
-        for (k, v) in &iv.totals {
-            *self.since_start.entry(k.clone()).or_default() += v;
-        }
-        if first {
-            self.start = Some(mono);
-            return None;
-        }
-        self.intervals.push_back(iv);
-        // Keep what covers the window; the start moves to the end of what leaves it.
+        iv
+    }
+
+    /// Keep what covers the window; the start moves to the end of what leaves it.
+    fn keep_window(&mut self, mono: f64) {
         while self.intervals.len() > CAPACITY
             || self
                 .intervals
@@ -165,13 +185,10 @@ impl ServiceRejectHistory {
                 self.start = Some(f.end);
             }
         }
-        if !had_seen || c.sources.is_empty() {
-            return (!c.unavailable.is_empty() || !c.sources.is_empty()).then(|| ServiceRejects {
-                unavailable: c.unavailable.clone(),
-                undecoded: c.undecoded,
-                ..Default::default()
-            });
-        }
+    }
+
+    /// The rates over the intervals kept, from the start to `mono`.
+    fn rates(&self, c: &RuleCounters, mono: f64) -> ServiceRejects {
         let seconds = mono - self.start.unwrap_or(mono);
         let rate = |n: u64| if seconds > 0.0 { n as f64 / seconds } else { 0.0 };
         let mut totals = BTreeMap::<(Reason, String), u64>::new();
@@ -204,30 +221,8 @@ impl ServiceRejectHistory {
                 packets_per_second: rate(n),
             })
             .collect();
-        let mut services: Vec<ServiceRate> = groups
-            .into_iter()
-            .filter(|(g, (n, _))| *n > 0 && g.0 != Reason::Invalid)
-            .map(|((reason, service, protocol), (n, targets))| {
-                let mut targets: Vec<String> = targets.into_iter().cloned().collect();
-                targets.sort();
-                ServiceRate {
-                    reason: *reason,
-                    service: service.clone(),
-                    targets,
-                    protocol: protocol.clone(),
-                    packets_per_second: rate(n),
-                }
-            })
-            .collect();
-        services.sort_by(|a, b| {
-            b.packets_per_second
-                .total_cmp(&a.packets_per_second)
-                .then_with(|| a.service.cmp(&b.service))
-                .then_with(|| a.targets.cmp(&b.targets))
-        });
-        let left_out = services.len().saturating_sub(TOP_SERVICES);
-        services.truncate(TOP_SERVICES);
-        Some(ServiceRejects {
+        let (services, left_out) = top_services(groups, rate);
+        ServiceRejects {
             seconds,
             sources: c.sources.clone(),
             totals,
@@ -235,8 +230,37 @@ impl ServiceRejectHistory {
             services_left_out: left_out,
             undecoded: c.undecoded,
             unavailable: c.unavailable.clone(),
-        })
+        }
     }
+}
+
+/// The Services with a non-zero rate (`rate` of their packets over the window),
+/// highest first, at most [`TOP_SERVICES`]; and how many more there were.
+fn top_services(groups: HashMap<&Group, (u64, Vec<&String>)>, rate: impl Fn(u64) -> f64) -> (Vec<ServiceRate>, usize) {
+    let mut services: Vec<ServiceRate> = groups
+        .into_iter()
+        .filter(|(g, (n, _))| *n > 0 && g.0 != Reason::Invalid)
+        .map(|((reason, service, protocol), (n, targets))| {
+            let mut targets: Vec<String> = targets.into_iter().cloned().collect();
+            targets.sort();
+            ServiceRate {
+                reason: *reason,
+                service: service.clone(),
+                targets,
+                protocol: protocol.clone(),
+                packets_per_second: rate(n),
+            }
+        })
+        .collect();
+    services.sort_by(|a, b| {
+        b.packets_per_second
+            .total_cmp(&a.packets_per_second)
+            .then_with(|| a.service.cmp(&b.service))
+            .then_with(|| a.targets.cmp(&b.targets))
+    });
+    let left_out = services.len().saturating_sub(TOP_SERVICES);
+    services.truncate(TOP_SERVICES);
+    (services, left_out)
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@
 use std::net::IpAddr;
 
 use super::nft::{Family, Rule};
-use super::NlError;
+use super::{Attr, NlError};
 
 const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
@@ -153,221 +153,319 @@ pub fn dnat_target_info(family: Family, rev: u32, info: &[u8]) -> Option<(IpAddr
 
 /// Decodes one rule's expressions.
 pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError> {
-    let mut f = RuleFacts::default();
+    let mut m = Machine::new(family);
     let Some(list) = rule.expressions() else {
-        return Ok(f);
-    };
-    let mut regs: Vec<(u32, Reg)> = Vec::new();
-    let set = |regs: &mut Vec<(u32, Reg)>, r: u32, v: Reg| {
-        regs.retain(|(n, _)| *n != r);
-        regs.push((r, v));
+        return Ok(m.facts);
     };
     for expr in super::nft::expressions(list) {
         let (Some(name), Some(data)) = expr? else {
             continue;
         };
         // Attributes of the expression by type (all are small).
-        let at = super::nft::attrs_by_kind(data)?;
-        let num = |k: usize| at[k].map(|a| a.be_u32()).transpose();
+        let at = ExprAttrs(super::nft::attrs_by_kind(data)?);
+        m.step(name, &at)?;
+    }
+    Ok(m.facts)
+}
+
+/// One expression's attributes, indexed by their type (`NFTA_<EXPR>_*`).
+struct ExprAttrs<'a>([Option<Attr<'a>>; 10]);
+
+impl<'a> ExprAttrs<'a> {
+    fn get(&self, kind: usize) -> Option<Attr<'a>> {
+        self.0[kind]
+    }
+
+    /// The attribute as a 32-bit number, when it is there.
+    fn num(&self, kind: usize) -> Result<Option<u32>, NlError> {
+        self.0[kind].map(|a| a.be_u32()).transpose()
+    }
+}
+
+/// The register machine as far as [`rule_facts`] follows it: what each register
+/// holds, and what the rule's expressions have said so far.
+struct Machine {
+    family: Family,
+    regs: Vec<(u32, Reg)>,
+    facts: RuleFacts,
+}
+
+impl Machine {
+    fn new(family: Family) -> Self {
+        Machine {
+            family,
+            regs: Vec::new(),
+            facts: RuleFacts::default(),
+        }
+    }
+
+    /// Loads `v` into register `r`, replacing what it held.
+    fn set(&mut self, r: u32, v: Reg) {
+        self.regs.retain(|(n, _)| *n != r);
+        self.regs.push((r, v));
+    }
+
+    /// Follows one expression.
+    fn step(&mut self, name: &str, at: &ExprAttrs<'_>) -> Result<(), NlError> {
         match name {
-            "payload" => {
-                if let (Some(dreg), Some(base), Some(offset), Some(len)) = (num(1)?, num(2)?, num(3)?, num(4)?) {
-                    set(&mut regs, dreg, Reg::Payload { base, offset, len });
-                }
-            }
-            "meta" => {
-                if let (Some(dreg), Some(key)) = (num(1)?, num(2)?) {
-                    let v = if key == NFT_META_L4PROTO {
-                        Reg::L4proto
-                    } else {
-                        Reg::Other
-                    };
-                    set(&mut regs, dreg, v);
-                }
-            }
-            "bitwise" => {
-                // A masked source address is a prefix match; anything else is no plain field.
-                let (sreg, dreg) = (num(1)?, num(2)?);
-                let mask = at[4].map(super::nft::data_value).transpose()?.flatten();
-                let src = regs.iter().find(|(n, _)| Some(*n) == sreg).map(|(_, r)| r.clone());
-                let (offset, len) = saddr_field(family);
-                let v = match (src, mask) {
-                    (
-                        Some(Reg::Payload {
-                            base: NFT_PAYLOAD_NETWORK_HEADER,
-                            offset: o,
-                            len: l,
-                        }),
-                        Some(m),
-                    ) if o == offset && l <= len && m.len() == l as usize => {
-                        Reg::MaskedSaddr(m.iter().map(|b| b.count_ones() as u8).sum())
-                    }
-                    _ => Reg::Other,
-                };
-                if let Some(d) = dreg {
-                    set(&mut regs, d, v);
-                }
-            }
-            "fib" => {
-                // NFTA_FIB_DREG, NFTA_FIB_RESULT, NFTA_FIB_FLAGS.
-                if let Some(d) = num(1)? {
-                    let v = match (num(2)?, num(3)?) {
-                        (Some(NFT_FIB_RESULT_ADDRTYPE), Some(flags)) if flags & NFTA_FIB_F_SADDR != 0 => {
-                            Reg::FibSaddrType
-                        }
-                        _ => Reg::Other,
-                    };
-                    set(&mut regs, d, v);
-                }
-            }
+            "payload" => self.payload(at),
+            "meta" => self.meta(at),
+            "bitwise" => self.bitwise(at),
+            "fib" => self.fib(at),
             "ct" | "numgen" | "hash" => {
                 // Whatever is in the destination register is no longer a plain field.
-                if let Some(d) = num(1)? {
-                    set(&mut regs, d, Reg::Other);
+                if let Some(d) = at.num(1)? {
+                    self.set(d, Reg::Other);
                 }
+                Ok(())
             }
-            "immediate" => {
-                let Some(d) = at[2] else { continue };
-                if let Some(chain) = super::nft::data_verdict_chain(d)?.map(str::to_string) {
-                    f.jumps.push(chain);
-                } else if super::nft::data_verdict_code(d)? == Some(NF_DROP) {
-                    f.drop = true;
-                } else if let (Some(dreg), Some(v)) = (num(1)?, super::nft::data_value(d)?) {
-                    set(&mut regs, dreg, Reg::Value(v.to_vec()));
-                }
+            "immediate" => self.immediate(at),
+            "cmp" => self.cmp(at),
+            "lookup" => self.lookup(at),
+            "match" => self.xt_match(at),
+            "target" => self.xt_target(at),
+            "nat" => self.nat(at),
+            _ => Ok(()),
+        }
+    }
+
+    /// `payload`: a header field loaded into a register.
+    fn payload(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        if let (Some(dreg), Some(base), Some(offset), Some(len)) = (at.num(1)?, at.num(2)?, at.num(3)?, at.num(4)?) {
+            self.set(dreg, Reg::Payload { base, offset, len });
+        }
+        Ok(())
+    }
+
+    /// `meta`: the L4 protocol (or another packet attribute) loaded into a register.
+    fn meta(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        if let (Some(dreg), Some(key)) = (at.num(1)?, at.num(2)?) {
+            let v = if key == NFT_META_L4PROTO {
+                Reg::L4proto
+            } else {
+                Reg::Other
+            };
+            self.set(dreg, v);
+        }
+        Ok(())
+    }
+
+    /// `bitwise`: a register masked.
+    fn bitwise(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        // A masked source address is a prefix match; anything else is no plain field.
+        let (sreg, dreg) = (at.num(1)?, at.num(2)?);
+        let mask = at.get(4).map(super::nft::data_value).transpose()?.flatten();
+        let src = self.regs.iter().find(|(n, _)| Some(*n) == sreg).map(|(_, r)| r.clone());
+        let (offset, len) = saddr_field(self.family);
+        let v = match (src, mask) {
+            (
+                Some(Reg::Payload {
+                    base: NFT_PAYLOAD_NETWORK_HEADER,
+                    offset: o,
+                    len: l,
+                }),
+                Some(m),
+            ) if o == offset && l <= len && m.len() == l as usize => {
+                Reg::MaskedSaddr(m.iter().map(|b| b.count_ones() as u8).sum())
             }
-            "cmp" => {
-                let (Some(sreg), Some(op), Some(d)) = (num(1)?, num(2)?, at[3]) else {
-                    continue;
-                };
-                let Some(v) = super::nft::data_value(d)? else { continue };
-                let Some((_, reg)) = regs.iter().find(|(n, _)| *n == sreg) else {
-                    continue;
-                };
-                let (so, sl) = saddr_field(family);
-                let on_source = match reg {
-                    Reg::MaskedSaddr(_) | Reg::FibSaddrType => true,
-                    // nft loads only the prefix's bytes of a byte-aligned prefix.
-                    Reg::Payload { base, offset, len } => {
-                        *base == NFT_PAYLOAD_NETWORK_HEADER && *offset == so && *len <= sl
-                    }
-                    _ => false,
-                };
-                if op != NFT_CMP_EQ {
-                    if on_source {
-                        f.guard(SourceGuard::Other);
-                    }
-                    continue;
-                }
-                if on_source {
-                    // The compared bytes, zero-padded to a whole address.
-                    let mut full = v.to_vec();
-                    full.resize(sl as usize, 0);
-                    let g = match (reg, family.addr(&full)) {
-                        (Reg::MaskedSaddr(bits), Some(a)) => SourceGuard::Prefix(a, *bits),
-                        (Reg::Payload { len, .. }, Some(a)) if v.len() == *len as usize => {
-                            SourceGuard::Prefix(a, (*len * 8) as u8)
-                        }
-                        (Reg::FibSaddrType, _) if ne32(v, 0) == Some(RTN_LOCAL) => SourceGuard::Local,
-                        _ => SourceGuard::Other,
-                    };
-                    f.guard(g);
-                    continue;
-                }
-                match reg {
-                    Reg::L4proto => f.l4proto = v.first().copied(),
-                    Reg::Payload { base, offset, len } => match (family, *base, *offset, *len) {
-                        (Family::Ip, NFT_PAYLOAD_NETWORK_HEADER, 16, 4)
-                        | (Family::Ip6, NFT_PAYLOAD_NETWORK_HEADER, 24, 16) => f.daddr = family.addr(v),
-                        (Family::Ip, NFT_PAYLOAD_NETWORK_HEADER, 9, 1)
-                        | (Family::Ip6, NFT_PAYLOAD_NETWORK_HEADER, 6, 1) => f.l4proto = v.first().copied(),
-                        (_, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2) => f.dport = be16(v),
-                        _ => {}
-                    },
+            _ => Reg::Other,
+        };
+        if let Some(d) = dreg {
+            self.set(d, v);
+        }
+        Ok(())
+    }
+
+    /// `fib`: the result of a route lookup loaded into a register.
+    fn fib(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        // NFTA_FIB_DREG, NFTA_FIB_RESULT, NFTA_FIB_FLAGS.
+        if let Some(d) = at.num(1)? {
+            let v = match (at.num(2)?, at.num(3)?) {
+                (Some(NFT_FIB_RESULT_ADDRTYPE), Some(flags)) if flags & NFTA_FIB_F_SADDR != 0 => Reg::FibSaddrType,
+                _ => Reg::Other,
+            };
+            self.set(d, v);
+        }
+        Ok(())
+    }
+
+    /// `immediate`: a jump or goto, a drop, or a constant loaded into a register.
+    fn immediate(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        let Some(d) = at.get(2) else { return Ok(()) };
+        if let Some(chain) = super::nft::data_verdict_chain(d)?.map(str::to_string) {
+            self.facts.jumps.push(chain);
+        } else if super::nft::data_verdict_code(d)? == Some(NF_DROP) {
+            self.facts.drop = true;
+        } else if let (Some(dreg), Some(v)) = (at.num(1)?, super::nft::data_value(d)?) {
+            self.set(dreg, Reg::Value(v.to_vec()));
+        }
+        Ok(())
+    }
+
+    /// `cmp`: a register compared with a constant; on the source, a condition on it,
+    /// else (`eq`) the protocol, destination address or port matched.
+    fn cmp(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        let (Some(sreg), Some(op), Some(d)) = (at.num(1)?, at.num(2)?, at.get(3)) else {
+            return Ok(());
+        };
+        let Some(v) = super::nft::data_value(d)? else {
+            return Ok(());
+        };
+        let Some((_, reg)) = self.regs.iter().find(|(n, _)| *n == sreg) else {
+            return Ok(());
+        };
+        let on_source = matches!(reg, Reg::MaskedSaddr(_) | Reg::FibSaddrType) || is_saddr_payload(self.family, reg);
+        if on_source {
+            self.facts.guard(if op == NFT_CMP_EQ {
+                source_guard(self.family, reg, v)
+            } else {
+                SourceGuard::Other
+            });
+        } else if op == NFT_CMP_EQ {
+            self.facts.matched(self.family, reg, v);
+        }
+        Ok(())
+    }
+
+    /// `lookup`: a set or map looked up.
+    fn lookup(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        // A set lookup on the source (`ip saddr @affinity-X`) is a condition on it.
+        let sreg = at.num(2)?;
+        if self
+            .regs
+            .iter()
+            .any(|(n, r)| Some(*n) == sreg && is_saddr_payload(self.family, r))
+        {
+            self.facts.guard(SourceGuard::Other);
+        }
+        if let Some(s) = at.get(1) {
+            self.facts.lookups.push(s.str()?.to_string());
+        }
+        Ok(())
+    }
+
+    /// An iptables compat `match`: `addrtype --src-type`, or the port of `udp`/`tcp`.
+    fn xt_match(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        let (Some(n), Some(info)) = (at.get(1), at.get(3)) else {
+            return Ok(());
+        };
+        let info = info.value;
+        if n.str()? == "addrtype" && at.num(2)? == Some(1) {
+            if let Some(g) = addrtype_source_guard(info) {
+                self.facts.guard(g);
+            }
+            return Ok(());
+        }
+        // xt_udp { u16 spts[2], dpts[2]; u8 invflags } and xt_tcp
+        // { u16 spts[2], dpts[2]; u8 option, flg_mask, flg_cmp, invflags }.
+        if let m @ ("udp" | "tcp") = n.str()? {
+            let inv = if m == "udp" { info.get(8) } else { info.get(11) };
+            let (Some(lo), Some(hi), Some(inv)) = (ne16(info, 4), ne16(info, 6), inv) else {
+                return Err(malformed(&format!("a {m} match of {} bytes", info.len())));
+            };
+            if lo == hi && inv & 0x02 == 0 {
+                self.facts.dport = Some(lo);
+            }
+        }
+        Ok(())
+    }
+
+    /// An iptables compat `target`: `DNAT` or `REJECT`.
+    fn xt_target(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        let Some(n) = at.get(1) else { return Ok(()) };
+        let rev = at.num(2)?.unwrap_or(0);
+        match n.str()? {
+            "DNAT" => {
+                let info = at.get(3).map(|a| a.value).unwrap_or_default();
+                self.facts.dnat = Some(
+                    dnat_target_info(self.family, rev, info)
+                        .ok_or_else(|| malformed(&format!("a DNAT target rev {rev} of {} bytes", info.len())))?,
+                );
+            }
+            "REJECT" => self.facts.reject = true,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// nft's native `nat` expression: a DNAT's address and port from registers.
+    fn nat(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
+        if at.num(1)? != Some(NFT_NAT_DNAT) {
+            return Ok(());
+        }
+        let ip = self.value(at.num(3)?).and_then(|b| self.family.addr(b));
+        let port = self.value(at.num(5)?).and_then(be16);
+        if let Some(ip) = ip {
+            self.facts.dnat = Some((ip, port));
+        }
+        Ok(())
+    }
+
+    /// The constant a register holds, if it holds one.
+    fn value(&self, r: Option<u32>) -> Option<&[u8]> {
+        r.and_then(|r| {
+            self.regs.iter().find_map(|(n, v)| match v {
+                Reg::Value(b) if *n == r => Some(b.as_slice()),
+                _ => None,
+            })
+        })
+    }
+}
+
+/// Whether the register holds the family's source address, or a leading part
+/// of it: nft loads only the prefix's bytes of a byte-aligned prefix.
+fn is_saddr_payload(family: Family, reg: &Reg) -> bool {
+    let (so, sl) = saddr_field(family);
+    matches!(reg, Reg::Payload { base: NFT_PAYLOAD_NETWORK_HEADER, offset, len } if *offset == so && *len <= sl)
+}
+
+/// The condition a `cmp eq` of `v` with a register on the source puts on the source.
+fn source_guard(family: Family, reg: &Reg, v: &[u8]) -> SourceGuard {
+    let (_, sl) = saddr_field(family);
+    // The compared bytes, zero-padded to a whole address.
+    let mut full = v.to_vec();
+    full.resize(sl as usize, 0);
+    match (reg, family.addr(&full)) {
+        (Reg::MaskedSaddr(bits), Some(a)) => SourceGuard::Prefix(a, *bits),
+        (Reg::Payload { len, .. }, Some(a)) if v.len() == *len as usize => SourceGuard::Prefix(a, (*len * 8) as u8),
+        (Reg::FibSaddrType, _) if ne32(v, 0) == Some(RTN_LOCAL) => SourceGuard::Local,
+        _ => SourceGuard::Other,
+    }
+}
+
+/// The source condition of an xt_addrtype_info_v1 { u16 source, dest; u32 flags }
+/// (`--src-type`), or none when it has no source type.
+fn addrtype_source_guard(info: &[u8]) -> Option<SourceGuard> {
+    let (src, flags) = (ne16(info, 0)?, ne32(info, 4)?);
+    if src == 0 {
+        return None;
+    }
+    Some(if src == XT_ADDRTYPE_LOCAL && flags & XT_ADDRTYPE_INVERT_SOURCE == 0 {
+        SourceGuard::Local
+    } else {
+        SourceGuard::Other
+    })
+}
+
+impl RuleFacts {
+    /// Records a `cmp eq` of `v` with a register that is not on the source: the
+    /// L4 protocol, the destination address or the destination port.
+    fn matched(&mut self, family: Family, reg: &Reg, v: &[u8]) {
+        match reg {
+            Reg::L4proto => self.l4proto = v.first().copied(),
+            Reg::Payload { base, offset, len } => {
+                match (family, *base, *offset, *len) {
+                    (Family::Ip, NFT_PAYLOAD_NETWORK_HEADER, 16, 4)
+                    | (Family::Ip6, NFT_PAYLOAD_NETWORK_HEADER, 24, 16) => self.daddr = family.addr(v),
+                    (Family::Ip, NFT_PAYLOAD_NETWORK_HEADER, 9, 1)
+                    | (Family::Ip6, NFT_PAYLOAD_NETWORK_HEADER, 6, 1) => self.l4proto = v.first().copied(),
+                    (_, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2) => self.dport = be16(v),
                     _ => {}
-                }
-            }
-            "lookup" => {
-                // A set lookup on the source (`ip saddr @affinity-X`) is a condition on it.
-                let (so, sl) = saddr_field(family);
-                let sreg = num(2)?;
-                if regs.iter().any(|(n, r)| {
-                    Some(*n) == sreg
-                        && matches!(r, Reg::Payload { base: NFT_PAYLOAD_NETWORK_HEADER, offset, len } if *offset == so && *len <= sl)
-                }) {
-                    f.guard(SourceGuard::Other);
-                }
-                if let Some(s) = at[1] {
-                    f.lookups.push(s.str()?.to_string());
-                }
-            }
-            "match" => {
-                let (Some(n), Some(info)) = (at[1], at[3]) else {
-                    continue;
-                };
-                let info = info.value;
-                // xt_addrtype_info_v1 { u16 source, dest; u32 flags }: `--src-type`.
-                if n.str()? == "addrtype" && num(2)? == Some(1) {
-                    if let (Some(src), Some(flags)) = (ne16(info, 0), ne32(info, 4)) {
-                        if src != 0 {
-                            f.guard(if src == XT_ADDRTYPE_LOCAL && flags & XT_ADDRTYPE_INVERT_SOURCE == 0 {
-                                SourceGuard::Local
-                            } else {
-                                SourceGuard::Other
-                            });
-                        }
-                    }
-                    continue;
-                }
-                // xt_udp { u16 spts[2], dpts[2]; u8 invflags } and xt_tcp
-                // { u16 spts[2], dpts[2]; u8 option, flg_mask, flg_cmp, invflags }.
-                if let m @ ("udp" | "tcp") = n.str()? {
-                    let inv = if m == "udp" { info.get(8) } else { info.get(11) };
-                    let (Some(lo), Some(hi), Some(inv)) = (ne16(info, 4), ne16(info, 6), inv) else {
-                        return Err(malformed(&format!("a {m} match of {} bytes", info.len())));
-                    };
-                    if lo == hi && inv & 0x02 == 0 {
-                        f.dport = Some(lo);
-                    }
-                }
-            }
-            "target" => {
-                let Some(n) = at[1] else { continue };
-                let rev = num(2)?.unwrap_or(0);
-                match n.str()? {
-                    "DNAT" => {
-                        let info = at[3].map(|a| a.value).unwrap_or_default();
-                        f.dnat =
-                            Some(dnat_target_info(family, rev, info).ok_or_else(|| {
-                                malformed(&format!("a DNAT target rev {rev} of {} bytes", info.len()))
-                            })?);
-                    }
-                    "REJECT" => f.reject = true,
-                    _ => {}
-                }
-            }
-            "nat" => {
-                if num(1)? != Some(NFT_NAT_DNAT) {
-                    continue;
-                }
-                let reg_value = |r: Option<u32>| {
-                    r.and_then(|r| {
-                        regs.iter().find_map(|(n, v)| match v {
-                            Reg::Value(b) if *n == r => Some(b.clone()),
-                            _ => None,
-                        })
-                    })
-                };
-                let ip = reg_value(num(3)?).and_then(|b| family.addr(&b));
-                let port = reg_value(num(5)?).and_then(|b| be16(&b));
-                if let Some(ip) = ip {
-                    f.dnat = Some((ip, port));
                 }
             }
             _ => {}
         }
     }
-    Ok(f)
 }
 
 #[cfg(test)]

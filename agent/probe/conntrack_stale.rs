@@ -499,30 +499,14 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
 /// One run: the facts, or why the dump must be redone (the service table it
 /// was counted against changed under it).
 fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, ProbeError> {
-    let (host, local, deadline) = (run.host, run.local, run.deadline);
     let (gen, nf, reused) = run.nf_table().map_err(rules)?;
-    let ipvs = ipvs_table(host)?;
+    let ipvs = ipvs_table(run.host)?;
     let mut sources = nf.sources.clone();
-    // iptables-legacy: as of the iptables probe's latest legacy save.
-    let (legacy, mut legacy_errors) = run.legacy.tables();
-    let mut unsaved = Vec::new();
-    for (v6, names) in [
-        (false, "/proc/net/ip_tables_names"),
-        (true, "/proc/net/ip6_tables_names"),
-    ] {
-        let listed = host.read_optional(names)?.is_some_and(|t| !t.trim().is_empty());
-        if listed && !run.legacy.has(v6) {
-            legacy_errors.push(match run.legacy_failed {
-                Some(e) => format!("{names} lists iptables-legacy tables; the iptables probe's latest run failed: {e}"),
-                None => format!("{names} lists iptables-legacy tables the iptables probe has not saved yet"),
-            });
-            unsaved.push(legacy_errors.last().cloned().unwrap_or_default());
-        }
-    }
-    let legacy: Vec<_> = legacy
-        .into_iter()
-        .filter(|t| !t.services.is_empty() || !t.undecoded.is_empty())
-        .collect();
+    let LegacyPart {
+        tables: legacy,
+        errors: legacy_errors,
+        unsaved,
+    } = run.legacy_part()?;
     if !legacy.is_empty() {
         sources.push("iptables-legacy");
     }
@@ -530,35 +514,71 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
         sources.push("ipvs");
     }
     let dst_nat_only = ipvs.services.is_empty();
-    // The nf_tables part is shared with the memory; copied only to add IPVS or legacy.
-    let table: Cow<'_, ServiceTable> = if ipvs.services.is_empty() && ipvs.undecoded.is_empty() && legacy.is_empty() {
-        Cow::Borrowed(&nf.table)
-    } else {
-        let mut t = nf.table.clone();
-        for l in &legacy {
-            t.merge(ServiceTable::clone(l));
-        }
-        t.merge(ipvs.clone());
-        Cow::Owned(t)
-    };
+    let table = service_table(&nf.table, &ipvs, &legacy);
     let started = Instant::now();
-    let mut counter = Counter::with_local(local.clone());
+    let mut counter = Counter::with_local(run.local.clone());
     let mut grouper = super::snat::Grouper::default();
-    // Each dump walks the whole conntrack hash table (shared by every
-    // namespace), so a dump per protocol would walk it once more per
-    // protocol. Without the SNAT grouping: one dump per family with service
-    // ports, the protocol filtered in the kernel only when the family's
-    // service ports have a single one. With it, only NATed entries cross to
-    // user space, each once (the kernel's status filter is `(status & mask)
-    // == value`, no "DST_NAT or SRC_NAT", hence two): the DST_NAT entries of
-    // both families (AF_UNSPEC: one walk), counted and grouped, then the
-    // SRC_NAT entries without DST_NAT, grouped; without service ports, the
-    // second alone; under IPVS (no DST_NAT to filter on), one whole dump.
-    // Every entry is checked here again.
-    let stale_in = [!table.protocols(false).is_empty(), !table.protocols(true).is_empty()];
+    if let Err(why) = run.dump(&table, dst_nat_only, &mut counter, &mut grouper)? {
+        return Ok(Err(why));
+    }
+    let dump_seconds = started.elapsed().as_secs_f64();
+    let end = match run.unchanged_since(gen, &nf.table, &ipvs)? {
+        Ok(end) => end,
+        Err(why) => return Ok(Err(why)),
+    };
+    let snat = run.snat.then(|| {
+        let mut f = super::snat::read_rules(run.host, grouper, run.nf_tables, &run.legacy.snat_rules(), run.deadline);
+        // Their source NAT rules are missing too: said so, never an empty list taken as none.
+        f.rule_errors.extend(unsaved);
+        f
+    });
+    Ok(Ok(ConntrackStaleFacts {
+        source: if sources.is_empty() {
+            "none".into()
+        } else {
+            sources.join("+")
+        },
+        generation: end,
+        table_reused: reused,
+        dump_seconds,
+        legacy_errors,
+        snat,
+        ..counter.facts(&table)
+    }))
+}
+
+/// The iptables-legacy part of a run's service table, as of the iptables probe's
+/// latest legacy save.
+struct LegacyPart {
+    /// The decoded tables that have services (or service ports not decoded).
+    tables: Vec<Arc<ServiceTable>>,
+    /// Why legacy rules are missing from `tables`: a family's save did not decode,
+    /// or the kernel lists legacy tables the iptables probe has not saved.
+    errors: Vec<String>,
+    /// Of `errors`, those about tables the iptables probe has not saved (their
+    /// source NAT rules are missing too).
+    unsaved: Vec<String>,
+}
+
+/// One conntrack dump: `(family, protocol, (status, mask))`, as
+/// [`ct_dump::dump_nat`] takes them.
+type DumpPlan = (u8, Option<u8>, (u32, u32));
+
+/// The dumps of one run. Each dump walks the whole conntrack hash table (shared by
+/// every namespace), so a dump per protocol would walk it once more per protocol.
+/// Without the SNAT grouping: one dump per family with service ports, the protocol
+/// filtered in the kernel only when the family's service ports have a single one.
+/// With it, only NATed entries cross to user space, each once (the kernel's status
+/// filter is `(status & mask) == value`, no "DST_NAT or SRC_NAT", hence two): the
+/// DST_NAT entries of both families (AF_UNSPEC: one walk), counted and grouped, then
+/// the SRC_NAT entries without DST_NAT, grouped; without service ports, the second
+/// alone; under IPVS (no DST_NAT to filter on), one whole dump.
+///
+/// `stale_in` says, for IPv4 and IPv6, whether `table` has service ports in it.
+fn dump_plans(table: &ServiceTable, stale_in: [bool; 2], snat_groups: bool, dst_nat_only: bool) -> Vec<DumpPlan> {
     let (dnat, snat) = (ct_dump::IPS_DST_NAT, ct_dump::IPS_SRC_NAT);
-    let mut plans: Vec<(u8, Option<u8>, (u32, u32))> = Vec::new();
-    if run.snat {
+    let mut plans: Vec<DumpPlan> = Vec::new();
+    if snat_groups {
         if !stale_in.contains(&true) {
             plans.push((0, None, (snat, snat)));
         } else if dst_nat_only {
@@ -578,63 +598,118 @@ fn read_once(run: &Run<'_>) -> Result<Result<ConntrackStaleFacts, String>, Probe
             plans.push((family, only, (status, status)));
         }
     }
-    for (family, only, status) in plans {
-        let conn = run.host.netlink(NETLINK_NETFILTER).map_err(nl)?;
-        let each = |n: &ct_dump::NatEntry| {
-            let e = &n.entry;
-            let stale = stale_in[usize::from(e.orig_dst.is_ipv6())];
-            // ICMP entries (their id in place of ports) are for the SNAT grouping only.
-            if stale && !n.icmp && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
-                counter.add(&table, e);
-            }
-            if run.snat {
-                grouper.add_nat(n);
-            }
-        };
-        match ct_dump::dump_nat(conn, deadline, family, only, status, each) {
-            Ok(_) => {}
-            // The conntrack table itself changed under the dump (NLM_F_DUMP_INTR).
-            Err(NlError::Changed(w)) => return Ok(Err(format!("the conntrack table changed during its dump ({w})"))),
-            Err(e) => return Err(nl(e)),
+    plans
+}
+
+/// The service table a run counts against: nf_tables', with IPVS's and
+/// iptables-legacy's merged in. The nf_tables part is shared with the memory;
+/// copied only to add IPVS or legacy.
+fn service_table<'a>(nf: &'a ServiceTable, ipvs: &ServiceTable, legacy: &[Arc<ServiceTable>]) -> Cow<'a, ServiceTable> {
+    if ipvs.services.is_empty() && ipvs.undecoded.is_empty() && legacy.is_empty() {
+        Cow::Borrowed(nf)
+    } else {
+        let mut t = nf.clone();
+        for l in legacy {
+            t.merge(ServiceTable::clone(l));
         }
+        t.merge(ipvs.clone());
+        Cow::Owned(t)
     }
-    let dump_seconds = started.elapsed().as_secs_f64();
-    // Rules committed during the dump (by kube-proxy, or by anything else
-    // in nf_tables: a CNI, a firewall) matter only if they changed the
-    // service table: the same table before and after the dump means the
-    // counts hold for it.
-    let mut end = run.generation().map_err(rules)?;
-    if end != gen {
-        let (now, after, _) = run.nf_table().map_err(rules)?;
-        if after.table != nf.table {
-            return Ok(Err(format!(
-                "generation {gen} → {now} during the dump, with other service endpoints"
-            )));
+}
+
+impl Run<'_> {
+    /// The iptables-legacy part of the service table: as of the iptables probe's
+    /// latest legacy save, and what is missing from it.
+    fn legacy_part(&self) -> Result<LegacyPart, ProbeError> {
+        let (legacy, mut errors) = self.legacy.tables();
+        let mut unsaved = Vec::new();
+        for (v6, names) in [
+            (false, "/proc/net/ip_tables_names"),
+            (true, "/proc/net/ip6_tables_names"),
+        ] {
+            let listed = self.host.read_optional(names)?.is_some_and(|t| !t.trim().is_empty());
+            if listed && !self.legacy.has(v6) {
+                errors.push(match self.legacy_failed {
+                    Some(e) => {
+                        format!("{names} lists iptables-legacy tables; the iptables probe's latest run failed: {e}")
+                    }
+                    None => format!("{names} lists iptables-legacy tables the iptables probe has not saved yet"),
+                });
+                unsaved.push(errors.last().cloned().unwrap_or_default());
+            }
         }
-        end = now;
+        let tables = legacy
+            .into_iter()
+            .filter(|t| !t.services.is_empty() || !t.undecoded.is_empty())
+            .collect();
+        Ok(LegacyPart {
+            tables,
+            errors,
+            unsaved,
+        })
     }
-    if ipvs_table(host)? != ipvs {
-        return Ok(Err("the IPVS table changed during the dump".into()));
+
+    /// Dumps the conntrack entries ([`dump_plans`]) into `counter` (those that can be
+    /// stale, against `table`) and, with the SNAT grouping, `grouper`; or says why the
+    /// dump must be redone. Every entry is checked here again.
+    fn dump(
+        &self,
+        table: &ServiceTable,
+        dst_nat_only: bool,
+        counter: &mut Counter,
+        grouper: &mut super::snat::Grouper,
+    ) -> Result<Result<(), String>, ProbeError> {
+        let stale_in = [!table.protocols(false).is_empty(), !table.protocols(true).is_empty()];
+        for (family, only, status) in dump_plans(table, stale_in, self.snat, dst_nat_only) {
+            let conn = self.host.netlink(NETLINK_NETFILTER).map_err(nl)?;
+            let each = |n: &ct_dump::NatEntry| {
+                let e = &n.entry;
+                let stale = stale_in[usize::from(e.orig_dst.is_ipv6())];
+                // ICMP entries (their id in place of ports) are for the SNAT grouping only.
+                if stale && !n.icmp && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
+                    counter.add(table, e);
+                }
+                if self.snat {
+                    grouper.add_nat(n);
+                }
+            };
+            match ct_dump::dump_nat(conn, self.deadline, family, only, status, each) {
+                Ok(_) => {}
+                // The conntrack table itself changed under the dump (NLM_F_DUMP_INTR).
+                Err(NlError::Changed(w)) => {
+                    return Ok(Err(format!("the conntrack table changed during its dump ({w})")))
+                }
+                Err(e) => return Err(nl(e)),
+            }
+        }
+        Ok(Ok(()))
     }
-    let snat = run.snat.then(|| {
-        let mut f = super::snat::read_rules(run.host, grouper, run.nf_tables, &run.legacy.snat_rules(), deadline);
-        // Their source NAT rules are missing too: said so, never an empty list taken as none.
-        f.rule_errors.extend(unsaved);
-        f
-    });
-    Ok(Ok(ConntrackStaleFacts {
-        source: if sources.is_empty() {
-            "none".into()
-        } else {
-            sources.join("+")
-        },
-        generation: end,
-        table_reused: reused,
-        dump_seconds,
-        legacy_errors,
-        snat,
-        ..counter.facts(&table)
-    }))
+
+    /// The generation the counts hold for, or why they do not. Rules committed during
+    /// the dump (by kube-proxy, or by anything else in nf_tables: a CNI, a firewall)
+    /// matter only if they changed the service table: the same table before and after
+    /// the dump means the counts hold for it. The IPVS table must not have changed either.
+    fn unchanged_since(
+        &self,
+        gen: u32,
+        before: &ServiceTable,
+        ipvs: &ServiceTable,
+    ) -> Result<Result<u32, String>, ProbeError> {
+        let mut end = self.generation().map_err(rules)?;
+        if end != gen {
+            let (now, after, _) = self.nf_table().map_err(rules)?;
+            if after.table != *before {
+                return Ok(Err(format!(
+                    "generation {gen} → {now} during the dump, with other service endpoints"
+                )));
+            }
+            end = now;
+        }
+        if ipvs_table(self.host)? != *ipvs {
+            return Ok(Err("the IPVS table changed during the dump".into()));
+        }
+        Ok(Ok(end))
+    }
 }
 
 /// The conntrack_stale probe; `given` holds the iptables probe's latest reading (the

@@ -229,7 +229,27 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
         Err(e @ FetchError::TooLarge { .. }) => return Err(ProbeError::Fetch(e)),
         Err(e) => facts.metrics_error = Some(e.to_string()),
     }
-    facts.healthz = Some(match health {
+    facts.healthz = Some(healthz(health, ep, deadline).await);
+    // kube-proxy's process: the candidate its own metrics vouch for, or the only one.
+    let metrics_start = facts.metrics.as_ref().and_then(|m| m.process_start_time_seconds);
+    let starts: Vec<f64> = scan.candidates.iter().map(|(c, _)| c.start_time_seconds).collect();
+    if let Some((i, identity)) = process::identify(&starts, metrics_start) {
+        let mut p = scan.candidates[i].1.clone();
+        p.identity = identity;
+        facts.process = Some(with_cgroup(ctx, p, deadline).await?);
+    }
+    ctx.kube_proxy_found
+        .found(facts.process.as_ref().map(|p| super::WatchedProcess {
+            pid: p.pid,
+            start_time_seconds: p.start_time_seconds,
+        }));
+    Ok(Probed::Present(facts))
+}
+
+/// What `/healthz` answered (`health`), with what `/livez` on the same port answers
+/// when `/healthz` is not 200.
+async fn healthz(health: Result<fetch::Fetched, FetchError>, ep: &Endpoints, deadline: Deadline) -> HealthzFacts {
+    match health {
         Ok(r) => {
             let mut h = HealthzFacts {
                 status_code: r.status,
@@ -247,7 +267,8 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
             // A 503 is either late rules or a node leaving the cluster: /livez tells which.
             // Asked only then, so a healthy kube-proxy sees no extra request.
             if r.status != 200 {
-                match get("/livez", &ep.healthz_url, MAX_HEALTHZ_BYTES).await {
+                let livez = fetch::join(&ep.healthz_url, "/livez");
+                match fetch::get_until(&livez, deadline, MAX_HEALTHZ_BYTES).await {
                     Ok(l) => h.livez_status = Some(l.status),
                     Err(e) => h.livez_error = Some(e.to_string()),
                 }
@@ -260,34 +281,31 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Kube
             error: Some(e.to_string()),
             ..Default::default()
         },
-    });
-    // kube-proxy's process: the candidate its own metrics vouch for, or the only one.
-    let metrics_start = facts.metrics.as_ref().and_then(|m| m.process_start_time_seconds);
-    let starts: Vec<f64> = scan.candidates.iter().map(|(c, _)| c.start_time_seconds).collect();
-    if let Some((i, identity)) = process::identify(&starts, metrics_start) {
-        let mut p = scan.candidates[i].1.clone();
-        p.identity = identity;
-        let host = ctx.host.clone();
-        let root = ep.cgroup_root.clone().unwrap_or_else(|| host.path("/sys/fs/cgroup"));
-        let pid = p.pid;
-        let read = super::blocking(super::ProbeName::KubeProxy, move || Ok(cgroup::read(&host, &root, pid)));
-        match tokio::time::timeout_at(deadline.at().into(), read).await {
-            Ok(Ok(Ok(cg))) => {
-                p.memory_limit_bytes = cg.memory_limit_bytes;
-                p.cpu_limit_cores = cg.cpu_limit_cores;
-                p.cgroup = Some(cg);
-            }
-            // Not finding the cgroup is a missing fact, not a failed probe.
-            Ok(Ok(Err(why))) => p.cgroup_error = Some(why),
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(ProbeError::Timeout(deadline.budget())),
-        }
-        facts.process = Some(p);
     }
-    ctx.kube_proxy_found
-        .found(facts.process.as_ref().map(|p| super::WatchedProcess {
-            pid: p.pid,
-            start_time_seconds: p.start_time_seconds,
-        }));
-    Ok(Probed::Present(facts))
+}
+
+/// kube-proxy's process with its cgroup read (limits, usage, CPU throttling), on the
+/// blocking pool until the deadline. Not finding the cgroup is a missing fact
+/// (`cgroup_error`), not a failed probe.
+async fn with_cgroup(ctx: &ProbeContext, mut p: ProcessFacts, deadline: Deadline) -> Result<ProcessFacts, ProbeError> {
+    let host = ctx.host.clone();
+    let root = ctx
+        .kube_proxy
+        .cgroup_root
+        .clone()
+        .unwrap_or_else(|| host.path("/sys/fs/cgroup"));
+    let pid = p.pid;
+    let read = super::blocking(super::ProbeName::KubeProxy, move || Ok(cgroup::read(&host, &root, pid)));
+    match tokio::time::timeout_at(deadline.at().into(), read).await {
+        Ok(Ok(Ok(cg))) => {
+            p.memory_limit_bytes = cg.memory_limit_bytes;
+            p.cpu_limit_cores = cg.cpu_limit_cores;
+            p.cgroup = Some(cg);
+        }
+        // Not finding the cgroup is a missing fact, not a failed probe.
+        Ok(Ok(Err(why))) => p.cgroup_error = Some(why),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(ProbeError::Timeout(deadline.budget())),
+    }
+    Ok(p)
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::exposition::{parse_float, Exposition, MetricType, Sample};
+use super::exposition::{parse_float, Exposition, MetricFamily, MetricType, Sample};
 use super::limits::{clip, short_name, MAX_MESSAGE_BYTES};
 use crate::parse::ParseError;
 
@@ -198,6 +198,38 @@ pub fn histogram(expo: &Exposition, name: &str) -> Result<Option<Histogram>, His
     if family.samples.is_empty() {
         return Ok(None);
     }
+    let mut total: Option<(Histogram, String)> = None;
+    for (key, acc) in label_sets(family, name)? {
+        let series = series_name(&key);
+        let first_line = acc.first_line;
+        let h = acc.validate(name, &series)?;
+        match &mut total {
+            None => total = Some((h, series)),
+            Some((t, first_series)) => {
+                let same_layout =
+                    t.buckets.len() == h.buckets.len() && t.buckets.iter().zip(&h.buckets).all(|(a, b)| a.0 == b.0);
+                if !same_layout {
+                    return Err(HistogramError::LayoutMismatch {
+                        family: short_name(name).into_owned(),
+                        series,
+                        other_series: first_series.clone(),
+                        line: first_line,
+                    });
+                }
+                for (t, b) in t.buckets.iter_mut().zip(&h.buckets) {
+                    t.1 += b.1;
+                }
+                t.count += h.count;
+                t.sum += h.sum;
+            }
+        }
+    }
+    Ok(total.map(|(h, _)| h))
+}
+
+/// The samples of the histogram family `name`, gathered by label set (without `le`);
+/// a bucket whose `le` is not a number, or a second `_count` or `_sum`, is an error.
+fn label_sets(family: &MetricFamily, name: &str) -> Result<BTreeMap<Vec<(String, String)>, SeriesAcc>, HistogramError> {
     let mut series: BTreeMap<Vec<(String, String)>, SeriesAcc> = BTreeMap::new();
     for sample in &family.samples {
         let Some(suffix) = sample.name.strip_prefix(name) else {
@@ -244,40 +276,45 @@ pub fn histogram(expo: &Exposition, name: &str) -> Result<Option<Histogram>, His
             _ => {}
         }
     }
+    Ok(series)
+}
 
-    let mut total: Option<(Histogram, String)> = None;
-    for (key, mut acc) in series {
-        let series = series_name(&key);
+impl SeriesAcc {
+    /// This label set's histogram, once it has buckets with distinct bounds ending in
+    /// `+Inf` that never decrease, a `_count` equal to the `+Inf` bucket and a `_sum`.
+    /// `name` is the family's, `series` the label set's text, both for errors.
+    fn validate(mut self, name: &str, series: &str) -> Result<Histogram, HistogramError> {
         let err_family = || short_name(name).into_owned();
-        if acc.buckets.is_empty() {
+        let series = || series.to_string();
+        if self.buckets.is_empty() {
             return Err(HistogramError::MissingBuckets {
                 family: err_family(),
-                series,
-                line: acc.first_line,
+                series: series(),
+                line: self.first_line,
             });
         }
-        acc.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if let Some(w) = acc.buckets.windows(2).find(|w| w[0].0 == w[1].0) {
+        self.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some(w) = self.buckets.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(HistogramError::DuplicateSeries {
                 family: err_family(),
-                series,
+                series: series(),
                 line: w[1].2,
             });
         }
-        let (last_le, inf_bucket, _) = *acc.buckets.last().expect("non-empty");
+        let (last_le, inf_bucket, _) = *self.buckets.last().expect("non-empty");
         if last_le != f64::INFINITY {
             return Err(HistogramError::MissingInfBucket {
                 family: err_family(),
-                series,
-                line: acc.last_line,
+                series: series(),
+                line: self.last_line,
             });
         }
         let (mut previous_le, mut previous_count) = (f64::NEG_INFINITY, 0.0);
-        for &(le, count, line) in &acc.buckets {
+        for &(le, count, line) in &self.buckets {
             if count.is_nan() || count < previous_count {
                 return Err(HistogramError::NotMonotonic {
                     family: err_family(),
-                    series,
+                    series: series(),
                     line,
                     le,
                     count,
@@ -287,54 +324,32 @@ pub fn histogram(expo: &Exposition, name: &str) -> Result<Option<Histogram>, His
             }
             (previous_le, previous_count) = (le, count);
         }
-        let Some(count) = acc.count else {
+        let Some(count) = self.count else {
             return Err(HistogramError::MissingCount {
                 family: err_family(),
-                series,
-                line: acc.last_line,
+                series: series(),
+                line: self.last_line,
             });
         };
         if count != inf_bucket {
             return Err(HistogramError::CountMismatch {
                 family: err_family(),
-                series,
-                line: acc.last_line,
+                series: series(),
+                line: self.last_line,
                 count,
                 inf_bucket,
             });
         }
-        let Some(sum) = acc.sum else {
+        let Some(sum) = self.sum else {
             return Err(HistogramError::MissingSum {
                 family: err_family(),
-                series,
-                line: acc.last_line,
+                series: series(),
+                line: self.last_line,
             });
         };
-        match &mut total {
-            None => {
-                let buckets = acc.buckets.iter().map(|&(le, c, _)| (le, c)).collect();
-                total = Some((Histogram { buckets, count, sum }, series));
-            }
-            Some((h, first_series)) => {
-                let same_layout =
-                    h.buckets.len() == acc.buckets.len() && h.buckets.iter().zip(&acc.buckets).all(|(a, b)| a.0 == b.0);
-                if !same_layout {
-                    return Err(HistogramError::LayoutMismatch {
-                        family: err_family(),
-                        series,
-                        other_series: first_series.clone(),
-                        line: acc.first_line,
-                    });
-                }
-                for (t, b) in h.buckets.iter_mut().zip(&acc.buckets) {
-                    t.1 += b.1;
-                }
-                h.count += count;
-                h.sum += sum;
-            }
-        }
+        let buckets = self.buckets.iter().map(|&(le, c, _)| (le, c)).collect();
+        Ok(Histogram { buckets, count, sum })
     }
-    Ok(total.map(|(h, _)| h))
 }
 
 /// Go's `sort.Search(n, f)`: the smallest `i` in `[0, n)` with `f(i)`, or `n`, by bisection

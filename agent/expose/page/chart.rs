@@ -109,36 +109,8 @@ fn chart(o: &mut String, c: &Chart) {
         let _ = writeln!(o, "<p class=\"muted\">{}</p>\n</figure>", esc(&c.empty));
         return;
     }
-    let t0 = c.series[0][0];
-    let t1 = c
-        .forecast
-        .iter()
-        .chain(c.series.iter())
-        .map(|p| p[0])
-        .fold(c.now, f64::max);
-    let t1 = if t1 > t0 { t1 } else { t0 + 1.0 };
-    let (v0, v1) = match c.unit {
-        Unit::Ratio => (0.0, 1.0),
-        _ => (
-            0.0,
-            nice_ceiling(c.series.iter().chain(c.forecast).map(|p| p[1]).fold(0.0, f64::max)),
-        ),
-    };
-    let x = |t: f64| PLOT_X0 + (t - t0) / (t1 - t0) * (PLOT_X1 - PLOT_X0);
-    let y = |v: f64| PLOT_Y1 - (v - v0) / (v1 - v0) * (PLOT_Y1 - PLOT_Y0);
-    let last = c.series[c.series.len() - 1];
-    let desc = format!(
-        "{} points from {} to {}; newest {}{}",
-        c.series.len(),
-        offset(t0 - c.now),
-        offset(last[0] - c.now),
-        c.unit.show_exact(last[1]),
-        if c.forecast.is_empty() {
-            String::new()
-        } else {
-            format!("; forecast (dashed): {}", c.forecast_label)
-        }
-    );
+    let p = Plot::of(c);
+    let desc = description(c, &p);
     let _ = writeln!(
         o,
         "<svg class=\"chart\" viewBox=\"0 0 {VIEW_W} {VIEW_H}\" role=\"img\" aria-labelledby=\"{id}-t {id}-d\" \
@@ -146,26 +118,109 @@ fn chart(o: &mut String, c: &Chart) {
          data-x0=\"{PLOT_X0}\" data-x1=\"{PLOT_X1}\" data-y0=\"{PLOT_Y1}\" data-y1=\"{PLOT_Y0}\">\n\
          <title id=\"{id}-t\">{title}</title>\n<desc id=\"{id}-d\">{desc}</desc>",
         id = c.id,
+        t0 = p.t0,
+        t1 = p.t1,
+        v0 = p.v0,
+        v1 = p.v1,
         title = esc(c.title),
         desc = esc(&desc),
     );
-    // Horizontal grid with value labels: bottom, middle, top.
+    value_axis(o, c, &p);
+    time_axis(o, c, &p);
+    measured_line(o, c, &p);
+    forecast_line(o, c, &p);
+    legend(o, c);
+    o.push_str("</svg>\n");
+    let _ = writeln!(o, "<p class=\"caption\">{}</p>\n</figure>", esc(&desc));
+}
+
+/// A chart's domains, time `t0..t1` and value `v0..v1`, and where they map to
+/// in the drawing area.
+struct Plot {
+    t0: f64,
+    t1: f64,
+    v0: f64,
+    v1: f64,
+}
+
+impl Plot {
+    /// From the oldest point to now or the forecast's end, whichever is later; from 0
+    /// to 100% for a ratio, else to a round number at or above the highest value.
+    fn of(c: &Chart) -> Plot {
+        let t0 = c.series[0][0];
+        let t1 = c
+            .forecast
+            .iter()
+            .chain(c.series.iter())
+            .map(|p| p[0])
+            .fold(c.now, f64::max);
+        let t1 = if t1 > t0 { t1 } else { t0 + 1.0 };
+        let (v0, v1) = match c.unit {
+            Unit::Ratio => (0.0, 1.0),
+            _ => (
+                0.0,
+                nice_ceiling(c.series.iter().chain(c.forecast).map(|p| p[1]).fold(0.0, f64::max)),
+            ),
+        };
+        Plot { t0, t1, v0, v1 }
+    }
+
+    fn x(&self, t: f64) -> f64 {
+        PLOT_X0 + (t - self.t0) / (self.t1 - self.t0) * (PLOT_X1 - PLOT_X0)
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        PLOT_Y1 - (v - self.v0) / (self.v1 - self.v0) * (PLOT_Y1 - PLOT_Y0)
+    }
+
+    /// The points of a polyline: `x,y x,y …`.
+    fn points(&self, ps: &[Point]) -> String {
+        ps.iter()
+            .map(|p| format!("{:.2},{:.2}", self.x(p[0]), self.y(p[1])))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// The chart in words, for the SVG's `<desc>` and the caption: how many points over
+/// what time, the newest value and the forecast.
+fn description(c: &Chart, p: &Plot) -> String {
+    let last = c.series[c.series.len() - 1];
+    format!(
+        "{} points from {} to {}; newest {}{}",
+        c.series.len(),
+        offset(p.t0 - c.now),
+        offset(last[0] - c.now),
+        c.unit.show_exact(last[1]),
+        if c.forecast.is_empty() {
+            String::new()
+        } else {
+            format!("; forecast (dashed): {}", c.forecast_label)
+        }
+    )
+}
+
+/// Horizontal grid with value labels: bottom, middle, top.
+fn value_axis(o: &mut String, c: &Chart, p: &Plot) {
     for f in [0.0, 0.5, 1.0] {
-        let v = v0 + f * (v1 - v0);
+        let v = p.v0 + f * (p.v1 - p.v0);
         let _ = writeln!(
             o,
             "<line class=\"grid\" x1=\"{PLOT_X0}\" x2=\"{PLOT_X1}\" y1=\"{yy:.2}\" y2=\"{yy:.2}\"/>\
              <text class=\"axis\" x=\"{:.0}\" y=\"{:.2}\" text-anchor=\"end\">{}</text>",
             PLOT_X0 - 6.0,
-            y(v) + 4.0,
+            p.y(v) + 4.0,
             esc(&c.unit.show(v)),
-            yy = y(v),
+            yy = p.y(v),
         );
     }
-    // Time axis: the oldest point, now, and the forecast's end.
-    let mut ticks = vec![(t0, "start"), (c.now, "middle")];
-    if t1 > c.now + 1.0 {
-        ticks.push((t1, "end"));
+}
+
+/// Time axis: the oldest point, now, and the forecast's end.
+fn time_axis(o: &mut String, c: &Chart, p: &Plot) {
+    let mut ticks = vec![(p.t0, "start"), (c.now, "middle")];
+    if p.t1 > c.now + 1.0 {
+        ticks.push((p.t1, "end"));
     }
     let _ = writeln!(
         o,
@@ -179,34 +234,33 @@ fn chart(o: &mut String, c: &Chart) {
             PLOT_Y1 + 5.0,
             PLOT_Y1 + 19.0,
             esc(&offset(t - c.now)),
-            xx = x(t),
+            xx = p.x(t),
         );
     }
-    let pts = |ps: &[Point]| {
-        ps.iter()
-            .map(|p| format!("{:.2},{:.2}", x(p[0]), y(p[1])))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+}
+
+/// The measured series: its line, its points while they are few, its newest value.
+fn measured_line(o: &mut String, c: &Chart, p: &Plot) {
     let _ = writeln!(
         o,
         "<polyline class=\"series\" data-series=\"{}\" fill=\"none\" points=\"{}\"/>",
         c.key,
-        pts(c.series)
+        p.points(c.series)
     );
     // Point markers while they are few enough to tell apart.
     if c.series.len() <= 60 {
-        for p in c.series {
+        for pt in c.series {
             let _ = write!(
                 o,
                 "<circle class=\"dot\" cx=\"{:.2}\" cy=\"{:.2}\" r=\"2.5\"/>",
-                x(p[0]),
-                y(p[1])
+                p.x(pt[0]),
+                p.y(pt[1])
             );
         }
         o.push('\n');
     }
-    let (lx, ly) = (x(last[0]), y(last[1]));
+    let last = c.series[c.series.len() - 1];
+    let (lx, ly) = (p.x(last[0]), p.y(last[1]));
     let _ = writeln!(
         o,
         "<text class=\"label\" x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"end\">{}</text>",
@@ -214,20 +268,28 @@ fn chart(o: &mut String, c: &Chart) {
         (ly - 8.0).max(PLOT_Y0 + 10.0),
         esc(&c.unit.show_exact(last[1]))
     );
-    if c.forecast.len() >= 2 {
-        let end = c.forecast[c.forecast.len() - 1];
-        let _ = writeln!(
-            o,
-            "<polyline class=\"forecast\" data-series=\"{}_forecast\" fill=\"none\" stroke-dasharray=\"7 5\" points=\"{}\"/>\
-             \n<text class=\"label\" x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"end\">{}</text>",
-            c.key,
-            pts(c.forecast),
-            x(end[0]),
-            (y(end[1]) - 8.0).max(PLOT_Y0 + 10.0),
-            esc(&c.unit.show_exact(end[1]))
-        );
+}
+
+/// The forecast, dashed, with its last value; nothing when it has fewer than two points.
+fn forecast_line(o: &mut String, c: &Chart, p: &Plot) {
+    if c.forecast.len() < 2 {
+        return;
     }
-    // Legend, in words and line styles.
+    let end = c.forecast[c.forecast.len() - 1];
+    let _ = writeln!(
+        o,
+        "<polyline class=\"forecast\" data-series=\"{}_forecast\" fill=\"none\" stroke-dasharray=\"7 5\" points=\"{}\"/>\
+         \n<text class=\"label\" x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"end\">{}</text>",
+        c.key,
+        p.points(c.forecast),
+        p.x(end[0]),
+        (p.y(end[1]) - 8.0).max(PLOT_Y0 + 10.0),
+        esc(&c.unit.show_exact(end[1]))
+    );
+}
+
+/// Legend, in words and line styles.
+fn legend(o: &mut String, c: &Chart) {
     let _ = writeln!(
         o,
         "<line class=\"series\" x1=\"{PLOT_X0}\" x2=\"{:.0}\" y1=\"203\" y2=\"203\"/>\
@@ -247,8 +309,6 @@ fn chart(o: &mut String, c: &Chart) {
             )
         }
     );
-    o.push_str("</svg>\n");
-    let _ = writeln!(o, "<p class=\"caption\">{}</p>\n</figure>", esc(&desc));
 }
 
 /// The history the agent keeps, drawn: conntrack fill with its forecast, kube-proxy's

@@ -244,32 +244,15 @@ async fn read_node(
             Vec::new()
         };
         // Read every run: counters move without the generation moving.
-        let mut rules = RuleCounters::default();
-        if nft {
-            let nat = |f: Family| {
-                let gen = counted
-                    .iter()
-                    .zip(&families)
-                    .find(|(_, g)| **g == f)
-                    .map(|(c, _)| c.1.generation);
-                gen.and_then(|g| memory.nat_drop_chains.get(f, g))
-                    .map(|(c, _)| c)
-                    .unwrap_or_default()
-            };
-            let read = rule_counters::read_nft(&host, &families, at, &mut rules).and_then(|()| {
-                families
-                    .iter()
-                    .try_for_each(|&f| rule_counters::nat::read_nft(&host, f, &nat(f), at, &mut rules))
-            });
-            if let Err(e) = read {
-                rules = RuleCounters::default();
-                rules.unavailable.push(format!("iptables-nft: {e}"));
-            }
+        let rules = if nft {
+            nft_rule_counters(&host, &memory, &families, &counted, at)
         } else {
+            let mut rules = RuleCounters::default();
             rules
                 .unavailable
                 .push("iptables-nft: nf_tables is not loaded (not asked)".into());
-        }
+            rules
+        };
         // kube-proxy's invalid-drop nfacct object (asking never loads nfnetlink_acct).
         let ask = !super::super::modules::tool_would_load(&host, "nfnetlink_acct");
         let acct = rule_counters::nfacct::read(&host, ask, at).map_err(|e| e.to_string());
@@ -322,6 +305,39 @@ async fn read_node(
         None
     };
     Ok((Read::Present(saves, cross_check, Vec::new()), Some(rules), decoded))
+}
+
+/// The counters of kube-proxy's reject and drop rules in iptables-nft, the nat
+/// table's drop chains being those found at the generation of the family's count
+/// in `counted` (in `families`' order). A failed read leaves no counter, and why.
+fn nft_rule_counters(
+    host: &Host,
+    memory: &Memory,
+    families: &[Family],
+    counted: &[(SaveCounts, NetlinkCount)],
+    at: Instant,
+) -> RuleCounters {
+    let mut rules = RuleCounters::default();
+    let nat = |f: Family| {
+        let gen = counted
+            .iter()
+            .zip(families)
+            .find(|(_, g)| **g == f)
+            .map(|(c, _)| c.1.generation);
+        gen.and_then(|g| memory.nat_drop_chains.get(f, g))
+            .map(|(c, _)| c)
+            .unwrap_or_default()
+    };
+    let read = rule_counters::read_nft(host, families, at, &mut rules).and_then(|()| {
+        families
+            .iter()
+            .try_for_each(|&f| rule_counters::nat::read_nft(host, f, &nat(f), at, &mut rules))
+    });
+    if let Err(e) = read {
+        rules = RuleCounters::default();
+        rules.unavailable.push(format!("iptables-nft: {e}"));
+    }
+    rules
 }
 
 /// One legacy save, its lines also decoded into kube-proxy's service table, the
