@@ -81,7 +81,7 @@ pub fn real_servers_lingering(s: &Snapshot, t: &Thresholds, _: &ModeDecision) ->
     let summary = match lingering.first() {
         None => format!("no IPVS real server has stood at weight 0 for {limit} or longer ({at_zero} at weight 0 now)"),
         Some(first) => format!(
-            "{} IPVS real server(s) at weight 0 for {limit} or longer, {held} of them TCP with active connections (kube-proxy keeps such a real server until its connections end); the first: {} -> {}, {} at weight 0, {} active / {} inactive connections",
+            "{} IPVS real server(s) at weight 0 for {limit} or longer, {held} of them TCP or firewall-mark with active connections (kube-proxy keeps such a real server until its connections end); the first: {} -> {}, {} at weight 0, {} active / {} inactive connections",
             lingering.len(),
             first.rs.virtual_server(),
             first.rs.real_server(),
@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(
             f.summary,
-            "1 IPVS real server(s) at weight 0 for 30 minutes or longer, 1 of them TCP with active connections (kube-proxy keeps such a real server until its connections end); the first: TCP 10.96.0.10:53 -> 10.244.1.5:8053, 30 minutes at weight 0, 12 active / 3 inactive connections"
+            "1 IPVS real server(s) at weight 0 for 30 minutes or longer, 1 of them TCP or firewall-mark with active connections (kube-proxy keeps such a real server until its connections end); the first: TCP 10.96.0.10:53 -> 10.244.1.5:8053, 30 minutes at weight 0, 12 active / 3 inactive connections"
         );
         let first = &f.evidence["first"][0];
         assert_eq!(first["virtual_server"], "TCP 10.96.0.10:53");
