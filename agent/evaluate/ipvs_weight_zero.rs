@@ -1,11 +1,12 @@
 //! IPVS real servers left at weight 0 (kubernetes/kubernetes#81775, #92019). kube-proxy's
-//! graceful termination (pkg/proxy/ipvs/graceful_termination.go) sets a removed endpoint's real
-//! server to weight 0 and deletes it, checking every minute, once its ActiveConn + InActConn is 0;
-//! UDP and SCTP real servers it deletes at once (`IsRsGracefulTerminationNeeded`, util/ipvs.go),
-//! leaving their connections to `net.ipv4.vs.expire_nodest_conn`. So a TCP real server at weight
-//! 0 with active connections long after is held by connections to an endpoint that is likely
-//! gone (a warning); one with no active connection, or a UDP or SCTP one, kube-proxy did not
-//! leave so, or has yet to delete: worth a look, not a page (info).
+//! graceful termination (pkg/proxy/ipvs/graceful_termination.go) sets a removed endpoint's TCP
+//! real server to weight 0 and deletes it, checking every minute, once its ActiveConn + InActConn
+//! is 0; UDP and SCTP real servers it deletes at once (`IsRsGracefulTerminationNeeded`,
+//! util/ipvs.go), leaving their connections to `net.ipv4.vs.expire_nodest_conn`. So a TCP real
+//! server at weight 0 with active connections long after is held by connections to an endpoint
+//! that is likely gone (a warning); one with inactive connections only is near the end of that
+//! wait, and one with none, or a UDP or SCTP one, kube-proxy did not leave so: worth a look, not
+//! a page (info).
 
 use super::{Finding, ModeDecision, Severity, Thresholds};
 use crate::probe::ipvs::WeightZeroRealServer;
