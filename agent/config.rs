@@ -375,6 +375,10 @@ pub struct Common {
     #[arg(long = "xtables-lock.held-warning", env = "PROXYWATCH_XTABLES_LOCK_HELD_WARNING", default_value = "5s", value_parser = parse_duration)]
     pub xtables_lock_held_warning: Duration,
 
+    /// How long a TCP or firewall-mark IPVS real server may stand at weight 0 with active connections before ipvs_real_servers_lingering is a warning (kube-proxy keeps such a real server until its connections are gone); UDP and SCTP ones, and ones without active connections, are info past it.
+    #[arg(long = "ipvs.weight-zero-warning", env = "PROXYWATCH_IPVS_WEIGHT_ZERO_WARNING", default_value = "30m", value_parser = parse_duration)]
+    pub ipvs_weight_zero_warning: Duration,
+
     /// Each probe's --<probe>.interval and --<probe>.timeout: from the probe table.
     #[command(flatten)]
     pub schedule: ProbeSchedules,
@@ -555,6 +559,7 @@ impl Common {
             service_connect_slow_seconds: self.service_traffic_slow.as_secs_f64(),
             rules_changed_window_seconds: self.nftables_watch_window.as_secs_f64(),
             xtables_lock_held_warning_seconds: self.xtables_lock_held_warning.as_secs_f64(),
+            ipvs_weight_zero_warning_seconds: self.ipvs_weight_zero_warning.as_secs_f64(),
         })
     }
 

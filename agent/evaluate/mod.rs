@@ -10,6 +10,7 @@ mod conntrack;
 mod conntrack_stale;
 mod iptables;
 mod ipvs;
+mod ipvs_weight_zero;
 mod kernel;
 mod kube_proxy;
 mod kube_proxy_syncs;
@@ -154,6 +155,9 @@ pub struct Thresholds {
     /// Seconds another process may hold the xtables lock, while kube-proxy's syncs suffer or a
     /// process waits for it, before iptables_lock_held is a warning.
     pub xtables_lock_held_warning_seconds: f64,
+    /// Seconds a TCP or firewall-mark IPVS real server may stand at weight 0 with active
+    /// connections before ipvs_real_servers_lingering is a warning.
+    pub ipvs_weight_zero_warning_seconds: f64,
 }
 
 /// One check: an id (stable, used in metrics and alerts) and a pure function
@@ -213,6 +217,7 @@ pub const CHECKS: &[Check] = &[
     Check { id: "ipvs_conn_reuse_mode", run: ipvs::conn_reuse_mode },
     Check { id: "ipvs_expire_sysctls", run: ipvs::expire_sysctls },
     Check { id: "ipvs_virtual_servers_without_backends", run: ipvs::without_backends },
+    Check { id: "ipvs_real_servers_lingering", run: ipvs_weight_zero::real_servers_lingering },
     Check { id: "ipvs_interface_out_of_sync", run: ipvs::interface_out_of_sync },
     Check { id: "ipvs_scheduler", run: ipvs::scheduler },
     Check { id: "kube_proxy_down", run: kube_proxy::down },

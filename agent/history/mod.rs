@@ -13,6 +13,7 @@
 //! time is shown (see `History::observe`).
 
 pub mod findings;
+pub mod ipvs_weight_zero;
 pub mod kube_proxy;
 pub mod kube_proxy_syncs;
 pub mod neighbour;
@@ -80,6 +81,9 @@ pub struct Derived {
     /// Packets the reverse-path filter dropped over `--rp-filter.window` (the rp_filter probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rp_filter_drops: Option<rp_filter::RpFilterDrops>,
+    /// How long each IPVS real server now at weight 0 has been so (the ipvs probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipvs_weight_zero: Option<ipvs_weight_zero::WeightZeroAges>,
 }
 
 impl Derived {
@@ -154,6 +158,7 @@ pub struct History {
     /// Where the conntrack probe's latest statistics came from (`stats_source`).
     conntrack_source: Option<String>,
     rp_filter: rp_filter::RpFilterHistory,
+    ipvs_weight_zero: ipvs_weight_zero::WeightZeroHistory,
 }
 
 impl History {
@@ -178,6 +183,7 @@ impl History {
             xtables_lock: Default::default(),
             conntrack_source: None,
             rp_filter: rp_filter::RpFilterHistory::new(c.rp_filter_window_seconds),
+            ipvs_weight_zero: Default::default(),
         }
     }
 
@@ -234,6 +240,7 @@ impl History {
             Reading::ServiceTraffic(f) => derived.service_traffic = Some(self.service_traffic.observe(f, now)),
             Reading::RpFilter(f) => derived.rp_filter_drops = self.rp_filter.observe(f, mono),
             Reading::XtablesLock(f) => derived.xtables_lock = self.xtables_lock.observe(f, now, mono),
+            Reading::Ipvs(f) => derived.ipvs_weight_zero = Some(self.ipvs_weight_zero.observe(f, now, mono)),
             _ => {}
         }
     }
@@ -312,6 +319,10 @@ impl History {
             ProbeName::XtablesLock => {
                 self.xtables_lock.missed();
                 derived.xtables_lock = None;
+            }
+            ProbeName::Ipvs => {
+                self.ipvs_weight_zero.missed();
+                derived.ipvs_weight_zero = None;
             }
             _ => {}
         }

@@ -160,6 +160,19 @@ fn assert_counts(facts: &Value, table: &[Vs], what: &str) {
     assert_eq!(facts["virtual_servers"], table.len() as u64, "{what}");
     assert_eq!(facts["real_servers"], real as u64, "{what}");
     assert_eq!(facts["without_backends"], without as u64, "{what}");
+    // Every weight-0 real server is listed, and counted under its service's protocol.
+    let mut at_zero = std::collections::BTreeMap::new();
+    for v in table {
+        let n = v.weights.iter().filter(|w| **w == 0).count() as u64;
+        if n > 0 {
+            *at_zero.entry(v.protocol.clone()).or_insert(0u64) += n;
+        }
+    }
+    let listed: u64 = at_zero.values().sum();
+    assert_eq!(facts["weight_zero"].as_array().unwrap().len() as u64, listed, "{what}");
+    let by_protocol: std::collections::BTreeMap<String, u64> =
+        serde_json::from_value(facts["weight_zero_by_protocol"].clone()).unwrap();
+    assert_eq!(by_protocol, at_zero, "{what}");
     let mut groups = std::collections::BTreeMap::new();
     for v in table {
         *groups.entry((v.protocol.clone(), v.scheduler.clone())).or_insert(0u64) += 1;

@@ -8,7 +8,10 @@
 //!   by the test from the clock; the trend is fitted over `--conntrack.trend-window 2s`;
 //!   the finding clears once the growth stops;
 //! - `iptables_save_slow`: a stand-in `iptables-nft-save` on PATH that sleeps before
-//!   printing a valid save, against `--iptables.save-warning 400ms`.
+//!   printing a valid save, against `--iptables.save-warning 400ms`;
+//! - `ipvs_real_servers_lingering`: the fixture node's TCP real server at weight 0 with 12
+//!   active connections in `/proc/net/ip_vs`, read every 200 ms against
+//!   `--ipvs.weight-zero-warning 5s`; then set back to weight 100, to 0 again, and deleted.
 //!
 //! Each test first sees the finding absent on the same agent, so the finding comes
 //! from the change the test makes. Files are replaced atomically (written beside,
@@ -343,5 +346,127 @@ fn iptables_save_slow_from_a_slow_save() {
         "proxywatch_iptables_save_duration_seconds{backend=\"nft\",family=\"ipv4\"}",
     );
     assert!(d.is_some_and(|d| d >= SLEEP), "{d:?}");
+    agent.stop_cleanly();
+}
+
+// ---------------------------------------------------------------------------
+// ipvs_real_servers_lingering
+
+const IP_VS: &str = "proc/net/ip_vs";
+/// The weight-0 real server of ipvs-mode-sysctls-off with connections: 192.168.49.32:3306
+/// under 192.168.0.55:3306, 12 active and 3 inactive.
+const HELD_LINE: &str = "  -> C0A83120:0CEA      Tunnel  0      12         3         ";
+
+/// The snapshot's age of 192.168.49.32:3306 under 192.168.0.55:3306: (seconds, since).
+fn held_age(d: &Value) -> Option<(f64, f64)> {
+    d["derived"]["ipvs_weight_zero"]["real_servers"]
+        .as_array()?
+        .iter()
+        .find(|a| a["address"] == "192.168.49.32" && a["service"]["address"] == "192.168.0.55")
+        .map(|a| {
+            (
+                a["seconds"].as_f64().unwrap(),
+                a["since_timestamp_seconds"].as_f64().unwrap(),
+            )
+        })
+}
+
+#[test]
+fn ipvs_real_server_left_at_weight_zero_lingers_with_its_age_and_clears() {
+    let (_dir, root) = node_copy("ipvs-mode-sysctls-off");
+    let path = root.join(IP_VS);
+    let original = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(original.matches(HELD_LINE).count(), 1, "the fixture's line");
+    // Long enough that the first snapshot, a moment after the first reading, is younger on a
+    // loaded machine too.
+    const AFTER: f64 = 5.0;
+    let empty = tempfile::tempdir().unwrap();
+    let agent = serve(
+        &root,
+        empty.path(),
+        &["--ipvs.interval", "200ms", "--ipvs.weight-zero-warning", "5s"],
+    );
+    // Seen at weight 0, younger than the threshold: aged, not lingering.
+    let (young, since) = poll(&agent, "the real server aged", |d| {
+        held_age(d).ok_or_else(|| format!("derived {}", d["derived"]))
+    });
+    assert!(young < AFTER, "{young}: the machine was too slow to see it young");
+    let doc = snapshot(&agent).unwrap();
+    if held_age(&doc).unwrap().0 < AFTER {
+        assert!(
+            finding(&doc, "ipvs_real_servers_lingering").is_none(),
+            "{}",
+            doc["findings"]
+        );
+    }
+    // Past it: a warning naming it, with its connections and age, counted from that first reading.
+    let f = poll(&agent, "ipvs_real_servers_lingering warning", |d| {
+        finding(d, "ipvs_real_servers_lingering")
+            .filter(|f| f["severity"] == "warning")
+            .cloned()
+            .ok_or_else(|| format!("findings {}", d["findings"]))
+    });
+    let first = &f["evidence"]["first"][0];
+    assert_eq!(first["virtual_server"], "TCP 192.168.0.55:3306", "{f:#}");
+    assert_eq!(first["real_server"], "192.168.49.32:3306");
+    assert_eq!(
+        (
+            first["active_connections"].as_u64(),
+            first["inactive_connections"].as_u64()
+        ),
+        (Some(12), Some(3))
+    );
+    assert!(first["seconds_at_weight_zero"].as_f64().unwrap() >= AFTER, "{first:#}");
+    assert_eq!(
+        first["since_timestamp_seconds"].as_f64(),
+        Some(since),
+        "the first reading's time"
+    );
+    // The fixture's two other weight-0 real servers (no connections) linger too, as info.
+    assert_eq!(
+        (
+            f["evidence"]["lingering"].as_u64(),
+            f["evidence"]["held_by_active_connections"].as_u64()
+        ),
+        (Some(3), Some(1))
+    );
+    let m = wait_metric(&agent, "ipvs_real_servers_lingering", 2.0);
+    assert_eq!(
+        common::series(&m, "proxywatch_ipvs_weight_zero_real_servers{protocol=\"tcp\"}"),
+        Some(3.0)
+    );
+    assert_eq!(
+        common::series(&m, "proxywatch_ipvs_weight_zero_real_servers{protocol=\"udp\"}"),
+        Some(0.0)
+    );
+    assert!(common::series(&m, "proxywatch_ipvs_weight_zero_max_seconds").unwrap() >= AFTER);
+
+    // Back at weight 100: forgotten, and what lingers is info only.
+    let back = original.replace(
+        HELD_LINE,
+        "  -> C0A83120:0CEA      Tunnel  100    12         3         ",
+    );
+    common::replace_file(&path, &back);
+    let f = poll(&agent, "the warning gone", |d| {
+        let f = finding(d, "ipvs_real_servers_lingering").cloned();
+        match (&f, held_age(d)) {
+            (Some(f), None) if f["severity"] == "info" => Ok(f.clone()),
+            _ => Err(format!("finding {f:?}, age {:?}", held_age(d))),
+        }
+    });
+    assert_eq!(f["evidence"]["held_by_active_connections"], 0, "{f:#}");
+    wait_metric(&agent, "ipvs_real_servers_lingering", 1.0);
+    // At 0 again: aged afresh from that reading.
+    common::replace_file(&path, &original);
+    let (_, again) = poll(&agent, "aged afresh", |d| {
+        held_age(d).ok_or_else(|| format!("derived {}", d["derived"]))
+    });
+    assert!(again > since, "{again} after {since}");
+    // Gone from the table (kube-proxy deleted it): forgotten.
+    common::replace_file(&path, &original.replace(&format!("{HELD_LINE}\n"), ""));
+    poll(&agent, "forgotten once deleted", |d| match held_age(d) {
+        None if d["derived"]["ipvs_weight_zero"].is_object() => Ok(()),
+        a => Err(format!("age {a:?}")),
+    });
     agent.stop_cleanly();
 }

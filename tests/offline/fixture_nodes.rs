@@ -276,6 +276,8 @@ fn normalize_json(v: Value) -> Value {
                         | "counted_timestamp_seconds"
                         | "dump_seconds"
                         | "first_seen_timestamp_seconds"
+                        // When history first saw an IPVS real server at weight 0 (the wall clock).
+                        | "since_timestamp_seconds"
                         | "timestamp_seconds"
                         | "last_run_timestamp_seconds"
                         | "last_success_timestamp_seconds"
@@ -660,6 +662,89 @@ fn ipvs_mode_sysctls_off() {
         !ids.contains(&"ipvs_vs_conntrack") && !ids.contains(&"ipvs_conn_reuse_mode"),
         "{ids:?}"
     );
+}
+
+/// Real servers at weight 0 of a /proc/net/ip_vs text, as (virtual server, real server, active,
+/// inactive) in the file's hex: the test's own reading.
+fn weight_zero(ip_vs: &str) -> Vec<(String, String, u64, u64)> {
+    let mut out = Vec::new();
+    let mut vs = String::new();
+    for line in ip_vs.lines().skip(3) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["->", rs, _, "0", active, inactive] => out.push((
+                vs.clone(),
+                rs.to_string(),
+                active.parse().unwrap(),
+                inactive.parse().unwrap(),
+            )),
+            ["->", ..] | [] => {}
+            [_, v, ..] => vs = v.to_string(),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `C0A80037:0CEA` -> `192.168.0.55:3306`.
+fn hex_endpoint(hex: &str) -> String {
+    let (a, p) = hex.split_once(':').unwrap();
+    let ip = std::net::Ipv4Addr::from(u32::from_str_radix(a, 16).unwrap());
+    format!("{ip}:{}", u16::from_str_radix(p, 16).unwrap())
+}
+
+#[test]
+fn ipvs_real_server_at_weight_zero_with_connections_is_a_fact_aged_from_this_reading() {
+    // A run of its own (ipvs_mode_sysctls_off compares, or writes, the goldens).
+    let name = "ipvs-mode-sysctls-off";
+    let (doc, code) = run_json(name, &[]);
+    assert_eq!(code, 1, "{:#}", doc["findings"]);
+    let at_zero = weight_zero(&read(&scenario_dir(name).join("proc/net/ip_vs")));
+    let held: Vec<_> = at_zero.iter().filter(|(_, _, a, _)| *a > 0).collect();
+    assert_eq!(
+        held.iter()
+            .map(|(v, r, a, i)| (v.as_str(), r.as_str(), *a, *i))
+            .collect::<Vec<_>>(),
+        [("C0A80037:0CEA", "C0A83120:0CEA", 12, 3)],
+        "the fixture has one weight-0 real server with connections"
+    );
+    // The reading lists every one with its connections...
+    let facts = &doc["facts"]["ipvs"];
+    assert_eq!(facts["weight_zero"].as_array().unwrap().len(), at_zero.len());
+    assert_eq!(
+        facts["weight_zero_by_protocol"]["TCP"].as_u64(),
+        Some(at_zero.len() as u64)
+    );
+    let (vs, rs, active, inactive) = held[0];
+    let listed = facts["weight_zero"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| format!("{}:{}", r["address"].as_str().unwrap(), r["port"]) == hex_endpoint(rs))
+        .unwrap();
+    assert_eq!(
+        format!(
+            "{}:{}",
+            listed["service"]["address"].as_str().unwrap(),
+            listed["service"]["port"]
+        ),
+        hex_endpoint(vs)
+    );
+    assert_eq!(
+        (
+            listed["active_connections"].as_u64(),
+            listed["inactive_connections"].as_u64()
+        ),
+        (Some(*active), Some(*inactive))
+    );
+    // ...and history ages them from this, the first reading: 0 s, short of the default 30 min.
+    let ages = doc["derived"]["ipvs_weight_zero"]["real_servers"].as_array().unwrap();
+    assert_eq!(ages.len(), at_zero.len());
+    assert!(ages.iter().all(|a| a["seconds"] == 0.0), "{ages:#?}");
+    // Not yet lingering: `serve` ages it past the threshold (findings_e2e).
+    let ids = common::finding_ids(&doc["findings"]);
+    assert!(!ids.contains(&"ipvs_real_servers_lingering"), "{ids:?}");
+    assert_eq!(doc["probes"]["ipvs"]["status"], "ok");
 }
 
 #[test]

@@ -253,6 +253,14 @@ timeseries(f"IPVS virtual servers: top {TOP} nodes", "Virtual servers over every
 timeseries(f"IPVS virtual servers without backends: top {TOP} nodes",
            "Virtual servers with no real server or only weight-0 ones (traffic to them is dropped).",
            [(top(f"proxywatch_ipvs_virtual_servers_without_backends{{{S}}} > 0"), "{{instance}}")])
+timeseries(f"IPVS real servers at weight 0, the longest: top {TOP} nodes",
+           "How long the oldest real server now at weight 0 has been so, from the agent's first reading of it: "
+           "kube-proxy keeps a removed TCP endpoint's real server at weight 0 until its connections end. "
+           f"See {runbook('proxywatchipvsrealserverslingering')}.",
+           [(top(f"proxywatch_ipvs_weight_zero_max_seconds{{{S}}} > 0"), "{{instance}}")], unit="s")
+timeseries(f"IPVS real servers at weight 0: top {TOP} nodes", "Real servers at weight 0, by protocol of their virtual server.",
+           [(top(f"sum by (cluster, instance, protocol) (proxywatch_ipvs_weight_zero_real_servers{{{S}}}) > 0"),
+             "{{instance}} {{protocol}}")])
 timeseries(f"IPVS connections per second: top {TOP} nodes", "Connections IPVS scheduled (/proc/net/ip_vs_stats).",
            [(top(f"rate(proxywatch_ipvs_connections_total{{{S}}}[5m])"), "{{instance}}")], unit="ops")
 timeseries("IPVS real servers across nodes", "Real servers per node over the selected nodes: max and median.",

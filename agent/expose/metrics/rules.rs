@@ -163,6 +163,23 @@ pub(super) fn ipvs(out: &Out, s: &Snapshot) {
         )
         .with_label_values(&[] as &[&str])
         .set(ipvs.without_backends as f64);
+        // Every protocol always there, 0 when none: an alert on one need not wait for it to appear.
+        let wz = out.gauge(
+            "proxywatch_ipvs_weight_zero_real_servers",
+            "IPVS real servers at weight 0 (no new connections; kube-proxy's terminating TCP endpoints until their connections end), by protocol of their virtual server (tcp, udp, sctp, fwm).",
+            &["protocol"],
+        );
+        for p in ["TCP", "UDP", "SCTP", "FWM"] {
+            let n = ipvs.weight_zero_by_protocol.get(p).copied().unwrap_or(0);
+            wz.with_label_values(&[p.to_ascii_lowercase().as_str()]).set(n as f64);
+        }
+        out.gauge(
+            "proxywatch_ipvs_weight_zero_max_seconds",
+            "Longest time an IPVS real server now at weight 0 has been so, from the first reading that showed it at 0 (a lower bound); 0 when none.",
+            &[],
+        )
+        .with_label_values(&[] as &[&str])
+        .set(s.derived.ipvs_weight_zero.as_ref().map_or(0.0, |a| a.max_seconds));
         if let Some(st) = &ipvs.stats {
             for (name, help, v) in [
                 (

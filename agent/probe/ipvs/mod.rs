@@ -161,6 +161,55 @@ impl VirtualServer {
 pub const DETAIL_CAP: usize = 200;
 /// How many example addresses a finding's evidence lists.
 pub const SAMPLE: usize = 5;
+/// How many weight-0 real servers [`IpvsFacts::weight_zero`] lists, at most (the counts per
+/// protocol cover all): the history stage ages only these, so it holds at most this many.
+pub const WEIGHT_ZERO_CAP: usize = 1024;
+
+/// A real server at weight 0: IPVS sends it no new connection, but keeps the ones it has.
+/// kube-proxy leaves a removed TCP endpoint so until its connections are gone.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WeightZeroRealServer {
+    /// The virtual server it belongs to (no unit).
+    pub service: ServiceKey,
+    /// Backend IP as text, as in [`RealServer::address`] (no unit).
+    pub address: String,
+    /// Backend port.
+    pub port: u16,
+    /// ActiveConn: its connections in ESTABLISHED state (count).
+    pub active_connections: u64,
+    /// InActConn: its connections in other states, e.g. TIME_WAIT (count).
+    pub inactive_connections: u64,
+}
+
+impl WeightZeroRealServer {
+    /// `TCP 10.96.0.10:53`, `TCP [fd00::1]:80`, `FWM 7`: the virtual server as ipvsadm names it.
+    pub fn virtual_server(&self) -> String {
+        show_service(
+            &self.service.protocol,
+            &self.service.address,
+            self.service.port,
+            self.service.fwmark,
+        )
+    }
+
+    /// `10.244.1.5:53` or `[fd00::5]:80`.
+    pub fn real_server(&self) -> String {
+        if self.address.contains(':') {
+            format!("[{}]:{}", self.address, self.port)
+        } else {
+            format!("{}:{}", self.address, self.port)
+        }
+    }
+}
+
+/// A virtual server as `PROTO ADDR:PORT` (brackets around IPv6), or `FWM MARK`.
+fn show_service(protocol: &str, address: &str, port: u16, fwmark: Option<u32>) -> String {
+    match fwmark {
+        Some(m) => format!("FWM {m}"),
+        None if address.contains(':') => format!("{protocol} [{address}]:{port}"),
+        None => format!("{protocol} {address}:{port}"),
+    }
+}
 
 /// Virtual servers per protocol and scheduler (bounded: a handful of each).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -197,6 +246,14 @@ pub struct IpvsFacts {
     pub without_backends: u64,
     /// The first few (at most [`SAMPLE`]) of them, as `PROTO ADDR:PORT` (no unit).
     pub without_backends_sample: Vec<String>,
+    /// Real servers at weight 0 over all virtual servers, by protocol (`TCP`, `UDP`, `SCTP`,
+    /// `FWM`; count); every one, whether listed in `weight_zero` or not.
+    #[serde(default)]
+    pub weight_zero_by_protocol: std::collections::BTreeMap<String, u64>,
+    /// The real servers at weight 0 with their connections, in ipvsadm's order: the first
+    /// [`WEIGHT_ZERO_CAP`]; units per field.
+    #[serde(default)]
+    pub weight_zero: Vec<WeightZeroRealServer>,
     /// Totals since IPVS started (`/proc/net/ip_vs_stats`), when readable; units per field.
     pub stats: Option<GlobalStats>,
     /// kube-ipvs0, when netlink could be asked (None: not asked, e.g. a fixture host root).
@@ -287,18 +344,28 @@ pub fn summarise(
     let mut groups: std::collections::BTreeMap<(String, String), u64> = Default::default();
     let mut without = Vec::new();
     let mut real_servers = 0u64;
+    let mut weight_zero_by_protocol = std::collections::BTreeMap::new();
+    let mut weight_zero = Vec::new();
     for vs in &services {
         *groups.entry((vs.protocol.clone(), vs.scheduler.clone())).or_insert(0) += 1;
         real_servers += vs.real_servers.len() as u64;
         if vs.real_servers.iter().all(|r| r.weight <= 0) {
             without.push(vs);
         }
+        for r in vs.real_servers.iter().filter(|r| r.weight == 0) {
+            *weight_zero_by_protocol.entry(vs.protocol.clone()).or_insert(0) += 1;
+            if weight_zero.len() < WEIGHT_ZERO_CAP {
+                weight_zero.push(WeightZeroRealServer {
+                    service: vs.key(),
+                    address: r.address.clone(),
+                    port: r.port,
+                    active_connections: r.active_connections,
+                    inactive_connections: r.inactive_connections,
+                });
+            }
+        }
     }
-    let show = |vs: &VirtualServer| match vs.fwmark {
-        Some(m) => format!("FWM {m}"),
-        None if vs.address.contains(':') => format!("{} [{}]:{}", vs.protocol, vs.address, vs.port),
-        None => format!("{} {}:{}", vs.protocol, vs.address, vs.port),
-    };
+    let show = |vs: &VirtualServer| show_service(&vs.protocol, &vs.address, vs.port, vs.fwmark);
     let mut facts = IpvsFacts {
         source: source.to_string(),
         virtual_servers: services.len() as u64,
@@ -313,6 +380,8 @@ pub fn summarise(
             .collect(),
         without_backends: without.len() as u64,
         without_backends_sample: without.iter().take(SAMPLE).map(|v| show(v)).collect(),
+        weight_zero_by_protocol,
+        weight_zero,
         stats,
         ..Default::default()
     };
@@ -728,6 +797,71 @@ mod tests {
                 "TCP [fd00:10:96::1]:80"
             ]
         );
+    }
+
+    #[test]
+    fn weight_zero_real_servers_are_facts_with_their_connections_from_either_source() {
+        // One table as ipvsadm -Ln prints it and as /proc/net/ip_vs does (hex, hash order):
+        // a TCP real server at weight 0 with connections, a UDP one without, an IPv6 one.
+        let ipvsadm = "TCP  10.96.0.10:53 rr\n  \
+                       -> 10.244.0.2:53 Masq 1 4 0\n  \
+                       -> 10.244.0.3:53 Masq 0 12 3\n\
+                       UDP  10.96.0.10:53 rr\n  \
+                       -> 10.244.0.3:53 Masq 0 0 40\n\
+                       TCP  [fd00:10:96::1]:80 rr\n  \
+                       -> [fd00:10:244::5]:8080 Masq 0 1 0\n";
+        let proc = "IP Virtual Server version 1.2.1 (size=4096)\n\
+                    Prot LocalAddress:Port Scheduler Flags\n  \
+                    -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n\
+                    UDP  0A60000A:0035 rr  \n  \
+                    -> 0AF40003:0035      Masq    0      0          40        \n\
+                    TCP  [fd00:0010:0096:0000:0000:0000:0000:0001]:0050 rr \n  \
+                    -> [fd00:0010:0244:0000:0000:0000:0000:0005]:1F90      Masq    0      1          0         \n\
+                    TCP  0A60000A:0035 rr  \n  \
+                    -> 0AF40003:0035      Masq    0      12         3         \n  \
+                    -> 0AF40002:0035      Masq    1      4          0         \n";
+        let from_ipvsadm = summarise("ipvsadm", parse_ipvsadm_list("l", ipvsadm).unwrap(), None, None);
+        let from_proc = summarise(PROC_IP_VS, parse_proc_ip_vs("p", proc).unwrap(), None, None);
+        assert_eq!(from_ipvsadm.weight_zero, from_proc.weight_zero);
+        assert_eq!(from_ipvsadm.weight_zero_by_protocol, from_proc.weight_zero_by_protocol);
+        let f = from_proc;
+        assert_eq!(
+            f.weight_zero_by_protocol,
+            [("TCP".to_string(), 2), ("UDP".to_string(), 1)].into()
+        );
+        let shown: Vec<(String, String, u64, u64)> = f
+            .weight_zero
+            .iter()
+            .map(|r| {
+                (
+                    r.virtual_server(),
+                    r.real_server(),
+                    r.active_connections,
+                    r.inactive_connections,
+                )
+            })
+            .collect();
+        let row = |v: &str, r: &str, a, i| (v.to_string(), r.to_string(), a, i);
+        assert_eq!(
+            shown,
+            [
+                row("TCP 10.96.0.10:53", "10.244.0.3:53", 12, 3),
+                row("UDP 10.96.0.10:53", "10.244.0.3:53", 0, 40),
+                row("TCP [fd00:10:96::1]:80", "[fd00:10:244::5]:8080", 1, 0),
+            ]
+        );
+        // The list stops at its cap; the count goes on.
+        let many: String = (0..WEIGHT_ZERO_CAP + 3)
+            .map(|i| format!("  -> 10.244.{}.{}:80 Masq 0 1 0\n", i / 250, i % 250))
+            .collect();
+        let f = summarise(
+            "ipvsadm",
+            parse_ipvsadm_list("l", &format!("TCP  10.96.0.1:80 rr\n{many}")).unwrap(),
+            None,
+            None,
+        );
+        assert_eq!(f.weight_zero.len(), WEIGHT_ZERO_CAP);
+        assert_eq!(f.weight_zero_by_protocol["TCP"], (WEIGHT_ZERO_CAP + 3) as u64);
     }
 
     #[test]
