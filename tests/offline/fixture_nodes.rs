@@ -346,6 +346,10 @@ fn normalize_metrics(text: &str) -> String {
         "proxywatch_rules_count_duration_seconds",
         "proxywatch_rules_counted_timestamp_seconds",
         "proxywatch_iptables_cross_check_timestamp_seconds",
+        // Renders: one per probe report or batch of events; whether the event sources' first
+        // events (watching, or why not) come in the first probe round's batch or in one of
+        // their own depends on timing (1 or 2, seen on a loaded machine).
+        "proxywatch_publications_total",
     ];
     let mut out = String::new();
     for line in text.lines() {
