@@ -28,6 +28,9 @@ pub const KUBE_PROXY_TOOLS: &[&str] = &[
     "nft",
 ];
 
+/// The tools kube-proxy adds its jumps with, one rule at a time (`iptables -I`), by comm.
+const IPTABLES_TOOLS: &[&str] = &["iptables", "iptables-nft", "ip6tables", "ip6tables-nft"];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WriterClass {
@@ -245,8 +248,24 @@ pub fn classify(c: &Commit, kube_proxy_pid: Option<i32>) -> (WriterClass, &'stat
     // did not see its fork (not followed, lost, or before they were): where they saw it, its
     // parent is known, kube-proxy or not.
     let tool = || w.parent_pid.is_none() && w.name.as_deref().is_some_and(|n| KUBE_PROXY_TOOLS.contains(&n));
+    // kube-proxy adds each jump from a built-in chain with `iptables -I`; a script uses the same
+    // tool, so by that name only a gone writer whose commit adds such jumps and nothing else
+    // (it can have taken nothing) is kube-proxy's.
+    let jump_only = || {
+        w.parent_pid.is_none()
+            && w.name.as_deref().is_some_and(|n| IPTABLES_TOOLS.contains(&n))
+            && !c.tables.is_empty()
+            && c.tables.iter().all(|t| {
+                t.rules_removed == 0
+                    && t.chains_deleted == 0
+                    && !t.table_deleted
+                    && t.base_kube_rules_added > 0
+                    && t.rules_added == t.base_kube_rules_added
+            })
+    };
     match kube_proxy_pid {
         Some(kp) if w.pid.is_some_and(|p| i64::from(p) == i64::from(kp)) => (WriterClass::KubeProxy, "pid"),
+        _ if w.gone && jump_only() => (WriterClass::KubeProxy, "exited tool name"),
         Some(kp) if w.parent_pid == Some(kp) => (WriterClass::KubeProxy, "parent pid"),
         Some(_) if w.gone && tool() => (WriterClass::KubeProxy, "exited tool name"),
         Some(_) => (WriterClass::Other, "pid"),
@@ -440,6 +459,36 @@ mod tests {
         // (kube-proxy restarted), is kube-proxy's.
         forked.named_kube_proxy = true;
         assert_eq!(classify(&forked, None), (WriterClass::KubeProxy, "name"));
+        // Gone, its fork unseen: an `iptables` that only added a jump to a KUBE-* chain from a
+        // built-in chain is kube-proxy's; one that removed anything is not.
+        let jump = |removed| {
+            commit(
+                16,
+                None,
+                "iptables",
+                vec![table("nat", |t| {
+                    (
+                        t.rules_added,
+                        t.kube_rules_added,
+                        t.base_kube_rules_added,
+                        t.rules_removed,
+                    ) = (1, 1, 1, removed)
+                })],
+            )
+        };
+        assert_eq!(
+            classify(&jump(0), Some(10)),
+            (WriterClass::KubeProxy, "exited tool name")
+        );
+        assert_eq!(classify(&jump(0), None), (WriterClass::KubeProxy, "exited tool name"));
+        assert_eq!(classify(&jump(1), Some(10)).0, WriterClass::Other);
+        let mut seen = jump(0);
+        (seen.writer.parent_pid, seen.writer.parent_from_fork) = (Some(5), true);
+        assert_eq!(
+            classify(&seen, Some(10)).0,
+            WriterClass::Other,
+            "its fork names another parent"
+        );
         let mut named = commit(14, Some(3), "nft", vec![]);
         assert_eq!(classify(&named, None), (WriterClass::Other, "none"));
         named.named_kube_proxy = true;

@@ -395,6 +395,9 @@ done",
     );
     let w = watch(&agent).unwrap();
     assert_eq!(w["commits_other_total"], 1, "{w}");
+    // Each jump is kube-proxy's: by its parent's PID when its /proc was still there, else (the
+    // agent runs in the test's namespace, where the kernel's process events do not exist) as a
+    // gone `iptables` that only added a jump to a KUBE-* chain.
     let jumps = w["journal"]
         .as_array()
         .unwrap()
