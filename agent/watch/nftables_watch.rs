@@ -269,7 +269,7 @@ impl Watcher {
         let mut w = attribute::attribute(&self.host, pid, name);
         if w.parent_pid.is_none() {
             let pid = pid.and_then(|p| i32::try_from(p).ok());
-            let parent = pid.and_then(|p| self.children.parent_of(p).or_else(|| self.children.forked_by(p)));
+            let parent = pid.and_then(|p| self.children.parent_of_gone(p));
             if let Some(parent) = parent {
                 w.parent_pid = Some(parent);
                 w.parent_name = attribute::stat(&self.host, parent.into()).map(|(n, _)| n);

@@ -360,18 +360,12 @@ impl KubeProxyChildren {
         inner.drain();
     }
 
-    /// The kube-proxy `pid` descends from, once what is queued has been read.
-    pub fn parent_of(&self, pid: i32) -> Option<i32> {
+    /// For a writer gone: the kube-proxy `pid` descends from, else the parent it was seen forked
+    /// from (any process), once what is queued has been read.
+    pub fn parent_of_gone(&self, pid: i32) -> Option<i32> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.drain();
-        inner.children.root_of(pid)
-    }
-
-    /// The parent `pid` was seen forked from (any process), once what is queued has been read.
-    pub fn forked_by(&self, pid: i32) -> Option<i32> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.drain();
-        inner.children.forked_by(pid)
+        inner.children.root_of(pid).or_else(|| inner.children.forked_by(pid))
     }
 
     /// Events lost to overflows so far.
