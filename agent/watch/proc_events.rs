@@ -5,8 +5,9 @@
 //! `nft -f -`): by the time the NEWGEN is read, `/proc/<pid>` may be gone and its parent with it.
 //! A fork is told before the child can commit, so while a kube-proxy is known the watcher
 //! listens to process events and remembers, for a bounded number of kube-proxy's children (and
-//! their children), the kube-proxy they descend from. At a NEWGEN the nftables watcher first
-//! reads what is queued on this socket ([`KubeProxyChildren::parent_of`]), so the fork of the
+//! their children), the kube-proxy they descend from, and for the last [`MAX_FORKS`] forks of
+//! any process, the parent (a script's writer gone is named with it). At a NEWGEN the nftables watcher first
+//! reads what is queued on this socket ([`KubeProxyChildren::parent_of_gone`]), so the fork of the
 //! writer is always seen before its commit is attributed: no race with the child's exit.
 //!
 //! Listening needs CAP_NET_ADMIN, the initial user and PID namespaces, and works in the initial
