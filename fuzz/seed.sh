@@ -52,6 +52,7 @@ seed ipvsadm_list $F/ipvs/ln-* $F/ipvs/lnc-* $F/ipvs/rate-* $F/ipvs-nodes/*/exec
 seed ipvsadm_stats $F/ipvs/stats-* $F/ipvs/ln-kube-proxy-ipvs-kind-tkng.txt
 seed proc_ip_vs $F/ipvs/node_exporter-* $F/ipvs/prometheus-procfs-* $F/nodes/*/proc/net/ip_vs \
     $F/ipvs-nodes/*/proc/net/ip_vs
+seed ip_vs_conn $F/ipvs/ip_vs_conn-*
 seed proc_ip_vs_stats $F/ipvs/ip_vs_stats-* $F/nodes/*/proc/net/ip_vs_stats $F/ipvs-nodes/*/proc/net/ip_vs_stats
 seed kube_proxy_metrics $F/kube-proxy/*.prom
 seed healthz $F/kube-proxy/*.json

@@ -44,8 +44,19 @@ struct Lingering<'a> {
     rs: &'a WeightZeroRealServer,
     seconds: f64,
     since: Option<f64>,
-    /// Held at weight 0 by active connections of a protocol kube-proxy waits for: the warning.
+    /// Held at weight 0 by active connections of a protocol kube-proxy waits for, or still
+    /// given new connections through persistence templates: the warning.
     held: bool,
+}
+
+/// Whether IPVS still sends a template's client to a weight-0 real server: while
+/// `net.ipv4.vs.expire_quiescent_template` is not 1 (kube-proxy sets 1; unread: assume 1).
+fn templates_pin(s: &Snapshot) -> bool {
+    s.facts
+        .sysctls
+        .as_ref()
+        .and_then(|sys| sys.get("net.ipv4.vs.expire_quiescent_template"))
+        .is_some_and(|v| v != 1)
 }
 
 pub fn real_servers_lingering(s: &Snapshot, t: &Thresholds, _: &ModeDecision) -> Option<Finding> {
@@ -54,6 +65,7 @@ pub fn real_servers_lingering(s: &Snapshot, t: &Thresholds, _: &ModeDecision) ->
     let by_real_server = ages.map(|a| a.by_real_server()).unwrap_or_default();
     let at_zero: u64 = ipvs.weight_zero_by_protocol.values().sum();
     let after = t.ipvs_weight_zero_warning_seconds;
+    let pin = templates_pin(s);
     let mut lingering: Vec<Lingering> = ipvs
         .weight_zero
         .iter()
@@ -63,13 +75,18 @@ pub fn real_servers_lingering(s: &Snapshot, t: &Thresholds, _: &ModeDecision) ->
                 rs,
                 seconds: age.seconds,
                 since: Some(age.since_timestamp_seconds),
-                held: graceful(&rs.service.protocol) && rs.active_connections > 0,
+                held: (graceful(&rs.service.protocol) && rs.active_connections > 0)
+                    || (pin && rs.templates.unwrap_or(0) > 0),
             })
         })
         .collect();
     // The warnings first, then the oldest.
     lingering.sort_by(|a, b| b.held.cmp(&a.held).then(b.seconds.total_cmp(&a.seconds)));
     let held = lingering.iter().filter(|l| l.held).count();
+    let by_templates = lingering
+        .iter()
+        .filter(|l| pin && l.rs.templates.unwrap_or(0) > 0)
+        .count();
     let oldest = ages.map_or(0.0, |a| a.max_seconds);
     let severity = if held > 0 {
         Severity::Warning
@@ -82,13 +99,19 @@ pub fn real_servers_lingering(s: &Snapshot, t: &Thresholds, _: &ModeDecision) ->
     let summary = match lingering.first() {
         None => format!("no IPVS real server has stood at weight 0 for {limit} or longer ({at_zero} at weight 0 now)"),
         Some(first) => format!(
-            "{} IPVS real server(s) at weight 0 for {limit} or longer, {held} of them TCP or firewall-mark with active connections (kube-proxy keeps such a real server until its connections end); the first: {} -> {}, {} at weight 0, {} active / {} inactive connections",
+            "{} IPVS real server(s) at weight 0 for {limit} or longer, {held} of them TCP or firewall-mark with active connections (kube-proxy keeps such a real server until its connections end){}; the first: {} -> {}, {} at weight 0, {} active / {} inactive connections{}",
             lingering.len(),
+            if by_templates > 0 {
+                format!(" or still given new ones through persistence templates ({by_templates})")
+            } else {
+                String::new()
+            },
             first.rs.virtual_server(),
             first.rs.real_server(),
             human_duration(first.seconds),
             first.rs.active_connections,
             first.rs.inactive_connections,
+            pinned(first.rs, pin),
         ),
     };
     let listed: Vec<serde_json::Value> = lingering
@@ -103,6 +126,7 @@ pub fn real_servers_lingering(s: &Snapshot, t: &Thresholds, _: &ModeDecision) ->
                 "active_connections": l.rs.active_connections,
                 "inactive_connections": l.rs.inactive_connections,
                 "held_by_active_connections": l.held,
+                "persistence_templates": l.rs.templates,
             })
         })
         .collect();
@@ -114,23 +138,59 @@ pub fn real_servers_lingering(s: &Snapshot, t: &Thresholds, _: &ModeDecision) ->
         .evidence("oldest_seconds", oldest)
         .evidence("warning_after_seconds", after)
         .evidence("first", listed)
-        .evidence("more", lingering.len().saturating_sub(LISTED));
+        .evidence("more", lingering.len().saturating_sub(LISTED))
+        .evidence("net.ipv4.vs.expire_quiescent_template", quiescent(s))
+        .evidence("templates_read", ipvs.templates.as_ref().map(|t| t.entries_read))
+        .evidence("templates_truncated", ipvs.templates.as_ref().map(|t| t.truncated))
+        .evidence("templates_error", ipvs.templates_error.clone());
     if let Some(first) = lingering.first() {
-        f = f.remediation_owned(steps(first.rs));
+        f = f.remediation_owned(steps(first.rs, pin));
     }
     Some(f)
 }
 
+fn quiescent(s: &Snapshot) -> Option<i64> {
+    s.facts
+        .sysctls
+        .as_ref()
+        .and_then(|sys| sys.get("net.ipv4.vs.expire_quiescent_template"))
+}
+
+/// `, 3 persistence templates pinning clients to it (...)`, or nothing where none were counted.
+fn pinned(rs: &WeightZeroRealServer, pin: bool) -> String {
+    match rs.templates {
+        Some(n) if n > 0 && pin => format!(
+            ", {n} persistence template(s) still sending their clients' new connections to it (net.ipv4.vs.expire_quiescent_template is not 1)"
+        ),
+        Some(n) if n > 0 => format!(", {n} persistence template(s) pointing at it"),
+        _ => String::new(),
+    }
+}
+
 /// The runbook's steps, with the first lingering real server filled in.
-fn steps(rs: &WeightZeroRealServer) -> Vec<String> {
+fn steps(rs: &WeightZeroRealServer, pin: bool) -> Vec<String> {
     let svc = service_option(rs);
     let real = rs.real_server();
-    vec![
+    let mut steps = vec![
         format!("Look at it: ipvsadm -Ln {svc} (Weight 0, ActiveConn, InActConn), and its connections: ipvsadm -Lnc | grep -F '{real}'"),
         format!("Is the endpoint still there? kubectl get endpointslices -A -o wide | grep -wF '{}'. A terminating pod with a long terminationGracePeriodSeconds, or long-lived connections (gRPC, WebSocket, database pools) draining as designed, is no fault: raise --ipvs.weight-zero-warning above that grace period. A ready endpoint should not be at weight 0 at all: a kube-proxy restart can leave it so (kubernetes/kubernetes#92019); removing the real server (last step) lets kube-proxy's next sync add it back.", rs.address),
         "If the pod is gone, its connections lead nowhere: kube-proxy deletes the real server only once ActiveConn + InActConn is 0, and IPVS drops an idle connection only after its timeout. See the node's timeouts with ipvsadm -Ln --timeout; kube-proxy sets them from --ipvs-tcp-timeout, --ipvs-tcpfin-timeout and --ipvs-udp-timeout (ipvs.tcpTimeout, tcpFinTimeout, udpTimeout in its ConfigMap; 0 leaves the kernel's). A shorter TCP timeout frees idle ones sooner; a client that keeps sending is never idle: restart that client.".to_string(),
         format!("To remove this one real server now, once the endpoint is gone (or ready, above): ipvsadm -d {svc} -r {real} (its connections are dropped at their next packet with net.ipv4.vs.expire_nodest_conn=1; kube-proxy adds back only a real server its endpoints still have)."),
-    ]
+    ];
+    if rs.templates.unwrap_or(0) > 0 {
+        steps.insert(
+            1,
+            format!(
+                "Its persistence templates (sessionAffinity: ClientIP): ipvsadm -Lnc | grep -F ' {real}' | grep -E ' (NONE|ASSURED) ' lists them (client port 0, state NONE or ASSURED). {}",
+                if pin {
+                    "With net.ipv4.vs.expire_quiescent_template=0 IPVS keeps sending those clients' new connections here; kube-proxy sets it to 1, which drops a template at its next use once its real server is at weight 0: sysctl -w net.ipv4.vs.expire_quiescent_template=1"
+                } else {
+                    "With net.ipv4.vs.expire_quiescent_template=1 (kube-proxy's setting) IPVS drops each at its client's next connection and schedules that one afresh: they expire on their own."
+                }
+            ),
+        );
+    }
+    steps
 }
 
 #[cfg(test)]
@@ -152,6 +212,7 @@ mod tests {
             port: 8053,
             active_connections: active,
             inactive_connections: inactive,
+            ..Default::default()
         }
     }
 
@@ -182,6 +243,48 @@ mod tests {
         s.facts.ipvs = Some(facts);
         s.derived.ipvs_weight_zero = Some(ages);
         s
+    }
+
+    #[test]
+    fn templates_that_still_pin_clients_make_a_real_server_without_connections_a_warning() {
+        let t = crate::config::default_thresholds();
+        let mut pinned = rs("TCP", "10.96.0.1", "10.244.1.7", 0, 0);
+        (pinned.persistent, pinned.templates) = (true, Some(3));
+        let mut s = node(&[(pinned.clone(), 1800.0)]);
+        // kube-proxy's setting: the templates are dropped at their next use, an info.
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.vs.expire_quiescent_template", 1);
+        let f = judge(real_servers_lingering, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(f.evidence["first"][0]["persistence_templates"], 3);
+        assert!(
+            f.summary.ends_with(", 3 persistence template(s) pointing at it"),
+            "{}",
+            f.summary
+        );
+        assert!(f.remediation[1].contains("expire on their own"), "{:?}", f.remediation);
+        // Reset to 0: IPVS keeps sending those clients' new connections to it, a warning.
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.vs.expire_quiescent_template", 0);
+        let f = judge(real_servers_lingering, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.evidence["held_by_active_connections"], 1);
+        assert!(f.summary.contains("through persistence templates (1)"), "{}", f.summary);
+        assert!(
+            f.summary.contains("3 persistence template(s) still sending"),
+            "{}",
+            f.summary
+        );
+        assert!(
+            f.remediation[1].contains("sysctl -w net.ipv4.vs.expire_quiescent_template=1"),
+            "{:?}",
+            f.remediation
+        );
+        // No template counted (not persistent, or none pointing at it): no such step.
+        pinned.templates = Some(0);
+        let mut s = node(&[(pinned, 1800.0)]);
+        crate::evaluate::test_support::set_sysctl(&mut s, "net.ipv4.vs.expire_quiescent_template", 0);
+        let f = judge(real_servers_lingering, &s, &t).unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert!(f.remediation.iter().all(|r| !r.contains("persistence templates")));
     }
 
     #[test]

@@ -128,6 +128,7 @@ mod tests {
                     port: 8080,
                     active_connections: *active,
                     inactive_connections: 0,
+                    ..Default::default()
                 })
                 .collect(),
             ..Default::default()

@@ -28,7 +28,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-SCENARIOS=(ipvs ipvs-unloaded legacy-only ipvs-leftover ipvs-stale neighbour conntrack-full)
+SCENARIOS=(ipvs ipvs-unloaded legacy-only ipvs-leftover ipvs-stale ipvs-lingering neighbour conntrack-full)
 
 die() {
     echo "vm.sh: $*" >&2

@@ -1688,3 +1688,138 @@ fn conntrack_full_table_matches_the_kernel_and_the_findings_clear() {
     }
     assert!(vm.ok("serve-output").contains("exit 0"), "{}", vm.block("serve-output"));
 }
+
+/// When the guest printed block `name` (seconds of its uptime, `@@PW-TIME`).
+fn block_time(vm: &Vm, name: &str) -> f64 {
+    let text = std::fs::read_to_string(&vm.log).unwrap();
+    let mark = format!("@@PW-TIME {name} ");
+    let at = text
+        .find(&mark)
+        .unwrap_or_else(|| panic!("no time for {name} in {}", vm.log.display()));
+    let rest = &text[at + mark.len()..];
+    rest[..rest.find("@@").unwrap()].parse().unwrap()
+}
+
+/// `ipvsadm -Ln`'s line for real server `rs`: (weight, ActiveConn), or None.
+fn ipvsadm_real_server(text: &str, rs: &str) -> Option<(i64, u64)> {
+    text.lines().find_map(|l| {
+        let t: Vec<&str> = l.split_whitespace().collect();
+        (t.len() >= 6 && t[0] == "->" && t[1] == rs).then(|| (t[3].parse().unwrap(), t[4].parse().unwrap()))
+    })
+}
+
+/// Templates in `/proc/net/ip_vs_conn` to `dest_hex` (`7F000003 1F90`): client port 0000,
+/// state NONE or ASSURED.
+fn templates_to(text: &str, dest_hex: &str) -> usize {
+    text.lines()
+        .skip(1)
+        .filter(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            t.len() >= 8
+                && t[2] == "0000"
+                && format!("{} {}", t[5], t[6]) == dest_hex
+                && (t[7] == "NONE" || t[7] == "ASSURED")
+        })
+        .count()
+}
+
+/// Issue 41, in real IPVS: a persistent TCP service's real server drained to weight 0 while
+/// two connections to it stay open (and the template of their client still points at it) is
+/// a warning naming it, with its connections and template as ipvsadm and /proc show them and
+/// its age since the drain; deleted, the finding is gone.
+#[test]
+fn ipvs_real_server_drained_with_live_connections_is_reported_with_its_age_then_clears_once_removed() {
+    let Some(vm) = Vm::boot("ipvs-lingering") else {
+        return;
+    };
+    vm.ok("setup");
+    // The third connection, made after the drain, went to the weight-0 real server too: its
+    // client's template pins it there while expire_quiescent_template is 0.
+    assert_eq!(
+        ipvsadm_real_server(vm.ok("drain"), "127.0.0.3:8080"),
+        Some((0, 3)),
+        "{}",
+        vm.block("drain")
+    );
+    assert_eq!(
+        ipvsadm_real_server(vm.ok("drain"), "127.0.0.2:8080"),
+        Some((1, 0)),
+        "{}",
+        vm.block("drain")
+    );
+    let mut want = Vec::new();
+    for at in ["lingering.before", "lingering.after"] {
+        let (weight, active) = ipvsadm_real_server(vm.ok(&format!("{at}.ipvsadm-Ln")), "127.0.0.3:8080").unwrap();
+        let templates = templates_to(vm.ok(&format!("{at}.proc-ip_vs_conn")), "7F000003 1F90");
+        want.push((weight, active, templates));
+    }
+    assert_eq!(want[0], want[1], "the truth moved during the agent's reading");
+    assert_eq!(want[0], (0, 3, 1), "the scenario's own setup");
+    // /findings is the list the snapshot's `findings` holds.
+    let findings = serde_json::json!({ "findings": vm.json("lingering.findings") });
+    let f = finding(&findings, "ipvs_real_servers_lingering").unwrap_or_else(|| panic!("{findings:#}"));
+    assert_eq!(f["severity"], "warning", "{f:#}");
+    let first = &f["evidence"]["first"][0];
+    assert_eq!(first["virtual_server"], "TCP 127.0.0.1:80", "{f:#}");
+    assert_eq!(first["real_server"], "127.0.0.3:8080", "{f:#}");
+    assert_eq!(first["active_connections"].as_u64(), Some(want[0].1), "{f:#}");
+    assert_eq!(first["persistence_templates"].as_u64(), Some(want[0].2 as u64), "{f:#}");
+    assert_eq!(f["evidence"]["net.ipv4.vs.expire_quiescent_template"], 0, "{f:#}");
+    assert_eq!(f["evidence"]["templates_truncated"], false, "{f:#}");
+    // Its age: at least the 3 s threshold, at most the time since the drain (the first
+    // reading that showed it is after the drain).
+    let age = first["seconds_at_weight_zero"].as_f64().unwrap();
+    let since_drain = block_time(&vm, "lingering.findings") - block_time(&vm, "drain");
+    assert!(
+        age >= 3.0 && age <= since_drain,
+        "age {age} s, {since_drain} s since the drain: {f:#}"
+    );
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("1 persistence template(s) still sending"),
+        "{f:#}"
+    );
+    let text = vm.ok("lingering.text");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("[warning] ipvs_real_servers_lingering") && l.contains("-> 127.0.0.3:8080")),
+        "{text}"
+    );
+    // What the remediation says of kube-proxy's setting: with it back to 1, the client's next
+    // connection drops the template and goes to the other real server, where the new
+    // template points.
+    let requiesced = vm.ok("requiesce");
+    assert_eq!(
+        ipvsadm_real_server(requiesced, "127.0.0.2:8080"),
+        Some((1, 1)),
+        "{requiesced}"
+    );
+    assert_eq!(
+        ipvsadm_real_server(requiesced, "127.0.0.3:8080"),
+        Some((0, 3)),
+        "{requiesced}"
+    );
+    let table = vm.ok("requiesced.proc-ip_vs_conn");
+    assert_eq!(
+        (
+            templates_to(table, "7F000003 1F90"),
+            templates_to(table, "7F000002 1F90")
+        ),
+        (0, 1),
+        "{table}"
+    );
+    // Deleted (kube-proxy's step once the connections are gone): cleared.
+    vm.ok("remove");
+    for at in ["removed.before", "removed.after"] {
+        assert_eq!(
+            ipvsadm_real_server(vm.ok(&format!("{at}.ipvsadm-Ln")), "127.0.0.3:8080"),
+            None
+        );
+    }
+    let after = serde_json::json!({ "findings": vm.json("removed.findings") });
+    assert!(finding(&after, "ipvs_real_servers_lingering").is_none(), "{after:#}");
+    let out = vm.ok("serve-output");
+    assert!(!out.contains("panicked") && out.contains("exit 0"), "{out}");
+}

@@ -9,6 +9,7 @@
 //! | `ipvsadm -Ln --stats [--exact]`    | [`ipvsadm::parse_ipvsadm_stats`] |
 //! | `/proc/net/ip_vs`                  | [`proc::parse_proc_ip_vs`]       |
 //! | `/proc/net/ip_vs_stats`            | [`proc::parse_proc_ip_vs_stats`] |
+//! | `/proc/net/ip_vs_conn` (templates) | [`templates::count`]             |
 //! | interfaces and addresses (netlink) | [`interface::local_addresses`]   |
 //!
 //! The parsers are pure (`&str` in, typed facts or a
@@ -21,11 +22,15 @@
 //! nothing else runs (ipvsadm would `modprobe ip_vs`). The `/proc` files are
 //! read on the blocking pool behind the probe's hang guard
 //! ([`crate::probe::blocking`]), like every file probe; ipvsadm runs with the
-//! configured output cap (`--exec.max-output-bytes`).
+//! configured output cap (`--exec.max-output-bytes`). The connection table
+//! (`/proc/net/ip_vs_conn`) is read only when a weight-0 real server belongs to
+//! a persistent virtual server, for the templates pinning clients to it, and at
+//! most [`templates::MAX_ENTRIES`] entries of it.
 
 pub mod interface;
 pub mod ipvsadm;
 pub mod proc;
+pub mod templates;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
@@ -179,6 +184,13 @@ pub struct WeightZeroRealServer {
     pub active_connections: u64,
     /// InActConn: its connections in other states, e.g. TIME_WAIT (count).
     pub inactive_connections: u64,
+    /// Whether its virtual server is persistent (`ipvsadm -p`, `sessionAffinity: ClientIP`).
+    #[serde(default)]
+    pub persistent: bool,
+    /// Persistence templates pointing at it: clients pinned to it ([`templates`]; count).
+    /// `None` where its virtual server is not persistent or the table could not be read.
+    #[serde(default)]
+    pub templates: Option<u64>,
 }
 
 impl WeightZeroRealServer {
@@ -254,6 +266,13 @@ pub struct IpvsFacts {
     /// [`WEIGHT_ZERO_CAP`]; units per field.
     #[serde(default)]
     pub weight_zero: Vec<WeightZeroRealServer>,
+    /// How the persistence templates of `weight_zero` were counted from `/proc/net/ip_vs_conn`:
+    /// `None` when not read (no listed real server of a persistent virtual server).
+    #[serde(default)]
+    pub templates: Option<templates::TemplateScan>,
+    /// Why the connection table could not be read, when it was wanted (no unit).
+    #[serde(default)]
+    pub templates_error: Option<String>,
     /// Totals since IPVS started (`/proc/net/ip_vs_stats`), when readable; units per field.
     pub stats: Option<GlobalStats>,
     /// kube-ipvs0, when netlink could be asked (None: not asked, e.g. a fixture host root).
@@ -361,6 +380,8 @@ pub fn summarise(
                     port: r.port,
                     active_connections: r.active_connections,
                     inactive_connections: r.inactive_connections,
+                    persistent: vs.persistent,
+                    templates: None,
                 });
             }
         }
@@ -418,6 +439,7 @@ pub fn summarise(
 
 const PROC_IP_VS: &str = "/proc/net/ip_vs";
 const PROC_IP_VS_STATS: &str = "/proc/net/ip_vs_stats";
+const PROC_IP_VS_CONN: &str = "/proc/net/ip_vs_conn";
 
 /// What the probe reads from `/proc`.
 struct ProcFiles {
@@ -525,7 +547,34 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Ipvs
     };
     let mut facts = summarise(source, services, files.stats, local.as_ref());
     facts.kernel_hz = files.hz;
+    if facts.weight_zero.iter().any(|r| r.persistent) {
+        let host = ctx.host.clone();
+        let mut wz = std::mem::take(&mut facts.weight_zero);
+        let (wz, scan) = blocking(ProbeName::Ipvs, move || {
+            let scan = read_templates(&host, &mut wz);
+            Ok::<_, ProbeError>((wz, scan))
+        })
+        .await?;
+        facts.weight_zero = wz;
+        match scan {
+            Ok(scan) => facts.templates = Some(scan),
+            Err(e) => facts.templates_error = Some(e),
+        }
+    }
     Ok(Probed::Present(facts))
+}
+
+/// The persistence templates of the weight-0 real servers, streamed from `/proc/net/ip_vs_conn`
+/// ([`templates::count`]); a failure leaves their counts `None` and is said in one line.
+fn read_templates(host: &Host, wz: &mut [WeightZeroRealServer]) -> Result<templates::TemplateScan, String> {
+    let path = host.path(PROC_IP_VS_CONN);
+    let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    templates::count(wz, std::io::BufReader::with_capacity(64 << 10, file)).map_err(|e| {
+        for r in wz.iter_mut() {
+            r.templates = None;
+        }
+        format!("{}: {e}", path.display())
+    })
 }
 
 /// Captured inputs (tests/fixtures/ipvs, see its SOURCES.md) and helpers

@@ -713,3 +713,100 @@ scenario_conntrack_full() {
     echo "exit $?" >>/tmp/serve.out
     block serve-output cat /tmp/serve.out
 }
+
+# A drained endpoint that lingers (issue 41): a persistent TCP service on 127.0.0.1:80
+# (kube-proxy's sessionAffinity: ClientIP, its default timeout 10800 s) whose one real
+# server, 127.0.0.3:8080, gets two connections held open (and so one persistence
+# template, the client being 127.0.0.1); then a second real server comes and the first
+# goes to weight 0, as kube-proxy's graceful termination does. expire_quiescent_template
+# is 0 here (kube-proxy sets 1) so that the template still pins the client to it: a third
+# connection goes there too.
+lingering_setup() {
+    load ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack_netlink || return 1
+    node_settings
+    ipvs_settings
+    sysctl -qw net.ipv4.vs.expire_quiescent_template=0
+    /usr/sbin/ip link set lo up
+    $IPVSADM -A -t 127.0.0.1:80 -s rr -p 10800
+    $IPVSADM -a -t 127.0.0.1:80 -r 127.0.0.3:8080 -m -w 1
+    nc -ll -p 8080 -e /bin/cat >/dev/null 2>&1 &
+    sleep 0.3
+}
+
+lingering_connect() {
+    (echo hello; sleep 3600) | nc 127.0.0.1 80 >/dev/null 2>&1 &
+}
+
+# Two connections, the drain, then a third connection from the same client: the
+# template still sends it to the weight-0 real server.
+lingering_flows() {
+    lingering_connect
+    lingering_connect
+    sleep 1
+    $IPVSADM -a -t 127.0.0.1:80 -r 127.0.0.2:8080 -m -w 1 &&
+        $IPVSADM -e -t 127.0.0.1:80 -r 127.0.0.3:8080 -m -w 0 || return 1
+    lingering_connect
+    sleep 1
+    $IPVSADM -Ln
+}
+
+# kube-proxy's setting back: the template is dropped at the client's next connection,
+# which goes to the other real server.
+lingering_requiesce() {
+    sysctl -qw net.ipv4.vs.expire_quiescent_template=1
+    lingering_connect
+    sleep 1
+    $IPVSADM -Ln
+}
+
+lingering_truth() {
+    block "$1.ipvsadm-Ln" "$IPVSADM" -Ln
+    block "$1.ipvsadm-Lnc" "$IPVSADM" -Lnc
+    block "$1.proc-ip_vs_conn" cat /proc/net/ip_vs_conn
+}
+
+# lingering_seen SEVERITY: /findings has ipvs_real_servers_lingering at SEVERITY (`none`:
+# it has none; /findings lists only what is not ok).
+lingering_seen() {
+    timeout 10 wget -q -O /tmp/findings http://127.0.0.1:9877/findings 2>/dev/null || return 1
+    if [ "$1" = none ]; then
+        ! grep -q '"ipvs_real_servers_lingering"' /tmp/findings
+    else
+        tr -d ' \n' </tmp/findings | grep -q "\"id\":\"ipvs_real_servers_lingering\",\"severity\":\"$1\""
+    fi
+}
+
+# lingering_wait NAME SEVERITY: /findings until lingering_seen SEVERITY (at most 90 s
+# under emulation), then the truth, the findings and the text, the truth again.
+lingering_wait() {
+    local _i
+    for _i in $(seq 1 90); do
+        lingering_seen "$2" && break
+        sleep 1
+    done
+    lingering_truth "$1.before"
+    block "$1.findings" timeout 10 wget -q -O - http://127.0.0.1:9877/findings
+    block "$1.text" timeout 10 wget -q -O - http://127.0.0.1:9877/
+    lingering_truth "$1.after"
+}
+
+# The agent serving, IPVS read every second, the warning after 3 s at weight 0: it
+# names the real server with its age, connections and template; once the real server
+# is deleted (what kube-proxy does when its connections are gone), the finding clears.
+scenario_ipvs_lingering() {
+    local _pid
+    block setup lingering_setup
+    block drain lingering_flows
+    env -i PATH="$AGENT_PATH" /usr/bin/proxywatch serve --listen 127.0.0.1:9877 --node-name vm --log.level error \
+        $NO_KUBE_PROXY --kube-proxy.mode ipvs --ipvs.interval 1s --ipvs.weight-zero-warning 3s >/tmp/serve.out 2>&1 &
+    _pid=$!
+    lingering_wait lingering warning
+    block requiesce lingering_requiesce
+    block requiesced.proc-ip_vs_conn cat /proc/net/ip_vs_conn
+    block remove "$IPVSADM" -d -t 127.0.0.1:80 -r 127.0.0.3:8080
+    lingering_wait removed none
+    kill -TERM "$_pid"
+    wait "$_pid"
+    echo "exit $?" >>/tmp/serve.out
+    block serve-output cat /tmp/serve.out
+}
