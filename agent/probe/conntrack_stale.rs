@@ -43,6 +43,8 @@
 //! Memory: one receive buffer and the counts per (service, dead endpoint),
 //! at most [`MAX_GROUPS`] of them (beyond, entries still count in the
 //! per-protocol totals).
+//!
+//! `conntrack_stale/dump.rs` holds step 4: which dumps a run makes, and making them.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -59,6 +61,8 @@ use super::{Deadline, Given, ProbeContext, ProbeError, ProbeName, Probed};
 use crate::host::Host;
 use crate::netlink::nft::Family;
 use crate::netlink::{ct_dump, nft_count, NlError, NETLINK_NETFILTER};
+
+mod dump;
 
 /// Distinct (service, dead endpoint) pairs counted one by one.
 pub const MAX_GROUPS: usize = 10_000;
@@ -424,11 +428,6 @@ impl Counter {
 /// generation that interrupted the previous one.
 pub const RUNS: usize = 4;
 
-/// An error of the conntrack dump itself.
-fn nl(e: NlError) -> ProbeError {
-    ProbeError::NfNetlink(format!("conntrack entries over ctnetlink: {e}"))
-}
-
 /// An error reading kube-proxy's rules (the service table, the generation):
 /// what changed there is the rules, not the conntrack entries.
 fn rules(e: NlError) -> ProbeError {
@@ -560,47 +559,6 @@ struct LegacyPart {
     unsaved: Vec<String>,
 }
 
-/// One conntrack dump: `(family, protocol, (status, mask))`, as
-/// [`ct_dump::dump_nat`] takes them.
-type DumpPlan = (u8, Option<u8>, (u32, u32));
-
-/// The dumps of one run. Each dump walks the whole conntrack hash table (shared by
-/// every namespace), so a dump per protocol would walk it once more per protocol.
-/// Without the SNAT grouping: one dump per family with service ports, the protocol
-/// filtered in the kernel only when the family's service ports have a single one.
-/// With it, only NATed entries cross to user space, each once (the kernel's status
-/// filter is `(status & mask) == value`, no "DST_NAT or SRC_NAT", hence two): the
-/// DST_NAT entries of both families (AF_UNSPEC: one walk), counted and grouped, then
-/// the SRC_NAT entries without DST_NAT, grouped; without service ports, the second
-/// alone; under IPVS (no DST_NAT to filter on), one whole dump.
-///
-/// `stale_in` says, for IPv4 and IPv6, whether `table` has service ports in it.
-fn dump_plans(table: &ServiceTable, stale_in: [bool; 2], snat_groups: bool, dst_nat_only: bool) -> Vec<DumpPlan> {
-    let (dnat, snat) = (ct_dump::IPS_DST_NAT, ct_dump::IPS_SRC_NAT);
-    let mut plans: Vec<DumpPlan> = Vec::new();
-    if snat_groups {
-        if !stale_in.contains(&true) {
-            plans.push((0, None, (snat, snat)));
-        } else if dst_nat_only {
-            plans.push((0, None, (dnat, dnat)));
-            plans.push((0, None, (snat, snat | dnat)));
-        } else {
-            plans.push((0, None, (0, 0)));
-        }
-    } else {
-        for (family, v6) in [(2u8, false), (10u8, true)] {
-            let protocols = table.protocols(v6);
-            if protocols.is_empty() {
-                continue;
-            }
-            let only = (protocols.len() == 1).then(|| protocols.first().copied()).flatten();
-            let status = if dst_nat_only { dnat } else { 0 };
-            plans.push((family, only, (status, status)));
-        }
-    }
-    plans
-}
-
 /// The service table a run counts against: nf_tables', with IPVS's and
 /// iptables-legacy's merged in. The nf_tables part is shared with the memory;
 /// copied only to add IPVS or legacy.
@@ -647,42 +605,6 @@ impl Run<'_> {
             errors,
             unsaved,
         })
-    }
-
-    /// Dumps the conntrack entries ([`dump_plans`]) into `counter` (those that can be
-    /// stale, against `table`) and, with the SNAT grouping, `grouper`; or says why the
-    /// dump must be redone. Every entry is checked here again.
-    fn dump(
-        &self,
-        table: &ServiceTable,
-        dst_nat_only: bool,
-        counter: &mut Counter,
-        grouper: &mut super::snat::Grouper,
-    ) -> Result<Result<(), String>, ProbeError> {
-        let stale_in = [!table.protocols(false).is_empty(), !table.protocols(true).is_empty()];
-        for (family, only, status) in dump_plans(table, stale_in, self.snat, dst_nat_only) {
-            let conn = self.host.netlink(NETLINK_NETFILTER).map_err(nl)?;
-            let each = |n: &ct_dump::NatEntry| {
-                let e = &n.entry;
-                let stale = stale_in[usize::from(e.orig_dst.is_ipv6())];
-                // ICMP entries (their id in place of ports) are for the SNAT grouping only.
-                if stale && !n.icmp && (e.dst_nat() || !dst_nat_only) && only.is_none_or(|p| p == e.l4proto) {
-                    counter.add(table, e);
-                }
-                if self.snat {
-                    grouper.add_nat(n);
-                }
-            };
-            match ct_dump::dump_nat(conn, self.deadline, family, only, status, each) {
-                Ok(_) => {}
-                // The conntrack table itself changed under the dump (NLM_F_DUMP_INTR).
-                Err(NlError::Changed(w)) => {
-                    return Ok(Err(format!("the conntrack table changed during its dump ({w})")))
-                }
-                Err(e) => return Err(nl(e)),
-            }
-        }
-        Ok(Ok(()))
     }
 
     /// The generation the counts hold for, or why they do not. Rules committed during

@@ -59,6 +59,11 @@ impl Out {
         });
     }
 
+    /// A gauge without labels, set to `v`.
+    fn set_gauge(&self, name: &str, help: &str, v: f64) {
+        self.gauge(name, help, &[]).with_label_values(&[] as &[&str]).set(v);
+    }
+
     /// A histogram without labels, with `h`'s buckets (the `+Inf` one is the count, written by
     /// the encoder).
     fn histogram(&self, name: &str, help: &str, h: &crate::promtext::Histogram) {
@@ -182,9 +187,6 @@ fn kube_proxy_up(out: &Out, s: &Snapshot) {
 pub(super) fn kube_proxy(out: &Out, s: &Snapshot) {
     kube_proxy_up(out, s);
     if let Some(k) = &s.facts.kube_proxy {
-        let one = |name: &str, help: &str, v: f64| {
-            out.gauge(name, help, &[]).with_label_values(&[] as &[&str]).set(v);
-        };
         if let Some(mode) = &k.mode {
             let g = out.gauge(
                 "proxywatch_kube_proxy_mode",
@@ -194,108 +196,134 @@ pub(super) fn kube_proxy(out: &Out, s: &Snapshot) {
             state_set(&g, KUBE_PROXY_MODES, mode.as_str());
         }
         let d = s.derived.kube_proxy.clone().unwrap_or_default();
-        let m = k.metrics.as_ref();
-        for (name, help, w, h) in [
-            (
-                "proxywatch_kube_proxy_sync_duration_seconds",
-                "kube-proxy rule sync duration: p50/p99 over the window since the agent's previous read of kube-proxy (from kubeproxy_sync_proxy_rules_duration_seconds' buckets), count and sum since kube-proxy started.",
-                &d.sync,
-                m.and_then(|m| m.sync_duration.as_ref()),
-            ),
-            (
-                "proxywatch_kube_proxy_network_programming_duration_seconds",
-                "kube-proxy network programming latency: p50/p99 over the window since the agent's previous read of kube-proxy (from kubeproxy_network_programming_duration_seconds' buckets), count and sum since kube-proxy started.",
-                &d.network_programming,
-                m.and_then(|m| m.network_programming.as_ref()),
-            ),
-        ] {
-            // A summary, as client_golang's are: promtool accepts a `quantile` label only there.
-            // No window yet, or no event in it: no quantile line, rather than a misleading 0.
-            if let Some(h) = h {
-                let (p50, p99) = w.as_ref().map_or((None, None), |w| (w.p50, w.p99));
-                out.summary(name, help, &[(0.5, p50), (0.99, p99)], h.count, h.sum);
-            }
+        kube_proxy_syncs(out, k, &d);
+        kube_proxy_process(out, k, &d);
+        if let Some(m) = &k.metrics {
+            kube_proxy_reports(out, m);
         }
-        for (name, help, h) in [
-            (
-                "proxywatch_kube_proxy_sync_latency_seconds",
-                "kube-proxy rule sync duration (kubeproxy_sync_proxy_rules_duration_seconds) with kube-proxy's buckets, accumulated across the agent's reads since it started (a kube-proxy restart counted as Prometheus counts a counter reset): histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m]))) across nodes.",
-                d.sync_cumulative.as_ref(),
-            ),
-            (
-                "proxywatch_kube_proxy_network_programming_latency_seconds",
-                "kube-proxy network programming latency (kubeproxy_network_programming_duration_seconds) with kube-proxy's buckets, accumulated across the agent's reads since it started, like proxywatch_kube_proxy_sync_latency_seconds.",
-                d.network_programming_cumulative.as_ref(),
-            ),
-        ] {
-            if let Some(h) = h {
-                out.histogram(name, help, h);
-            }
+    }
+}
+
+/// kube-proxy's syncs: their latencies (summaries over the agent's window, histograms
+/// accumulated across its reads), the age of the last one and how long changes have queued.
+fn kube_proxy_syncs(
+    out: &Out,
+    k: &crate::probe::kube_proxy::KubeProxyFacts,
+    d: &crate::history::kube_proxy::KubeProxyDerived,
+) {
+    let m = k.metrics.as_ref();
+    for (name, help, w, h) in [
+        (
+            "proxywatch_kube_proxy_sync_duration_seconds",
+            "kube-proxy rule sync duration: p50/p99 over the window since the agent's previous read of kube-proxy (from kubeproxy_sync_proxy_rules_duration_seconds' buckets), count and sum since kube-proxy started.",
+            &d.sync,
+            m.and_then(|m| m.sync_duration.as_ref()),
+        ),
+        (
+            "proxywatch_kube_proxy_network_programming_duration_seconds",
+            "kube-proxy network programming latency: p50/p99 over the window since the agent's previous read of kube-proxy (from kubeproxy_network_programming_duration_seconds' buckets), count and sum since kube-proxy started.",
+            &d.network_programming,
+            m.and_then(|m| m.network_programming.as_ref()),
+        ),
+    ] {
+        // A summary, as client_golang's are: promtool accepts a `quantile` label only there.
+        // No window yet, or no event in it: no quantile line, rather than a misleading 0.
+        if let Some(h) = h {
+            let (p50, p99) = w.as_ref().map_or((None, None), |w| (w.p50, w.p99));
+            out.summary(name, help, &[(0.5, p50), (0.99, p99)], h.count, h.sum);
         }
-        if let Some(age) = d.last_sync_age_seconds {
-            one(
-                "proxywatch_kube_proxy_last_sync_age_seconds",
-                "Seconds since kube-proxy's last successful sync.",
-                age,
-            );
+    }
+    for (name, help, h) in [
+        (
+            "proxywatch_kube_proxy_sync_latency_seconds",
+            "kube-proxy rule sync duration (kubeproxy_sync_proxy_rules_duration_seconds) with kube-proxy's buckets, accumulated across the agent's reads since it started (a kube-proxy restart counted as Prometheus counts a counter reset): histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m]))) across nodes.",
+            d.sync_cumulative.as_ref(),
+        ),
+        (
+            "proxywatch_kube_proxy_network_programming_latency_seconds",
+            "kube-proxy network programming latency (kubeproxy_network_programming_duration_seconds) with kube-proxy's buckets, accumulated across the agent's reads since it started, like proxywatch_kube_proxy_sync_latency_seconds.",
+            d.network_programming_cumulative.as_ref(),
+        ),
+    ] {
+        if let Some(h) = h {
+            out.histogram(name, help, h);
         }
-        if let Some(q) = d.queued_unsynced_seconds {
-            one(
-                "proxywatch_kube_proxy_queued_unsynced_seconds",
-                "Seconds queued changes have waited for a sync; 0 when none waits.",
-                q,
-            );
-        }
-        if let Some(p) = &k.process {
-            one(
-                "proxywatch_kube_proxy_process_resident_memory_bytes",
-                "Resident memory of the kube-proxy process.",
-                p.resident_memory_bytes as f64,
-            );
-            out.seconds_counter(
-                "proxywatch_kube_proxy_process_cpu_seconds_total",
-                "User and system CPU time of the kube-proxy process.",
-            )
-            .inc_by(p.cpu_seconds_total);
-            one(
-                "proxywatch_kube_proxy_process_start_time_seconds",
-                "Start time of the kube-proxy process, Unix seconds.",
-                p.start_time_seconds,
-            );
-        }
-        kube_proxy_cgroup(out, k, &d);
-        one(
-            "proxywatch_kube_proxy_process_candidates",
-            "Processes that look like kube-proxy (name and argv[0]); more than 1 is ambiguous.",
-            k.process_candidates.len() as f64,
+    }
+    if let Some(age) = d.last_sync_age_seconds {
+        out.set_gauge(
+            "proxywatch_kube_proxy_last_sync_age_seconds",
+            "Seconds since kube-proxy's last successful sync.",
+            age,
         );
+    }
+    if let Some(q) = d.queued_unsynced_seconds {
+        out.set_gauge(
+            "proxywatch_kube_proxy_queued_unsynced_seconds",
+            "Seconds queued changes have waited for a sync; 0 when none waits.",
+            q,
+        );
+    }
+}
+
+/// kube-proxy's process: its memory, CPU and start time, its cgroup, the processes that look
+/// like it and its restarts.
+fn kube_proxy_process(
+    out: &Out,
+    k: &crate::probe::kube_proxy::KubeProxyFacts,
+    d: &crate::history::kube_proxy::KubeProxyDerived,
+) {
+    if let Some(p) = &k.process {
+        out.set_gauge(
+            "proxywatch_kube_proxy_process_resident_memory_bytes",
+            "Resident memory of the kube-proxy process.",
+            p.resident_memory_bytes as f64,
+        );
+        out.seconds_counter(
+            "proxywatch_kube_proxy_process_cpu_seconds_total",
+            "User and system CPU time of the kube-proxy process.",
+        )
+        .inc_by(p.cpu_seconds_total);
+        out.set_gauge(
+            "proxywatch_kube_proxy_process_start_time_seconds",
+            "Start time of the kube-proxy process, Unix seconds.",
+            p.start_time_seconds,
+        );
+    }
+    kube_proxy_cgroup(out, k, d);
+    out.set_gauge(
+        "proxywatch_kube_proxy_process_candidates",
+        "Processes that look like kube-proxy (name and argv[0]); more than 1 is ambiguous.",
+        k.process_candidates.len() as f64,
+    );
+    out.counter(
+        "proxywatch_kube_proxy_restarts_total",
+        "kube-proxy restarts seen since the agent started.",
+        &[],
+    )
+    .with_label_values(&[] as &[&str])
+    .inc_by(d.restarts);
+}
+
+/// What kube-proxy reports of its own syncs on its /metrics: the failed ones and the rules
+/// written per iptables table.
+fn kube_proxy_reports(out: &Out, m: &crate::probe::kube_proxy::metrics::KubeProxyMetrics) {
+    if let Some(total) = m.sync_failures_total.filter(|v| v.is_finite() && *v >= 0.0) {
         out.counter(
-            "proxywatch_kube_proxy_restarts_total",
-            "kube-proxy restarts seen since the agent started.",
+            "proxywatch_kube_proxy_sync_failures_total",
+            "Failed kube-proxy syncs since it started, as it reports them (iptables restores, partial restores and nftables transactions).",
             &[],
         )
         .with_label_values(&[] as &[&str])
-        .inc_by(d.restarts);
-        if let Some(m) = &k.metrics {
-            if let Some(total) = m.sync_failures_total.filter(|v| v.is_finite() && *v >= 0.0) {
-                out.counter(
-                    "proxywatch_kube_proxy_sync_failures_total",
-                    "Failed kube-proxy syncs since it started, as it reports them (iptables restores, partial restores and nftables transactions).",
-                    &[],
-                )
-                .with_label_values(&[] as &[&str])
-                .inc_by(total as u64);
-            }
-            if !m.iptables_rules.is_empty() {
-                let g = out.gauge(
-                    "proxywatch_kube_proxy_iptables_rules",
-                    "Rules kube-proxy reports it wrote per iptables table at its last sync (kubeproxy_sync_proxy_rules_iptables_total), beside the kernel's proxywatch_iptables_rules.",
-                    &["table"],
-                );
-                for (table, v) in &m.iptables_rules {
-                    g.with_label_values(&[table.as_str()]).set(*v);
-                }
-            }
+        .inc_by(total as u64);
+    }
+    if !m.iptables_rules.is_empty() {
+        let g = out.gauge(
+            "proxywatch_kube_proxy_iptables_rules",
+            "Rules kube-proxy reports it wrote per iptables table at its last sync (kubeproxy_sync_proxy_rules_iptables_total), beside the kernel's proxywatch_iptables_rules.",
+            &["table"],
+        );
+        for (table, v) in &m.iptables_rules {
+            g.with_label_values(&[table.as_str()]).set(*v);
         }
     }
 }
