@@ -355,6 +355,15 @@ pub struct Common {
     )]
     pub service_traffic_target: Vec<crate::probe::service_traffic::Named>,
 
+    /// A Service's ClusterIP for the service_traffic probe where kube-proxy's rules carry no Service names (IPVS), as namespace/name=IP; tried only where IPVS has a virtual server at it. Without one, default/kubernetes is taken from KUBERNETES_SERVICE_HOST and kube-system/kube-dns from the first nameserver of the agent's own /etc/resolv.conf (a pod's, with dnsPolicy ClusterFirstWithHostNet); repeatable.
+    #[arg(
+        long = "service-traffic.address",
+        env = "PROXYWATCH_SERVICE_TRAFFIC_ADDRESS",
+        value_delimiter = ',',
+        value_name = "NS/NAME=IP"
+    )]
+    pub service_traffic_address: Vec<crate::probe::service_traffic::Address>,
+
     /// The cluster's DNS domain: the service_traffic probe asks kube-dns for kubernetes.default.svc.<this>.
     #[arg(
         long = "service-traffic.cluster-domain",
@@ -529,6 +538,14 @@ impl Common {
                 crate::probe::service_traffic::MAX_TARGETS
             ));
         }
+        // The two built-in targets and the flags' own: one address each, at most.
+        if self.service_traffic_address.len() > crate::probe::service_traffic::MAX_TARGETS + 2 {
+            return Err(format!(
+                "--service-traffic.address: {} addresses given, at most {} (one per target)",
+                self.service_traffic_address.len(),
+                crate::probe::service_traffic::MAX_TARGETS + 2
+            ));
+        }
         if self.conntrack_time_to_full_critical > self.conntrack_time_to_full_warning {
             return Err(format!(
                 "--conntrack.time-to-full-critical ({:?}) must not exceed --conntrack.time-to-full-warning ({:?})",
@@ -582,6 +599,11 @@ impl Common {
     pub fn service_traffic(&self) -> crate::probe::service_traffic::Settings {
         crate::probe::service_traffic::Settings {
             targets: self.service_traffic_target.clone(),
+            addresses: crate::probe::service_traffic::Address::defaults(
+                &self.service_traffic_address,
+                std::env::var("KUBERNETES_SERVICE_HOST").ok().as_deref(),
+                std::fs::read_to_string("/etc/resolv.conf").ok().as_deref(),
+            ),
             cluster_domain: self.service_traffic_cluster_domain.clone(),
             try_timeout: self.service_traffic_try_timeout,
         }

@@ -47,7 +47,7 @@ trap 'echo "=== stage times: ${TIMES[*]:-none} (total $SECONDS s)"' EXIT
 
 PACKAGES=(iptables nftables conntrack ipvsadm iproute2 prometheus python3 procps chromium python3-yaml
     qemu-system-x86 busybox-static cpio kmod binutils xz-utils prometheus-alertmanager
-    podman runc debootstrap curl shellcheck)
+    podman runc debootstrap curl shellcheck socat)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -18,7 +18,7 @@
 # /var/cache/proxywatch-vm as root, else ~/.cache/proxywatch-vm): the uncompressed
 # vmlinux, the netfilter/IPVS modules with their depmod files, the kernel config.
 # The initramfs holds busybox-static, those modules, ipvsadm, ip, iptables (legacy
-# and nft), nft, conntrack, bash (its /dev/udp: a UDP client that keeps its source
+# and nft), nft, conntrack, socat, bash (its /dev/udp: a UDP client that keeps its source
 # port), the agent, and the shared libraries ldd lists for them.
 #
 # Environment: PROXYWATCH_VM_ACCEL=tcg|kvm (default: kvm only where /dev/kvm exists
@@ -28,7 +28,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-SCENARIOS=(ipvs ipvs-unloaded legacy-only ipvs-leftover ipvs-stale ipvs-lingering neighbour conntrack-full)
+SCENARIOS=(ipvs ipvs-unloaded legacy-only ipvs-leftover ipvs-stale ipvs-lingering ipvs-service-traffic neighbour
+    conntrack-full)
 
 die() {
     echo "vm.sh: $*" >&2
@@ -169,7 +170,7 @@ need() {
 build() {
     local bin=$1 out=$2 kdir rel root t real
     need qemu-system-x86_64 busybox cpio gzip xz depmod apt-get dpkg-deb ldd strip ipvsadm ip \
-        xtables-legacy-multi xtables-nft-multi nft conntrack
+        xtables-legacy-multi xtables-nft-multi nft conntrack socat
     [ -x "$bin" ] || die "no agent binary at $bin"
     kdir=$(ensure_kernel)
     rel=$(cat "$kdir/release")
@@ -182,7 +183,7 @@ build() {
     cp "$(command -v busybox)" "$root/bin/busybox"
     for t in sh cat echo printf sleep mount mkdir ls rm mv cp ln grep sed awk wc sort uniq \
         head tail tr sysctl insmod lsmod poweroff wget nc kill seq test date cmp uname \
-        env timeout touch true false dmesg sync stat chmod find xargs cut; do
+        env timeout touch true false dmesg sync stat chmod find xargs cut od dd; do
         ln -s busybox "$root/bin/$t"
     done
     # bash for one thing busybox lacks: a UDP socket held open (/dev/udp), so a
@@ -235,6 +236,12 @@ EOF
     # Kernel side: modules with depmod's files, modules.builtin, the config (HZ).
     cp -r "$kdir/root/lib/modules" "$root/lib/"
     cp "$kdir/config" "$root/boot/config-$rel"
+    # socat for the DNS servers behind a Service (UDP and TCP; busybox's nc has no UDP),
+    # each query answered by guest/dns-answer.
+    cp "$(command -v socat)" "$root/usr/bin/socat"
+    copy_libs "$root" "$root/usr/bin/socat"
+    cp "$HERE/guest/dns-answer" "$root/usr/lib/pw/dns-answer"
+    chmod 755 "$root/usr/lib/pw/dns-answer"
     cp "$HERE/guest/init" "$root/init"
     cp "$HERE/guest/scenarios.sh" "$root/scenarios.sh"
     chmod 755 "$root/init"

@@ -48,6 +48,7 @@ const TOOLS: &[&str] = &[
     "xtables-nft-multi",
     "nft",
     "conntrack",
+    "socat",
 ];
 
 fn vm_sh() -> PathBuf {
@@ -1822,4 +1823,122 @@ fn ipvs_real_server_drained_with_live_connections_is_reported_with_its_age_then_
     assert!(finding(&after, "ipvs_real_servers_lingering").is_none(), "{after:#}");
     let out = vm.ok("serve-output");
     assert!(!out.contains("panicked") && out.contains("exit 0"), "{out}");
+}
+
+/// `ipvsadm -Lnc`: (protocol, client, virtual, destination) per connection, lowercase protocol.
+fn ipvs_connections(text: &str) -> Vec<(String, String, String, String)> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            (t.len() == 6).then(|| (t[0].to_lowercase(), t[3].into(), t[4].into(), t[5].into()))
+        })
+        .collect()
+}
+
+/// Issue 37 in IPVS mode, whose rules name no Service: the agent finds the kubernetes-like
+/// and kube-dns-like Services as a pod is told of them (KUBERNETES_SERVICE_HOST, the first
+/// nameserver of its resolv.conf), tries each for real, and names the real server each try
+/// reached, equal to conntrack's reply source for the try's own tuple and to IPVS's
+/// connection for it. Told nothing, it tries nothing.
+#[test]
+fn ipvs_service_tries_find_their_services_by_address_and_name_the_real_server_reached() {
+    let Some(vm) = Vm::boot("ipvs-service-traffic") else {
+        return;
+    };
+    vm.ok("setup");
+    // The DNS servers answer through IPVS: the lab works without the agent.
+    assert!(
+        vm.ok("nslookup").contains("Address: 10.96.0.1"),
+        "{}",
+        vm.block("nslookup")
+    );
+    let want_rs = |port: u16| ["127.0.0.2", "127.0.0.3"].map(|a| format!("{a}:{port}"));
+    let mut reached = BTreeSet::new();
+    for round in ["first", "second"] {
+        let doc = vm.report(&format!("{round}.json"));
+        let st = &doc["facts"]["service_traffic"];
+        assert_eq!(st["source"], "ipvs", "{st:#}");
+        let cts = read_conntrack(vm.ok(&format!("{round}.conntrack")));
+        let conns = ipvs_connections(vm.ok(&format!("{round}.ipvsadm-Lnc")));
+        let tries = st["tries"].as_array().unwrap();
+        let targets: Vec<&str> = tries.iter().map(|t| t["target"].as_str().unwrap()).collect();
+        assert_eq!(
+            targets,
+            [
+                "default/kubernetes:443/tcp",
+                "kube-system/kube-dns:53/udp",
+                "kube-system/kube-dns:53/tcp"
+            ],
+            "{st:#}"
+        );
+        for (t, (vip, port, rs_port)) in tries.iter().zip([
+            ("127.0.10.1", 443, 6443),
+            ("127.0.10.10", 53, 53),
+            ("127.0.10.10", 53, 53),
+        ]) {
+            let proto = if t["target"].as_str().unwrap().ends_with("/udp") {
+                "udp"
+            } else {
+                "tcp"
+            };
+            assert_eq!(t["result"], "ok", "{t:#}");
+            assert_eq!(t["service"], format!("{vip}:{port}/{proto}"), "{t:#}");
+            assert_eq!(t["path"], "current", "{t:#}");
+            let mut eps: Vec<String> = t["rule_endpoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e.as_str().unwrap().to_string())
+                .collect();
+            eps.sort();
+            assert_eq!(eps, want_rs(rs_port), "{t:#}");
+            let source = t["source"].as_str().unwrap();
+            let sport: u16 = source.rsplit_once(':').unwrap().1.parse().unwrap();
+            let ct: Vec<&Ct> = cts
+                .iter()
+                .filter(|c| c.proto == proto && c.sport == sport && c.dst == vip && c.dport == port)
+                .collect();
+            assert_eq!(
+                ct.len(),
+                1,
+                "the try's own conntrack entry: {t:#}\n{}",
+                vm.block(&format!("{round}.conntrack"))
+            );
+            let endpoint = format!("{}:{}", ct[0].reply_src, ct[0].reply_sport);
+            assert_eq!(t["endpoint"], endpoint, "{t:#}");
+            let conn: Vec<_> = conns
+                .iter()
+                .filter(|c| c.0 == proto && c.1 == source && c.2 == format!("{vip}:{port}"))
+                .collect();
+            assert_eq!(conn.len(), 1, "IPVS's connection for the try: {conns:?}");
+            assert_eq!(conn[0].3, endpoint, "IPVS and conntrack agree");
+            reached.insert(endpoint);
+        }
+        // Not judged unhealthy: every try went through.
+        for id in ["service_traffic_failing", "service_traffic_rejected"] {
+            assert!(finding(&doc, id).is_none(), "{id}: {doc:#}");
+        }
+    }
+    // rr over two rounds: both real servers of some Service were reached.
+    assert!(reached.len() >= 2, "{reached:?}");
+    // No addresses: every target not_in_rules, and no flow from the agent to a service.
+    let doc = vm.report("unnamed.json");
+    for t in doc["facts"]["service_traffic"]["tries"].as_array().unwrap() {
+        assert_eq!(t["result"], "not_in_rules", "{t:#}");
+        assert!(t.get("source").is_none(), "{t:#}");
+    }
+    let before: BTreeSet<u16> = read_conntrack(vm.ok("second.conntrack"))
+        .iter()
+        .map(|c| c.sport)
+        .collect();
+    let new: Vec<Ct> = read_conntrack(vm.ok("unnamed.conntrack"))
+        .into_iter()
+        .filter(|c| !before.contains(&c.sport) && c.dst.starts_with("127.0.10."))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "a flow to a service after the unnamed check: {} entries",
+        new.len()
+    );
 }

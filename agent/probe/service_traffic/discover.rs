@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::super::service_endpoints::iptables::{IptEndpoints, LegacySaves};
 use super::super::service_endpoints::names::{iptables_entry, link_of_chain, name_of_chain, NamedPort};
 use super::super::service_endpoints::nftables::{self, NftEndpoints};
-use super::super::service_endpoints::ServiceTable;
+use super::super::service_endpoints::{ServicePort, ServiceTable};
 use crate::host::Host;
 use crate::netlink::nft::{Chain, Element, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Tally};
@@ -207,12 +207,157 @@ pub(super) fn with_legacy(found: Arc<Found>, legacy: &LegacySaves) -> Arc<Found>
     Arc::new(f)
 }
 
+/// IPVS's part, for names the rules did not give (kube-proxy's IPVS mode names no Service):
+/// each virtual server at a given address ([`super::Address`]) is that Service's port, its
+/// real servers above weight 0 its endpoints (one at weight 0 is draining: IPVS sends it no
+/// new connection). A name the nf_tables or legacy rules gave is left as they give it (a
+/// rollback's leftover IPVS table must not replace the rules in force). Read from
+/// `/proc/net/ip_vs` each run (ipvsadm would load `ip_vs`; the file is there only when it is
+/// loaded): a few lines per virtual server.
+pub(super) fn with_ipvs(
+    found: Arc<Found>,
+    host: &Host,
+    addresses: &[super::Address],
+) -> Result<Arc<Found>, super::ProbeError> {
+    const PROC_IP_VS: &str = "/proc/net/ip_vs";
+    let open: Vec<&super::Address> = addresses
+        .iter()
+        .filter(|a| !found.named.iter().any(|(n, _, _)| *n == a.service))
+        .collect();
+    if open.is_empty() {
+        return Ok(found);
+    }
+    let Some(text) = host.read_optional(PROC_IP_VS)? else {
+        return Ok(found);
+    };
+    let table = crate::probe::ipvs::proc::parse_proc_ip_vs(&host.path(PROC_IP_VS).display().to_string(), &text)?;
+    let mut f = Found {
+        sources: found.sources.clone(),
+        named: found.named.clone(),
+        table: found.table.clone(),
+    };
+    let mut any = false;
+    for vs in table.iter().filter(|v| v.fwmark.is_none()) {
+        let (Ok(address), Some(protocol)) = (vs.address.parse::<std::net::IpAddr>(), ip_protocol(&vs.protocol)) else {
+            continue;
+        };
+        let svc = ServicePort {
+            address,
+            port: vs.port,
+            protocol,
+        };
+        for a in open.iter().filter(|a| a.ip == address) {
+            f.named.push((a.service.clone(), svc, "ipvs".into()));
+            let eps = vs
+                .real_servers
+                .iter()
+                .filter(|r| r.weight > 0)
+                .filter_map(|r| Some((r.address.parse().ok()?, Some(r.port))))
+                .collect();
+            f.table.services.insert(svc, eps);
+            any = true;
+        }
+    }
+    if !any {
+        return Ok(found);
+    }
+    f.sources.push("ipvs");
+    f.named.sort();
+    f.named.dedup();
+    Ok(Arc::new(f))
+}
+
+/// IPVS's protocol name as its IP protocol number.
+fn ip_protocol(name: &str) -> Option<u8> {
+    match name {
+        "TCP" => Some(6),
+        "UDP" => Some(17),
+        "SCTP" => Some(132),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::service_endpoints::names::name_of_comment;
     use super::super::super::service_endpoints::ServicePort;
     use super::*;
     use crate::netlink::nft_expr::RuleFacts;
+
+    fn address(service: &str, ip: &str) -> super::super::Address {
+        format!("{service}={ip}").parse().unwrap()
+    }
+
+    #[test]
+    fn ipvs_virtual_servers_at_the_given_addresses_are_those_services_ports() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("proc/net")).unwrap();
+        // /proc/net/ip_vs as the kernel prints it (hex): 10.96.0.1:443 TCP to two real
+        // servers, one drained (weight 0); 10.96.0.10:53 UDP and TCP; 10.96.5.5:80.
+        std::fs::write(
+            root.path().join("proc/net/ip_vs"),
+            "IP Virtual Server version 1.2.1 (size=4096)\n\
+             Prot LocalAddress:Port Scheduler Flags\n\
+             \x20 -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n\
+             TCP  0A600001:01BB rr\n\
+             \x20 -> AC120002:192B      Masq    1      0          0\n\
+             \x20 -> AC120003:192B      Masq    0      4          0\n\
+             UDP  0A60000A:0035 rr\n\
+             \x20 -> 0AF40002:0035      Masq    1      0          0\n\
+             TCP  0A60000A:0035 rr\n\
+             \x20 -> 0AF40002:0035      Masq    1      0          0\n\
+             TCP  0A600505:0050 rr\n\
+             \x20 -> 0AF40505:1F90      Masq    1      0          0\n",
+        )
+        .unwrap();
+        let host = Host::new(root.path());
+        let given = [
+            address("default/kubernetes", "10.96.0.1"),
+            address("kube-system/kube-dns", "10.96.0.10"),
+        ];
+        let f = with_ipvs(Arc::new(Found::default()), &host, &given).unwrap();
+        assert_eq!(f.sources, ["ipvs"]);
+        let named: Vec<(&str, String)> = f
+            .named
+            .iter()
+            .map(|(n, p, _)| (n.as_str(), crate::probe::service_endpoints::service_label(p)))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("default/kubernetes", "10.96.0.1:443/tcp".to_string()),
+                ("kube-system/kube-dns", "10.96.0.10:53/tcp".to_string()),
+                ("kube-system/kube-dns", "10.96.0.10:53/udp".to_string()),
+            ]
+        );
+        let api = f.named[0].1;
+        // The drained real server is no endpoint of the path.
+        assert_eq!(f.table.services[&api], [("172.18.0.2".parse().unwrap(), Some(6443))]);
+        assert_eq!(f.table.is_current(&api, "172.18.0.3".parse().unwrap()), Some(false));
+        // A name the rules gave stays theirs; nothing at the address: nothing added.
+        let ruled = Found {
+            sources: vec!["iptables-nft"],
+            named: vec![("default/kubernetes".into(), api, "L".into())],
+            table: ServiceTable::default(),
+        };
+        let f = with_ipvs(Arc::new(ruled), &host, &given[..1]).unwrap();
+        assert_eq!((f.sources.clone(), f.named.len()), (vec!["iptables-nft"], 1));
+        let f = with_ipvs(
+            Arc::new(Found::default()),
+            &host,
+            &[address("default/kubernetes", "10.1.1.1")],
+        )
+        .unwrap();
+        assert!(f.sources.is_empty() && f.named.is_empty());
+        // No IPVS: nothing read, nothing added; a garbled table is an error, said.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(with_ipvs(Arc::new(Found::default()), &Host::new(empty.path()), &given)
+            .unwrap()
+            .named
+            .is_empty());
+        std::fs::write(root.path().join("proc/net/ip_vs"), "garbage\n").unwrap();
+        assert!(with_ipvs(Arc::new(Found::default()), &host, &given).is_err());
+    }
 
     #[test]
     fn names_in_kube_proxys_rules() {

@@ -15,8 +15,11 @@
 //!    the ruleset generation moved ([`TrafficMemory`]). iptables-legacy
 //!    rules are not in nf_tables: their ports come from the same comments in
 //!    the iptables probe's latest `iptables-legacy-save` (its reading, which the
-//!    scheduler hands this probe: the probe table's `reads`). IPVS carries no Service names, so its Services are not
-//!    found (`not_in_rules`);
+//!    scheduler hands this probe: the probe table's `reads`). IPVS carries no Service names: a
+//!    name none of those rules gave is looked up by its ClusterIP among the virtual servers of
+//!    `/proc/net/ip_vs` ([`Address`]: `--service-traffic.address`, else what the agent's own
+//!    pod was told of the API server and the cluster DNS), its real servers above weight 0
+//!    its endpoints; a name found nowhere is `not_in_rules`, not tried;
 //! 2. one try per target, all at once, each under `--service-traffic.try-timeout`:
 //!    a TCP connect (its connect time), or a DNS query for
 //!    `kubernetes.default.svc.<--service-traffic.cluster-domain>` over UDP
@@ -87,10 +90,90 @@ impl std::str::FromStr for Named {
     }
 }
 
+/// A Service's ClusterIP given to the probe, for rules that carry no Service names (IPVS):
+/// `--service-traffic.address ns/name=IP`, or what the agent's own pod was told
+/// ([`Address::defaults`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Address {
+    /// `namespace/name`.
+    pub service: String,
+    pub ip: std::net::IpAddr,
+    /// Where it came from: `--service-traffic.address`, `KUBERNETES_SERVICE_HOST`, `/etc/resolv.conf`.
+    pub origin: &'static str,
+}
+
+impl std::str::FromStr for Address {
+    type Err = String;
+
+    /// `ns/name=IP`.
+    fn from_str(s: &str) -> Result<Address, String> {
+        let bad = || {
+            format!(
+                "{s:?}: expected namespace/name=IP (a Service and its ClusterIP), e.g. kube-system/kube-dns=10.96.0.10"
+            )
+        };
+        let (service, ip) = s.split_once('=').ok_or_else(bad)?;
+        let (ns, name) = service.split_once('/').ok_or_else(bad)?;
+        let ok = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        if !ok(ns) || !ok(name) {
+            return Err(bad());
+        }
+        Ok(Address {
+            service: service.to_string(),
+            ip: ip.trim().parse().map_err(|_| bad())?,
+            origin: "--service-traffic.address",
+        })
+    }
+}
+
+impl Address {
+    /// The given addresses, then what the agent's own pod was told of the two built-in
+    /// targets where none was given: the kubelet sets `KUBERNETES_SERVICE_HOST` (the
+    /// `default/kubernetes` ClusterIP) in every container, and with the DaemonSet's
+    /// `dnsPolicy: ClusterFirstWithHostNet` its `/etc/resolv.conf` names the cluster DNS
+    /// Service's ClusterIP first. `env` and `resolv_conf` are the agent's own (not the node's).
+    pub fn defaults(given: &[Address], env: Option<&str>, resolv_conf: Option<&str>) -> Vec<Address> {
+        let mut out = given.to_vec();
+        let missing = |out: &[Address], name: &str| !out.iter().any(|a| a.service == name);
+        if let Some(ip) = env.and_then(|v| v.trim().parse().ok()) {
+            if missing(&out, API_SERVER) {
+                out.push(Address {
+                    service: API_SERVER.into(),
+                    ip,
+                    origin: "KUBERNETES_SERVICE_HOST",
+                });
+            }
+        }
+        if let Some(ip) = resolv_conf.and_then(first_nameserver) {
+            if missing(&out, DNS) {
+                out.push(Address {
+                    service: DNS.into(),
+                    ip,
+                    origin: "/etc/resolv.conf",
+                });
+            }
+        }
+        out
+    }
+}
+
+/// The first `nameserver` of a resolv.conf (resolv.conf(5)), when it is an address.
+pub fn first_nameserver(text: &str) -> Option<std::net::IpAddr> {
+    text.lines().find_map(|l| {
+        let mut t = l.split_whitespace();
+        (t.next() == Some("nameserver"))
+            .then(|| t.next()?.parse().ok())
+            .flatten()
+    })
+}
+
 /// What the probe tries, from the flags.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub targets: Vec<Named>,
+    /// The ClusterIPs of Services the rules do not name (IPVS), by name; read where a name
+    /// was not found in kube-proxy's nf_tables or legacy rules.
+    pub addresses: Vec<Address>,
     /// The cluster's DNS domain (`cluster.local`).
     pub cluster_domain: String,
     /// The deadline of each try.
@@ -101,6 +184,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             targets: Vec::new(),
+            addresses: Vec::new(),
             cluster_domain: "cluster.local".into(),
             try_timeout: Duration::from_secs(1),
         }
@@ -179,7 +263,8 @@ impl Try {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServiceTrafficFacts {
-    /// Where the targets were found: `iptables-nft`, `nftables` (joined with `+`), or `none`.
+    /// Where the targets were found: `iptables-nft`, `nftables`, `iptables-legacy`, `ipvs`
+    /// (joined with `+`), or `none`.
     pub source: String,
     /// The ruleset generation the targets were read at.
     pub generation: u32,
@@ -333,14 +418,16 @@ pub async fn probe(
         Some(Ok(f)) => f.legacy.clone(),
         _ => Default::default(),
     };
+    let addresses = settings.addresses.clone();
     let (generation, found, conntrack) = super::blocking(super::ProbeName::ServiceTraffic, move || {
         let conntrack = !super::modules::tool_would_load(&host, "nf_conntrack_netlink");
-        if super::modules::tool_would_load(&host, "nf_tables") {
-            let legacy = discover::with_legacy(Arc::new(Found::default()), &legacy);
-            return Ok((0, legacy, conntrack));
-        }
-        let (g, f) = discover::find(&host, &memory.service_traffic, &wanted, at).map_err(nl)?;
-        Ok((g, discover::with_legacy(f, &legacy), conntrack))
+        let (g, f) = if super::modules::tool_would_load(&host, "nf_tables") {
+            (0, Arc::new(Found::default()))
+        } else {
+            discover::find(&host, &memory.service_traffic, &wanted, at).map_err(nl)?
+        };
+        let f = discover::with_legacy(f, &legacy);
+        Ok((g, discover::with_ipvs(f, &host, &addresses)?, conntrack))
     })
     .await?;
     let plans = plans(&found, &settings);
@@ -473,6 +560,44 @@ mod tests {
         ] {
             assert!(bad.parse::<Named>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn address_flags_and_what_the_pod_was_told() {
+        let dns: Address = "kube-system/kube-dns=10.96.0.10".parse().unwrap();
+        assert_eq!(
+            (dns.service.as_str(), dns.ip.to_string()),
+            ("kube-system/kube-dns", "10.96.0.10".into())
+        );
+        assert_eq!(dns.origin, "--service-traffic.address");
+        assert_eq!(
+            "default/kubernetes=fd00::1".parse::<Address>().unwrap().ip.to_string(),
+            "fd00::1"
+        );
+        for bad in ["kube-dns=10.96.0.10", "a/b=", "a/b=10.96.0", "a/b:53", "/b=1.2.3.4"] {
+            assert!(bad.parse::<Address>().is_err(), "{bad}");
+        }
+        let resolv = "# Generated by the kubelet\nsearch default.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\nnameserver 8.8.8.8\noptions ndots:5\n";
+        assert_eq!(first_nameserver(resolv), "10.96.0.10".parse().ok());
+        assert_eq!(first_nameserver("nameserver not-an-ip\n"), None);
+        // Nothing given: both from the pod.
+        let got = Address::defaults(&[], Some("10.96.0.1"), Some(resolv));
+        let seen: Vec<(&str, String, &str)> = got
+            .iter()
+            .map(|a| (a.service.as_str(), a.ip.to_string(), a.origin))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (API_SERVER, "10.96.0.1".into(), "KUBERNETES_SERVICE_HOST"),
+                (DNS, "10.96.0.10".into(), "/etc/resolv.conf"),
+            ]
+        );
+        // A flag wins over the pod's; no environment, no file: only the flags.
+        let flag: Address = "kube-system/kube-dns=10.0.0.10".parse().unwrap();
+        let got = Address::defaults(std::slice::from_ref(&flag), None, Some(resolv));
+        assert_eq!(got, std::slice::from_ref(&flag));
+        assert_eq!(Address::defaults(&[], Some("not-an-ip"), None), []);
     }
 
     fn svc(a: &str, port: u16, protocol: u8) -> ServicePort {

@@ -810,3 +810,57 @@ scenario_ipvs_lingering() {
     echo "exit $?" >>/tmp/serve.out
     block serve-output cat /tmp/serve.out
 }
+
+# Service traffic tried in IPVS mode (issue 37), whose rules name no Service: a
+# kubernetes-like TCP Service 127.0.10.1:443 and a kube-dns-like one 127.0.10.10:53 (UDP
+# and TCP), each with two real servers on 127.0.0.2 and 127.0.0.3 (busybox nc on 6443, a
+# DNS server per address and protocol: socat and dns-answer). The agent finds them as
+# a pod does: KUBERNETES_SERVICE_HOST in its environment, kube-dns first in its
+# /etc/resolv.conf (dnsPolicy ClusterFirstWithHostNet). kube-proxy's nat rules are there
+# as on an IPVS node: without a conntrack user the kernel tracks no flow (no entry to
+# read the endpoint from).
+traffic_setup() {
+    local _a
+    load ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack_netlink iptable_nat xt_mark xt_MASQUERADE xt_comment ||
+        return 1
+    node_settings
+    ipvs_settings
+    /usr/sbin/ip link set lo up
+    kube_proxy_nat_rules || return 1
+    $IPVSADM -A -t 127.0.10.1:443 -s rr
+    $IPVSADM -A -u 127.0.10.10:53 -s rr
+    $IPVSADM -A -t 127.0.10.10:53 -s rr
+    for _a in 127.0.0.2 127.0.0.3; do
+        $IPVSADM -a -t 127.0.10.1:443 -r "$_a:6443" -m -w 1
+        $IPVSADM -a -u 127.0.10.10:53 -r "$_a:53" -m -w 1
+        $IPVSADM -a -t 127.0.10.10:53 -r "$_a:53" -m -w 1
+        socat UDP4-RECVFROM:53,bind="$_a",fork EXEC:/usr/lib/pw/dns-answer >/dev/null 2>&1 &
+        socat TCP4-LISTEN:53,bind="$_a",fork,reuseaddr "EXEC:/usr/lib/pw/dns-answer tcp" >/dev/null 2>&1 &
+    done
+    nc -ll -p 6443 -e /bin/cat >/dev/null 2>&1 &
+    printf 'search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 127.0.10.10\noptions ndots:5\n' >/etc/resolv.conf
+    sleep 0.5
+    $IPVSADM -Ln
+}
+
+# traffic_check NAME: one `check --try-services`, the agent told what a pod is told,
+# between two readings of conntrack and IPVS's connections.
+traffic_check() {
+    block "$1.ipvsadm-Lnc.before" "$IPVSADM" -Lnc
+    block "$1.json" env -i PATH="$AGENT_PATH" KUBERNETES_SERVICE_HOST=127.0.10.1 KUBERNETES_SERVICE_PORT=443 \
+        /usr/bin/proxywatch check --format json --node-name vm $NO_KUBE_PROXY --kube-proxy.mode ipvs --try-services
+    block "$1.conntrack" "$CONNTRACK" -L -o extended
+    block "$1.ipvsadm-Lnc" "$IPVSADM" -Lnc
+}
+
+scenario_ipvs_service_traffic() {
+    block setup traffic_setup
+    # A client's own query first: the servers answer through IPVS.
+    block nslookup nslookup -type=a kubernetes.default.svc.cluster.local 127.0.10.10
+    traffic_check first
+    traffic_check second
+    # Without the addresses (no environment, the resolver not a virtual server): nothing tried.
+    printf 'nameserver 127.0.0.53\n' >/etc/resolv.conf
+    block unnamed.json agent check --format json --node-name vm $NO_KUBE_PROXY --kube-proxy.mode ipvs --try-services
+    block unnamed.conntrack "$CONNTRACK" -L -o extended
+}
