@@ -62,7 +62,7 @@ kernel_package() {
 # The newest cached kernel, if any.
 cached_kernel() {
     local dir
-    dir=$(find "$(cache_dir)" -mindepth 1 -maxdepth 1 -type d -name 'linux-image-*' ! -name '*.tmp' 2>/dev/null | sort -V | tail -1)
+    dir=$(find "$(cache_dir)" -mindepth 1 -maxdepth 1 -type d -name 'linux-image-*-2' 2>/dev/null | sort -V | tail -1)
     [ -n "$dir" ] && [ -f "$dir/ready" ] && echo "$dir"
 }
 
@@ -79,7 +79,8 @@ ensure_kernel() {
         ver=""
         [ -n "$pkg" ] && ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/ {print $2; exit}')
         if [ -n "$ver" ]; then
-            dir="$cache/${pkg}_${ver}"
+            # -2: the layout with net/sched's netem (an older cache lacks it: fetched anew).
+            dir="$cache/${pkg}_${ver}-2"
             if [ -f "$dir/ready" ] || fetch_kernel "$pkg" "$ver" "$dir"; then
                 echo "$dir"
                 return
@@ -116,7 +117,7 @@ fetch_kernel() {
         './lib/modules/*/modules.builtin' './lib/modules/*/modules.builtin.modinfo' './lib/modules/*/modules.order' \
         './lib/modules/*/kernel/net/netfilter/*' \
         './lib/modules/*/kernel/net/ipv4/netfilter/*' './lib/modules/*/kernel/net/ipv6/netfilter/*' \
-        './lib/modules/*/kernel/drivers/net/dummy.ko' \
+        './lib/modules/*/kernel/drivers/net/dummy.ko' './lib/modules/*/kernel/net/sched/sch_netem.ko' \
         './lib/modules/*/kernel/lib/libcrc32c.ko' './lib/modules/*/kernel/crypto/crc32c_generic.ko' ||
         die "unpacking $deb failed"
     rm -f "$deb"
@@ -170,7 +171,7 @@ need() {
 build() {
     local bin=$1 out=$2 kdir rel root t real
     need qemu-system-x86_64 busybox cpio gzip xz depmod apt-get dpkg-deb ldd strip ipvsadm ip \
-        xtables-legacy-multi xtables-nft-multi nft conntrack socat
+        xtables-legacy-multi xtables-nft-multi nft conntrack socat tc
     [ -x "$bin" ] || die "no agent binary at $bin"
     kdir=$(ensure_kernel)
     rel=$(cat "$kdir/release")
@@ -241,6 +242,9 @@ EOF
     cp "$(command -v socat)" "$root/usr/bin/socat"
     copy_libs "$root" "$root/usr/bin/socat"
     cp "$HERE/guest/dns-answer" "$root/usr/lib/pw/dns-answer"
+    # tc, for netem's delay on a link (the agent never runs it).
+    cp "$(command -v tc)" "$root/usr/sbin/tc"
+    copy_libs "$root" "$root/usr/sbin/tc"
     chmod 755 "$root/usr/lib/pw/dns-answer"
     cp "$HERE/guest/init" "$root/init"
     cp "$HERE/guest/scenarios.sh" "$root/scenarios.sh"

@@ -1855,7 +1855,10 @@ fn ipvs_service_tries_find_their_services_by_address_and_name_the_real_server_re
     );
     let want_rs = |port: u16| ["127.0.0.2", "127.0.0.3"].map(|a| format!("{a}:{port}"));
     let mut reached = BTreeSet::new();
-    for round in ["first", "second"] {
+    // first and second as they are; slow with 150 ms of netem delay on lo (each packet of
+    // a try crosses it: the SYN and its answer, the query and its answer); fast without.
+    for round in ["first", "second", "slow", "fast"] {
+        vm.ok(&format!("{round}.save"));
         let doc = vm.report(&format!("{round}.json"));
         let st = &doc["facts"]["service_traffic"];
         assert_eq!(st["source"], "ipvs", "{st:#}");
@@ -1913,12 +1916,48 @@ fn ipvs_service_tries_find_their_services_by_address_and_name_the_real_server_re
                 .collect();
             assert_eq!(conn.len(), 1, "IPVS's connection for the try: {conns:?}");
             assert_eq!(conn[0].3, endpoint, "IPVS and conntrack agree");
+            if round == "slow" {
+                let secs = t["seconds"].as_f64().unwrap();
+                assert!(secs >= 0.3, "two crossings of a 150 ms delay: {secs} s: {t:#}");
+            }
             reached.insert(endpoint);
         }
         // Not judged unhealthy: every try went through.
         for id in ["service_traffic_failing", "service_traffic_rejected"] {
             assert!(finding(&doc, id).is_none(), "{id}: {doc:#}");
         }
+        let slow = finding(&doc, "service_connect_slow");
+        if round == "slow" {
+            let f = slow.unwrap_or_else(|| panic!("{:#}", doc["findings"]));
+            assert_eq!(f["severity"], "warning", "{f:#}");
+            for t in tries {
+                let named = format!(
+                    "{} ({}): ",
+                    t["target"].as_str().unwrap(),
+                    t["service"].as_str().unwrap()
+                );
+                let reached = format!("reached {}", t["endpoint"].as_str().unwrap());
+                let summary = f["summary"].as_str().unwrap();
+                let at = summary.find(&named).unwrap_or_else(|| panic!("{named} in {f:#}"));
+                assert!(summary[at..].contains(&reached), "{reached} in {f:#}");
+            }
+        } else {
+            assert!(slow.is_none(), "{round}: {:#}", doc["findings"]);
+        }
+    }
+    // The runbook's verification: compare of the baselines before and after the delay.
+    assert_eq!(vm.rc("compare"), 1, "{}", vm.block("compare"));
+    let text = vm.block("compare");
+    assert!(text.starts_with("proxywatch compare: WORSE"), "{text}");
+    for target in [
+        "default/kubernetes:443/tcp",
+        "kube-system/kube-dns:53/udp",
+        "kube-system/kube-dns:53/tcp",
+    ] {
+        assert!(
+            text.contains(&format!("worse: {target} connects slower")),
+            "{target}: {text}"
+        );
     }
     // rr over two rounds: both real servers of some Service were reached.
     assert!(reached.len() >= 2, "{reached:?}");
@@ -1928,7 +1967,7 @@ fn ipvs_service_tries_find_their_services_by_address_and_name_the_real_server_re
         assert_eq!(t["result"], "not_in_rules", "{t:#}");
         assert!(t.get("source").is_none(), "{t:#}");
     }
-    let before: BTreeSet<u16> = read_conntrack(vm.ok("second.conntrack"))
+    let before: BTreeSet<u16> = read_conntrack(vm.ok("fast.conntrack"))
         .iter()
         .map(|c| c.sport)
         .collect();

@@ -843,12 +843,16 @@ traffic_setup() {
     $IPVSADM -Ln
 }
 
-# traffic_check NAME: one `check --try-services`, the agent told what a pod is told,
-# between two readings of conntrack and IPVS's connections.
+# traffic_check NAME: one `baseline save --try-services` (a `check --format json` to a
+# file), the agent told what a pod is told, between two readings of conntrack and IPVS's
+# connections; the file is the block NAME.json. Slow is 200 ms, not 100: under emulation
+# the DNS server's fork and exec alone take up to about 120 ms.
 traffic_check() {
     block "$1.ipvsadm-Lnc.before" "$IPVSADM" -Lnc
-    block "$1.json" env -i PATH="$AGENT_PATH" KUBERNETES_SERVICE_HOST=127.0.10.1 KUBERNETES_SERVICE_PORT=443 \
-        /usr/bin/proxywatch check --format json --node-name vm $NO_KUBE_PROXY --kube-proxy.mode ipvs --try-services
+    block "$1.save" env -i PATH="$AGENT_PATH" KUBERNETES_SERVICE_HOST=127.0.10.1 KUBERNETES_SERVICE_PORT=443 \
+        /usr/bin/proxywatch baseline save "/tmp/$1.json" --node-name vm $NO_KUBE_PROXY --kube-proxy.mode ipvs \
+        --try-services --service-traffic.slow 200ms
+    block "$1.json" cat "/tmp/$1.json"
     block "$1.conntrack" "$CONNTRACK" -L -o extended
     block "$1.ipvsadm-Lnc" "$IPVSADM" -Lnc
 }
@@ -859,6 +863,14 @@ scenario_ipvs_service_traffic() {
     block nslookup nslookup -type=a kubernetes.default.svc.cluster.local 127.0.10.10
     traffic_check first
     traffic_check second
+    # 150 ms of delay on the link the tries and their answers take (netem on lo): slow;
+    # `compare` of the baselines says worse; the delay removed: fast again.
+    block netem load sch_netem
+    block delay /usr/sbin/tc qdisc add dev lo root netem delay 150ms
+    traffic_check slow
+    block compare agent compare /tmp/second.json /tmp/slow.json
+    block undelay /usr/sbin/tc qdisc del dev lo root
+    traffic_check fast
     # Without the addresses (no environment, the resolver not a virtual server): nothing tried.
     printf 'nameserver 127.0.0.53\n' >/etc/resolv.conf
     block unnamed.json agent check --format json --node-name vm $NO_KUBE_PROXY --kube-proxy.mode ipvs --try-services
