@@ -41,6 +41,9 @@ seed sysctl_value $F/samples/proc-sys-net-netfilter/debian12-kernel6.18-rootns/*
     $F/nodes/healthy-iptables/proc/sys/**/*
 literal sysctl_value "1" "-1" "0\n" "262144\n" " 7 \n"
 literal proc_locks "4: FLOCK  ADVISORY  WRITE 27474 fe:00:10059897 0 EOF\n4: -> FLOCK  ADVISORY  WRITE 27483 fe:00:10059897 0 EOF\n" "9: OFDLCK ADVISORY  READ  -1 00:06:9 0 EOF\n"
+# The campaign's find (2026-12-02): a second counter prefix after the first. The probe hands
+# LegacySnatText the raw line (counter included); the target used to hand it LegacyLines' rest.
+literal iptables_legacy_c "*nat\n[2:120]  [0:0] -A POSTROUTING -s fd00::/8 -j MASQUERADE\nCOMMIT\n"
 literal proc_net_route "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\neth0\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
 literal proc_net_netstat "TcpExt: SyncookiesSent IPReversePathFilter\nTcpExt: 0 417\nIpExt: InNoRoutes\nIpExt: 2\n"
 seed node_cpu_list $F/nodes/*/sys/devices/system/cpu/online

@@ -2,9 +2,10 @@
 //! iptables probe runs each legacy save (probe/iptables/node.rs
 //! `legacy_save_and_services`): every line to `rule_counters::LegacyLines`
 //! (the reject/drop counters, the old nat `KUBE-MARK-DROP` drop of
-//! `rule_counters::nat`, `--nfacct-name`), what it leaves of the line to
+//! `rule_counters::nat`, `--nfacct-name`), the whole line, counter included, to
 //! `snat::LegacySnatText` (MASQUERADE/SNAT of nat POSTROUTING and the chains
-//! it reaches) and to `service_endpoints::iptables::SaveText`. Split on `\n`,
+//! it reaches, with their packet counters), and what LegacyLines leaves of the
+//! line to `service_endpoints::iptables::SaveText`. Split on `\n`,
 //! lossily decoded, as the exec runner hands lines over; the family from the
 //! first byte.
 //!
@@ -41,8 +42,12 @@ fuzz_target!(|data: &[u8]| {
         assert!(raw.ends_with(rest), "the line without its counters is its tail");
         let after = counted.counters.rules.len() as u64 + counted.counters.undecoded;
         assert!(after - before <= 1, "one line, one rule at most");
-        appended += usize::from(rest.trim().starts_with("-A "));
-        snat_text.feed_line(rest);
+        // A rule line as LegacySnatText reads it: trimmed, without its `[p:b] ` prefix.
+        let t = raw.trim();
+        let rule = t.strip_prefix('[').and_then(|r| r.split_once("] ")).map_or(t, |(_, r)| r);
+        appended += usize::from(rule.starts_with("-A "));
+        // As the probe feeds it: the raw line, before the counters are taken off it.
+        snat_text.feed_line(&raw);
         if decoding && text.feed_line(rest).is_err() {
             decoding = false;
         }
@@ -77,7 +82,7 @@ fuzz_target!(|data: &[u8]| {
         for r in &rules {
             assert_eq!((r.family, r.table.as_str()), (family, "nat"));
             assert!(matches!(r.action.kind, "MASQUERADE" | "SNAT"));
-            assert!(r.position >= 1 && r.action.packets.is_none());
+            assert!(r.position >= 1);
             assert_eq!(
                 r.action.ports.is_some(),
                 r.action.flags & NF_NAT_RANGE_PROTO_SPECIFIED != 0

@@ -29,7 +29,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SCENARIOS=(ipvs ipvs-unloaded legacy-only ipvs-leftover ipvs-stale ipvs-lingering ipvs-service-traffic neighbour
-    conntrack-full)
+    conntrack-full conntrack-first-drop)
 
 die() {
     echo "vm.sh: $*" >&2
