@@ -7,7 +7,8 @@
 //! -L` shows for the same tuple; stopping the DNS server raises
 //! service_traffic_failing; a lossy endpoint link (its first SYN dropped: this
 //! kernel has no netem) raises service_connect_slow, removing the drop clears it; without
-//! `--try-services` the agent creates no conntrack entry toward the Services;
+//! `--try-services` the agent creates no conntrack entry toward the Services and sends them
+//! no packet (a counter on the namespace's output hook, before conntrack);
 //! `compare` of `baseline save --try-services` before and after the loss says
 //! worse for the API server's connect time.
 use crate::common;
@@ -73,6 +74,30 @@ const SLOW: &str = "table inet pwslow {
   }
 }
 ";
+
+/// Every packet the node namespace sends toward a Service or the endpoint, counted on its
+/// output hook before conntrack and NAT (raw priority): what a capture of its egress to them
+/// would hold, conntrack or not.
+const CAPTURE: &str = "table inet pwcap {
+  chain out {
+    type filter hook output priority raw; policy accept;
+    ip daddr { 10.96.0.0/16, 10.77.0.2 } counter
+  }
+}
+";
+
+/// The packets [`CAPTURE`] counted.
+fn captured(ns: &Netns) -> u64 {
+    let out = ns
+        .command("nft", &["list", "table", "inet", "pwcap"])
+        .output()
+        .expect("nft");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let at = text
+        .find("counter packets ")
+        .unwrap_or_else(|| panic!("no counter: {text}"));
+    text[at + 16..].split_whitespace().next().unwrap().parse().unwrap()
+}
 
 /// A server in the endpoint namespace, killed (by its pid) on drop.
 struct Server(Child);
@@ -374,9 +399,11 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     let _web = Server::start_on(&ep, "tcp", "8080");
     let dns = Server::start(&ep, "dns");
 
-    // Off: no try, no conntrack entry toward the Services.
+    // Off: no try, no conntrack entry toward the Services, no packet sent to them.
     let _ = node.command("conntrack", &["-F"]).stderr(Stdio::null()).status();
+    node.exec_input("nft", &["-f", "-"], CAPTURE);
     let off = check(&node, &[]);
+    assert_eq!(captured(&node), 0, "the probe off sent packets toward the Services");
     assert!(
         off["facts"].get("service_traffic").is_none_or(Value::is_null),
         "{:#}",
@@ -396,6 +423,8 @@ fn service_tries_name_the_endpoint_conntrack_shows_and_fail_or_slow_down_with_th
     let (before, after) = (dir.path().join("before.json"), dir.path().join("after.json"));
     let on = baseline(&node, &before);
     assert_tries_reach_the_endpoint(&node, &on, "iptables-nft");
+    // The same count sees the tries: it would have seen packets of the agent off.
+    assert!(captured(&node) > 0, "the capture saw none of the tries");
 
     // A slow data plane: this kernel has no netem (CONFIG_NET_SCH_NETEM is not set, and no
     // module is loaded), so the endpoint's namespace drops each client's first SYN to the
