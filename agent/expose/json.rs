@@ -69,6 +69,15 @@ impl Document {
         v.push(b'\n');
         v
     }
+
+    /// [`Document::to_json`], written into a buffer sized from the last publication's.
+    pub(crate) fn to_json_bytes(&self) -> bytes::Bytes {
+        static SIZE: super::SizeHint = super::SizeHint::new();
+        let mut v = SIZE.buffer(8192);
+        serde_json::to_writer_pretty(&mut v, self).expect("document serializes");
+        v.push(b'\n');
+        SIZE.done(v)
+    }
 }
 
 #[cfg(test)]

@@ -59,9 +59,28 @@ mod snat;
 
 struct Out {
     registry: Registry,
+    /// Families a section wrote as text itself, by name: `encode` puts each where the registry's
+    /// families sorted by name leave its place.
+    written: std::cell::RefCell<Vec<(&'static str, Vec<u8>)>>,
 }
 
 impl Out {
+    fn new() -> Self {
+        Out {
+            registry: Registry::new(),
+            written: Default::default(),
+        }
+    }
+
+    /// A family written as text (what the encoder would write for it), for the sections whose
+    /// series are many and change every run: building, gathering and encoding a registry's
+    /// metrics costs several times writing their lines.
+    fn written(&self, name: &'static str, text: Vec<u8>) {
+        if !text.is_empty() {
+            self.written.borrow_mut().push((name, text));
+        }
+    }
+
     fn register<C: Collector + Clone + 'static>(&self, c: C) -> C {
         // Names are fixed or validated by the parsers; a clash would be a bug caught by tests.
         if let Err(e) = self.registry.register(Box::new(c.clone())) {
@@ -84,14 +103,40 @@ impl Out {
         self.register(Counters::new(Opts::new(name, help), labels).expect("valid metric"))
     }
 
-    /// The registry in the Prometheus text format.
-    fn encode(&self) -> String {
-        let mut buf = Vec::with_capacity(8192);
+    /// The registry in the Prometheus text format, written at the end of `buf`, and the families
+    /// written as text in their places: the families sorted by name, as the encoder sorts them.
+    fn encode(&self, mut buf: Vec<u8>) -> Vec<u8> {
+        let start = buf.len();
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
             tracing::error!("metrics encoding failed: {e}");
         }
-        String::from_utf8(buf).unwrap_or_default()
+        let mut written = self.written.take();
+        written.sort_by_key(|(name, _)| *name);
+        for (name, text) in written {
+            let at = start + family_after(&buf[start..], name);
+            buf.extend_from_slice(&text);
+            // Moved into place without another buffer.
+            buf[at..].rotate_right(text.len());
+        }
+        buf
     }
+}
+
+/// Where the first family named after `name` starts in `text` (the encoder's output: each
+/// family opens with its `# HELP` or `# TYPE` line), or its end.
+fn family_after(text: &[u8], name: &str) -> usize {
+    let mut at = 0;
+    for line in text.split_inclusive(|b| *b == b'\n') {
+        let family = line
+            .strip_prefix(b"# HELP ")
+            .or_else(|| line.strip_prefix(b"# TYPE "))
+            .map(|rest| rest.split(|b| *b == b' ' || *b == b'\n').next().unwrap_or_default());
+        if family.is_some_and(|f| f > name.as_bytes()) {
+            return at;
+        }
+        at += line.len();
+    }
+    at
 }
 
 // `probe_sections`: the sections of each probe's facts, named in its row of the probe table
@@ -103,9 +148,13 @@ probe_table!(metrics);
 /// sections come from the probe table; the rest are the agent's own (probes, rule-set counts,
 /// the history's per-Service rejects, the nf_tables watcher, the process, the findings).
 pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
-    let out = Out {
-        registry: Registry::new(),
-    };
+    // The encoder writes UTF-8 (names, help and label values are strings).
+    String::from_utf8(render_into(s, findings, Vec::with_capacity(8192))).unwrap_or_default()
+}
+
+/// [`render`], written into `buf` (a publication sizes it from the last rendering).
+pub(crate) fn render_into(s: &Snapshot, findings: &[Finding], buf: Vec<u8>) -> Vec<u8> {
+    let out = Out::new();
     build_info(&out);
     probes(&out, s);
     probe_sections(&out, s);
@@ -114,7 +163,7 @@ pub fn render(s: &Snapshot, findings: &[Finding]) -> String {
     nftables_watch::render(&out, s);
     own_process(&out);
     self::findings(&out, findings);
-    out.encode()
+    out.encode(buf)
 }
 
 /// The agent's version and build revision.

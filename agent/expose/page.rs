@@ -112,7 +112,11 @@ fn age(seconds: f64) -> String {
 
 /// Renders the page. `collected_at` is the snapshot's Unix time (probe ages are relative to it).
 pub fn render(doc: &Document, collected_at: f64) -> String {
-    let mut o = String::with_capacity(16 * 1024);
+    render_into(doc, collected_at, String::with_capacity(16 * 1024))
+}
+
+/// [`render`], written at the end of `o` (a publication sizes it from the last rendering).
+pub(crate) fn render_into(doc: &Document, collected_at: f64, mut o: String) -> String {
     let status = doc.status.as_str();
     let count = |s: Severity| doc.findings.iter().filter(|f| f.severity == s).count();
     let node = esc(&doc.node);

@@ -237,7 +237,7 @@ impl History {
                     .as_ref()
                     .and_then(|c| self.service_rejects.observe(c, mono))
             }
-            Reading::ServiceTraffic(f) => derived.service_traffic = Some(self.service_traffic.observe(f, now)),
+            Reading::ServiceTraffic(f) => derived.service_traffic = Some(self.service_traffic.observe(f)),
             Reading::RpFilter(f) => derived.rp_filter_drops = self.rp_filter.observe(f, mono),
             Reading::XtablesLock(f) => derived.xtables_lock = self.xtables_lock.observe(f, now, mono),
             Reading::Ipvs(f) => derived.ipvs_weight_zero = Some(self.ipvs_weight_zero.observe(f, now, mono)),

@@ -1,15 +1,19 @@
 //! The service_traffic probe's tries over time, per target: the connect (or
 //! DNS answer) times as a histogram since the agent started (for Prometheus),
-//! their p50 and p99 over the latest [`WINDOW_TRIES`] successful tries (with
-//! those tries' times and values, which `check`'s text and the status page's
-//! chart show), and the tries counted by result. Targets are at most the probe's ([`MAX_TARGETS`] flags,
+//! their p50 and p99 over the latest [`WINDOW_TRIES`] successful tries (what
+//! `check`'s text, the `/` text and the status page's chart show), and the tries
+//! counted by result. Targets are at most the probe's ([`MAX_TARGETS`] flags,
 //! each with its NodePort, and the three built-in tries), so memory is bounded.
+//!
+//! The window's times stay here, out of the snapshot: every publication renders and keeps
+//! the snapshot whole, and 60 points for each of 23 targets made `/snapshot` nine times the
+//! size it is without tries (docs/benchmarks.md, issue 37); what is shown of them is their
+//! p50, p99 and count.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::series::Point;
 use crate::probe::service_traffic::{ServiceTrafficFacts, MAX_TARGETS};
 
 /// The histogram's upper bounds, in seconds (`le`): from loopback-fast to the try timeout.
@@ -38,9 +42,6 @@ pub struct TargetHistory {
     pub p99_seconds: Option<f64>,
     /// Tries the percentiles are over.
     pub window_tries: usize,
-    /// Those tries, oldest first: Unix time of the run, seconds.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recent: Vec<Point>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -50,7 +51,10 @@ pub struct ServiceTrafficDerived {
 
 #[derive(Debug, Default)]
 pub struct ServiceTrafficHistory {
-    targets: BTreeMap<String, (TargetHistory, VecDeque<Point>)>,
+    /// Each target's history and the times of its latest successful tries, oldest first, in seconds.
+    targets: BTreeMap<String, (TargetHistory, VecDeque<f64>)>,
+    /// The window sorted, reused from try to try.
+    sorted: Vec<f64>,
 }
 
 /// The `q` quantile (nearest rank) of `v`, sorted.
@@ -63,8 +67,8 @@ pub fn quantile(v: &[f64], q: f64) -> Option<f64> {
 }
 
 impl ServiceTrafficHistory {
-    /// Takes one run's tries, made at `now` (Unix seconds: the time shown beside each try).
-    pub fn observe(&mut self, f: &ServiceTrafficFacts, now: f64) -> ServiceTrafficDerived {
+    /// Takes one run's tries.
+    pub fn observe(&mut self, f: &ServiceTrafficFacts) -> ServiceTrafficDerived {
         for t in &f.tries {
             if !self.targets.contains_key(&t.target) && self.targets.len() >= MAX_KEPT {
                 continue;
@@ -76,7 +80,7 @@ impl ServiceTrafficHistory {
                         buckets: vec![0; BUCKETS.len()],
                         ..TargetHistory::default()
                     },
-                    VecDeque::new(),
+                    VecDeque::with_capacity(WINDOW_TRIES),
                 )
             });
             *h.tries.entry(t.result.clone()).or_default() += 1;
@@ -89,14 +93,15 @@ impl ServiceTrafficHistory {
                 if recent.len() == WINDOW_TRIES {
                     recent.pop_front();
                 }
-                recent.push_back([now, s]);
+                recent.push_back(s);
             }
-            let mut sorted: Vec<f64> = recent.iter().map(|p| p[1]).collect();
+            let sorted = &mut self.sorted;
+            sorted.clear();
+            sorted.extend(recent.iter().copied());
             sorted.sort_by(f64::total_cmp);
-            h.p50_seconds = quantile(&sorted, 0.5);
-            h.p99_seconds = quantile(&sorted, 0.99);
+            h.p50_seconds = quantile(sorted, 0.5);
+            h.p99_seconds = quantile(sorted, 0.99);
             h.window_tries = sorted.len();
-            h.recent = recent.iter().copied().collect();
         }
         ServiceTrafficDerived {
             targets: self.targets.values().map(|(h, _)| h.clone()).collect(),
@@ -138,18 +143,12 @@ mod tests {
                 ],
                 ..Default::default()
             };
-            d = h.observe(&f, 1000.0 + i as f64);
+            d = h.observe(&f);
         }
         let a = &d.targets[0];
         assert_eq!((a.target.as_str(), a.count, a.window_tries), ("a", 100, WINDOW_TRIES));
         // The latest 60: 41..100 ms.
         assert_eq!((a.p50_seconds, a.p99_seconds), (Some(0.07), Some(0.1)));
-        assert_eq!(a.recent.len(), WINDOW_TRIES);
-        assert_eq!(
-            (a.recent[0], a.recent[59]),
-            ([1041.0, 0.041], [1100.0, 0.1]),
-            "each try with its time"
-        );
         assert_eq!(a.buckets[0], 1, "1 ms");
         assert_eq!(a.buckets[6], 100, "100 ms");
         assert!((a.sum_seconds - 5.05).abs() < 1e-9);
@@ -165,6 +164,6 @@ mod tests {
             tries: (0..100).map(|i| try_(&format!("t{i}"), "ok", Some(0.001))).collect(),
             ..Default::default()
         };
-        assert_eq!(h.observe(&many, 2000.0).targets.len(), MAX_KEPT);
+        assert_eq!(h.observe(&many).targets.len(), MAX_KEPT);
     }
 }

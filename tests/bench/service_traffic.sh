@@ -30,7 +30,7 @@
 #              themselves and their history, ms per run
 #   ren_kib    VmRSS of the third agent at the end
 # and, on a line of its own, the size in KiB of what the trying and the idle agent serve
-# at the end (/snapshot, /metrics): each is rendered and kept per
+# at the end (/snapshot, /metrics, the status page): each is rendered and kept per
 # publication, so it is part of the trying agent's RSS.
 #   curl_cpu   user + system CPU of 20 `curl -s -o /dev/null -w %{time_connect}` to the
 #              web Services, one after the other (wait4 rusage of the bash that runs them),
@@ -135,7 +135,11 @@ while True:
     q, peer = u.recvfrom(512)
     u.sendto(answer(q), peer)
 EOF
-inep python3 "$WORK/server.py" &
+# Started by `ip netns exec` directly (not the inep function, a subshell) and as the
+# interpreter itself (not a wrapper such as a pyenv shim, which forks it): $! is then the
+# server, which cleanup kills; otherwise it outlived the run and its namespace.
+PY=$(python3 -c 'import sys; print(sys.executable)')
+ip netns exec "$EP" "$PY" "$WORK/server.py" &
 PIDS+=($!)
 sleep 1
 
@@ -220,9 +224,10 @@ awk -v r=$((r1 - r0)) -v on=$((on1 - on0)) -v off=$((off1 - off0)) -v ren=$((ren
 		tries = (r > 0 ? per_run - pub * pon / r : 0)
 		printf "%6d %8.0f %8.0f %11.2f %9s %7d %7d %6d %9.1f %8.1f %8.0f %8d %8d %7.2f %7.2f %7d\n", r, onms, offms, per_run, p, ok, fk, ok - fk, cc * 1000, cw * 1000, renms, pon, pren, pub, tries, rk
 	}'
-size() { innode curl -sf -o /dev/null -w '%{size_download}' "http://127.0.0.1:$1$2"; }
+size() { innode curl -sf -H "Accept: ${3:-*/*}" -o /dev/null -w '%{size_download}' "http://127.0.0.1:$1$2"; }
 sizes=""
 for path in /snapshot /metrics; do sizes+=" $path $(($(size 19871 $path) / 1024)) / $(($(size 19872 $path) / 1024))"; done
+sizes+=" page $(($(size 19871 / text/html) / 1024)) / $(($(size 19872 / text/html) / 1024))"
 echo "served KiB, trying / idle agent:$sizes"
 # Where the trying agent's snapshot is bigger: its service_traffic sections.
 snap 19871 | python3 -c '

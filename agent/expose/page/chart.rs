@@ -601,7 +601,7 @@ mod tests {
                 try_("kube-system/kube-dns:53/udp", "ok", d),
                 try_("default/web:80/tcp", "refused", 0.0004),
             ];
-            derived = h.observe(&facts, 5_000.0 + f64::from(i));
+            derived = h.observe(&facts);
         }
         let window = |v: &[f64]| {
             let mut w = v[v.len() - WINDOW_TRIES..].to_vec();

@@ -31,8 +31,8 @@
 //!    entry, or one kube-proxy's rules did not translate, is a data-plane
 //!    failure.
 //!
-//! Cost: one socket per try, one GET per try, the rules walked once per
-//! generation. Nothing is changed on the node; no module is loaded (nothing
+//! Cost: one socket per try, one GET per try (over one netlink socket), the rules walked
+//! once per generation. Nothing is changed on the node; no module is loaded (nothing
 //! is asked over netlink when nf_tables or nf_conntrack_netlink is not loaded).
 
 mod attempt;
@@ -48,7 +48,8 @@ use serde::{Deserialize, Serialize};
 pub use super::service_endpoints::names::{iptables_entry, link_of_chain, name_of_chain, name_of_comment, NamedPort};
 use super::service_endpoints::{service_label, socket, ServicePort, ServiceTable};
 use super::{Deadline, ProbeContext, ProbeError, Probed};
-use crate::netlink::{ct_dump, NlError, NETLINK_NETFILTER};
+use crate::netlink::replay::NodeConn;
+use crate::netlink::{ct_dump, Conn, NlError, NETLINK_NETFILTER};
 use attempt::{attempt, Outcome};
 pub use discover::{Found, TrafficMemory};
 
@@ -472,20 +473,43 @@ pub async fn probe(
 /// A try's conntrack tuple: protocol, its own source, the service port.
 type Key = (u8, SocketAddr, SocketAddr);
 
-/// The conntrack entry of each try's own tuple (a ctnetlink GET each).
+/// A connection lent to one GET, so that the run's GETs share it.
+struct Lent<'a>(&'a mut NodeConn);
+
+impl Conn for Lent<'_> {
+    fn send(&mut self, msg: &[u8]) -> Result<(), NlError> {
+        self.0.send(msg)
+    }
+
+    fn recv(&mut self, deadline: std::time::Instant) -> Result<&[u8], NlError> {
+        self.0.recv(deadline)
+    }
+}
+
+/// The conntrack entry of each try's own tuple (a ctnetlink GET each), over one socket: a socket
+/// per GET, with its zeroed 64 KiB receive buffer, cost more than the GET. A GET that failed (a
+/// timeout: its answer may still come, with the sequence number the next GET's would have)
+/// leaves its socket behind, and the next GET opens another.
 fn lookups(
     host: &crate::host::Host,
     at: std::time::Instant,
     keys: Vec<Option<Key>>,
 ) -> Vec<Result<Option<ct_dump::CtEntry>, String>> {
+    let mut shared: Option<NodeConn> = None;
     keys.into_iter()
         .map(|k| {
             let Some((proto, src, dst)) = k else {
                 return Err("not tried".into());
             };
-            let conn = host.netlink(NETLINK_NETFILTER).map_err(|e| e.to_string())?;
-            ct_dump::get(conn, at, proto, (src.ip(), src.port()), (dst.ip(), dst.port()))
-                .map_err(|e| format!("conntrack GET over ctnetlink: {e}"))
+            let conn = match &mut shared {
+                Some(c) => c,
+                None => shared.insert(host.netlink(NETLINK_NETFILTER).map_err(|e| e.to_string())?),
+            };
+            let entry = ct_dump::get(Lent(conn), at, proto, (src.ip(), src.port()), (dst.ip(), dst.port()));
+            if entry.is_err() {
+                shared = None;
+            }
+            entry.map_err(|e| format!("conntrack GET over ctnetlink: {e}"))
         })
         .collect()
 }
