@@ -273,13 +273,14 @@ impl CountDelta {
         }
     }
 
-    fn rule(&mut self, r: &nft::Rule<'_>, jumps_kube: bool, added: bool) -> Result<(), NlError> {
+    /// `kube`: the rule is of a `KUBE-*` chain or jumps to one.
+    fn rule(&mut self, r: &nft::Rule<'_>, kube: bool, added: bool) -> Result<(), NlError> {
         let one = if added { 1 } else { -1 };
         self.table(r.table).rules += one;
-        if jumps_kube || r.chain.starts_with(KUBE_CHAIN_PREFIX) {
+        if kube {
             self.kube_rules += one;
         }
-        if jumps_kube && r.table == "nat" && nat_drop::chain_label(r.chain).is_some() && r.jumps_to("KUBE-MARK-DROP")? {
+        if r.table == "nat" && nat_drop::chain_label(r.chain).is_some() && r.jumps_to("KUBE-MARK-DROP")? {
             self.uncounted("a rule of kube-proxy's older eTP=Local drop (its chains are learned by a dump)");
         }
         Ok(())
@@ -440,14 +441,19 @@ impl Pending {
             NEWRULE | DELRULE | DESTROYRULE => {
                 // The same layout as a dump's rule: decode it as one.
                 let rule = nft::decode_rule(msg_type(nft::NFT_MSG_NEWRULE), m.payload)?;
-                let jumps = rule.jumps_to(KUBE_CHAIN_PREFIX)?;
+                // A rule of a KUBE-* chain is kube-proxy's whatever it jumps to (as the iptables
+                // tally counts it): the expressions are walked only for a rule of another chain,
+                // the built-in chains where the jumps to kube-proxy's live among them. Most of a
+                // resync's notifications are of kube-proxy's chains.
+                let own = rule.chain.starts_with(KUBE_CHAIN_PREFIX);
+                let jumps = !own && rule.jumps_to(KUBE_CHAIN_PREFIX)?;
                 if let Some((c, true)) = self.counted(family, rule.table) {
-                    c.rule(&rule, jumps, kind == NEWRULE)?;
+                    c.rule(&rule, own || jumps, kind == NEWRULE)?;
                 }
                 self.messages += 1;
                 let (chain, table) = (rule.chain, rule.table);
                 if let Some(t) = self.table(family, table) {
-                    let kube = jumps || chain.starts_with(KUBE_CHAIN_PREFIX) || t.is_kube_table();
+                    let kube = own || jumps || t.is_kube_table();
                     let base = BASE_CHAINS.contains(&chain);
                     if kind == NEWRULE {
                         t.rules_added += 1;
