@@ -46,6 +46,8 @@ pub const NLM_F_REQUEST: u16 = 0x1;
 pub const NLM_F_MULTI: u16 = 0x2;
 /// The dump was interrupted by a change of the table it walks: its parts are inconsistent.
 pub const NLM_F_DUMP_INTR: u16 = 0x10;
+/// A new-object request's "fail if it exists" (an nf_tables notification keeps the request's).
+pub const NLM_F_EXCL: u16 = 0x200;
 pub const NLM_F_DUMP: u16 = 0x300;
 
 /// Netlink message header length.

@@ -11,7 +11,10 @@
 //! **same** generation with `NFT_MSG_GETGEN` (every commit bumps it), and every
 //! reading says when its counts were made and at which generation
 //! ([`NetlinkCount`]). A run at another generation counts anew and replaces
-//! the entry; nothing of another generation is ever served.
+//! the entry; nothing of another generation is ever served. The nftables
+//! watch moves an entry on by one generation ([`CountCache::advance`]) when it
+//! read every notification of the commit that made it: the counts of that
+//! generation, said carried (`notified`), not counted by a dump.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -37,6 +40,10 @@ pub struct NetlinkCount {
     pub bytes: u64,
     /// Wall time of the count itself (0 when reused), in seconds.
     pub count_seconds: f64,
+    /// Not counted at this generation but carried from the count of an earlier one by the
+    /// notifications of every commit since (the nftables watch saw each change: no dump).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub notified: bool,
 }
 
 /// The latest count of one family, at one generation.
@@ -74,6 +81,37 @@ impl<T: Clone> CountCache<T> {
             };
             (e.value.clone(), how)
         })
+    }
+
+    /// Replaces the family's entry made at generation `from` by `f` of it, as of generation `to`
+    /// at `at_seconds` ([`NetlinkCount::notified`]): the commit that made `to` changed what `f`
+    /// applies. False, and the entry left as it is, when it is of another generation (a count
+    /// missed, or made meanwhile) or when `f` cannot carry it.
+    pub fn advance(
+        &self,
+        family: Family,
+        from: u32,
+        to: u32,
+        at_seconds: f64,
+        f: impl FnOnce(&T) -> Option<T>,
+    ) -> bool {
+        let Ok(mut entries) = self.entries.lock() else {
+            return false;
+        };
+        let Some(e) = entries.get_mut(&family).filter(|e| e.how.generation == from) else {
+            return false;
+        };
+        let Some(value) = f(&e.value) else {
+            return false;
+        };
+        e.value = value;
+        e.how = NetlinkCount {
+            generation: to,
+            counted_at_seconds: at_seconds,
+            notified: true,
+            ..Default::default()
+        };
+        true
     }
 
     /// Keeps `value`, counted as `how` says, replacing the family's entry.
@@ -119,6 +157,7 @@ pub fn counts_now<T: Clone>(
             attempts,
             bytes,
             count_seconds: started.elapsed().as_secs_f64(),
+            notified: false,
         };
         cache.put(family, value.clone(), how.clone());
         out.push((value, how));
@@ -149,5 +188,29 @@ mod tests {
         );
         assert_eq!(c.get(Family::Ip, 8), None, "another generation is never served");
         assert_eq!(c.get(Family::Ip6, 7), None);
+    }
+
+    /// The watcher carries a count from the generation just before only: it is served at the
+    /// new one, said carried; from any other generation, or when it cannot, the entry stays.
+    #[test]
+    fn carried_only_from_the_generation_before() {
+        let c: CountCache<u64> = CountCache::default();
+        let how = NetlinkCount {
+            generation: 7,
+            attempts: 1,
+            ..Default::default()
+        };
+        c.put(Family::Ip, 42, how);
+        assert!(!c.advance(Family::Ip, 6, 7, 1.0, |v| Some(v + 1)), "not of 6");
+        assert!(!c.advance(Family::Ip, 7, 8, 1.0, |_| None), "cannot carry");
+        assert_eq!(c.get(Family::Ip, 8), None);
+        assert!(c.advance(Family::Ip, 7, 8, 101.5, |v| Some(v + 1)));
+        let (v, h) = c.get(Family::Ip, 8).unwrap();
+        assert_eq!(
+            (v, h.notified, h.reused, h.counted_at_seconds, h.attempts),
+            (43, true, true, 101.5, 0)
+        );
+        assert_eq!(c.get(Family::Ip, 7), None, "the old generation is no longer served");
+        assert!(!c.advance(Family::Ip6, 7, 8, 1.0, |v| Some(*v)), "no entry");
     }
 }

@@ -227,6 +227,42 @@ impl Memory {
             *l = Some((at, check));
         }
     }
+
+    /// Carries the iptables and nftables probes' counts of the generation before `generation`
+    /// to it through that commit's notifications (`deltas`, per family it touched; a family it
+    /// did not touch keeps its counts), at `at_seconds`: their next runs, at this generation,
+    /// dump nothing. A family's counts are carried only from the generation just before, and
+    /// only what the notifications account for (kube-proxy's nftables table, once changed, is
+    /// dumped again; the iptables counts with the nat drop chains they were learned with, or
+    /// neither); what is not carried stays, and the next run at `generation` counts it.
+    /// Returns whether the iptables counts of both families were carried.
+    pub fn advance(&self, generation: u32, deltas: &[crate::watch::nft_decode::CountDelta], at_seconds: f64) -> bool {
+        use crate::netlink::nft::Family;
+        // The kernel's generation skips 0 when it wraps.
+        let before = if generation == 1 {
+            u32::MAX
+        } else {
+            generation.wrapping_sub(1)
+        };
+        let none = crate::watch::nft_decode::CountDelta::default();
+        let mut all = true;
+        for family in [Family::Ip, Family::Ip6] {
+            let d = deltas.iter().find(|d| d.family == family.code()).unwrap_or(&none);
+            if !d.kube_table {
+                self.nftables
+                    .advance(family, before, generation, at_seconds, |c| Some(c.clone()));
+            }
+            let carried = d.uncounted.is_none()
+                && self
+                    .nat_drop_chains
+                    .advance(family, before, generation, at_seconds, |c| Some(c.clone()))
+                && self.iptables.advance(family, before, generation, at_seconds, |c| {
+                    iptables::node::advance(c, d)
+                });
+            all &= carried;
+        }
+        all
+    }
 }
 
 /// File probes whose blocking read is still running, and since when. A read
@@ -287,6 +323,60 @@ pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A commit's notifications carry both families' counts to its generation (a family it did
+    /// not touch unchanged), the nat drop chains with them, and kube-proxy's nftables table
+    /// unless the commit changed it; an uncounted change leaves that family to be dumped.
+    #[test]
+    fn a_commit_carries_the_counts_it_accounts_for() {
+        use crate::netlink::nft::Family;
+        use crate::watch::nft_decode::{CountDelta, TableDelta};
+        let m = Memory::default();
+        let at = |generation| counted::NetlinkCount {
+            generation,
+            ..Default::default()
+        };
+        let mut nat = iptables::SaveCounts::default();
+        nat.tables
+            .insert("nat".into(), iptables::TableCounts { chains: 5, rules: 2 });
+        for f in [Family::Ip, Family::Ip6] {
+            m.iptables.put(f, nat.clone(), at(41));
+            m.nat_drop_chains.put(f, vec!["KUBE-SVL-X".into()], at(41));
+            m.nftables.put(f, None, at(41));
+        }
+        let ip = CountDelta {
+            family: 2,
+            tables: vec![TableDelta {
+                table: "nat".into(),
+                rules: 3,
+                ..Default::default()
+            }],
+            kube_table: true,
+            ..Default::default()
+        };
+        assert!(m.advance(42, &[ip], 1000.0));
+        assert_eq!(m.iptables.get(Family::Ip, 42).unwrap().0.tables["nat"].rules, 5);
+        assert_eq!(
+            m.iptables.get(Family::Ip6, 42).unwrap().0,
+            nat,
+            "ip6 untouched, carried"
+        );
+        assert_eq!(m.nat_drop_chains.get(Family::Ip, 42).unwrap().0, ["KUBE-SVL-X"]);
+        assert!(
+            m.nftables.get(Family::Ip, 42).is_none(),
+            "kube-proxy's ip table changed: dumped"
+        );
+        assert!(m.nftables.get(Family::Ip6, 42).is_some());
+        let uncounted = CountDelta {
+            family: 10,
+            uncounted: Some("why"),
+            ..Default::default()
+        };
+        assert!(!m.advance(43, &[uncounted], 1001.0));
+        assert!(m.iptables.get(Family::Ip, 43).is_some());
+        assert!(m.iptables.get(Family::Ip6, 43).is_none() && m.iptables.get(Family::Ip6, 42).is_some());
+        assert!(!m.advance(45, &[], 1002.0), "a commit missed (44): nothing carried");
+    }
 
     #[test]
     fn a_probes_name_is_one_word_everywhere() {

@@ -9,6 +9,8 @@
 //!   kube-proxy's nftables tables alike), one [`Commit`] per NEWGEN, attributed to its writer
 //!   ([`attribute`]); decoded by the pure [`nft_decode`]. A writer gone before `/proc` was
 //!   read is told kube-proxy's child through the kernel's process events ([`proc_events`]).
+//!   Each commit read whole carries the probes' rule counts to its generation, so the probes
+//!   it wakes dump nothing.
 //! - [`conntrack_stats`]: the per-CPU conntrack statistics every second (a timer, not a
 //!   kernel event), reported only when a drop counter moved.
 //! - [`process_exit`]: kube-proxy's exit, from a pidfd on the process the kube_proxy probe

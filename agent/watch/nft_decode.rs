@@ -9,15 +9,19 @@
 //!
 //! Only what the journal and `rules_changed_by_other_process` need is kept: per table, the rules
 //! added and removed (those of kube-proxy's chains and tables apart), the chains added and
-//! deleted (names capped), set elements, the table added or deleted. Everything is bounded: a
-//! full resync of 10 000 rules is a few counters. Garbage is an error, never a panic.
-
-use std::collections::BTreeMap;
+//! deleted (names capped), set elements, the table added or deleted. And, per family (`ip`,
+//! `ip6`), what the commit did to the counts the iptables probe keeps ([`CountDelta`]: rules and
+//! chains per iptables-nft table, as iptables-nft-save prints them, kube-proxy's rules and
+//! chain families), with what notifications cannot tell (a chain added without `NLM_F_EXCL` may
+//! be an existing one updated) and whether kube-proxy's nftables table changed. Everything is
+//! bounded: a full resync of 10 000 rules is a few counters. Garbage is an error, never a panic.
 
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::nft::{self, msg_type};
-use crate::netlink::{nfgen, Msg, NlError};
+use crate::netlink::{nfgen, Msg, NlError, NLM_F_EXCL};
+use crate::probe::iptables::{chain_kind, node::XTABLES, ChainKind, BUILTIN_CHAINS};
+use crate::probe::rule_counters::nat as nat_drop;
 
 /// `NFNL_SUBSYS_NFTABLES`, the high byte of an nf_tables message's type.
 const SUBSYS_NFTABLES: u16 = 10;
@@ -150,14 +154,147 @@ pub struct CommitFacts {
     pub more_tables: u32,
     /// Notifications of this commit (for the journal's size line).
     pub messages: u64,
+    /// What it did to the probes' counts, per family it touched (`ip`, `ip6`).
+    pub counts: Vec<CountDelta>,
+}
+
+/// What one commit did to the counts the iptables and nftables probes keep of one family (`ip`
+/// or `ip6`): enough to carry the previous generation's counts to this one without a dump
+/// (`crate::probe::Memory::advance`), or why that cannot be done.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CountDelta {
+    /// The nf_tables family: 2 (`ip`) or 10 (`ip6`).
+    pub family: u8,
+    /// Per iptables-nft table it changed (`XTABLES`), in the order first changed.
+    pub tables: Vec<TableDelta>,
+    /// Rules in or jumping to a `KUBE-*` chain (as the iptables tally counts them), added minus removed.
+    pub kube_rules: i64,
+    /// kube-proxy's chain families (`KUBE-SVC-`, `-SEP-`, `-EXT-`, `-FW-`, `-SVL-`), added minus deleted.
+    pub kube_chains: [i64; 5],
+    /// `KUBE-IPTABLES-HINT` (mangle), `KUBE-KUBELET-CANARY`, `KUBE-PROXY-CANARY` added.
+    pub hint_added: bool,
+    pub kubelet_canary_added: bool,
+    pub proxy_canary_added: bool,
+    /// kube-proxy's nftables table of this family changed: its counts need a dump.
+    pub kube_table: bool,
+    /// Why the iptables-nft counts cannot be carried by this commit's notifications (a dump must
+    /// count them): a chain added without `NLM_F_EXCL` (new or only updated: not told), a hint
+    /// or canary deleted (another table may hold one), a rule of the older eTP=Local drop.
+    pub uncounted: Option<&'static str>,
+}
+
+/// What one commit did to one iptables-nft table's counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableDelta {
+    pub table: String,
+    /// The table was deleted: the deltas that follow count from an empty table.
+    pub deleted: bool,
+    /// The table was added (after its deletion, when it was deleted too); an added table that
+    /// existed already is only updated.
+    pub added: bool,
+    /// Rules added minus removed.
+    pub rules: i64,
+    /// Chains added minus deleted, the table's built-in chains left out (iptables-nft-save
+    /// prints those whether they exist or not).
+    pub chains: i64,
+}
+
+/// The slot of a kube-proxy chain family in [`CountDelta::kube_chains`].
+fn kube_slot(kind: ChainKind) -> Option<usize> {
+    match kind {
+        ChainKind::Svc => Some(0),
+        ChainKind::Sep => Some(1),
+        ChainKind::Ext => Some(2),
+        ChainKind::Fw => Some(3),
+        ChainKind::Svl => Some(4),
+        _ => None,
+    }
+}
+
+fn is_builtin(table: &str, chain: &str) -> bool {
+    BUILTIN_CHAINS
+        .iter()
+        .any(|(t, chains)| *t == table && chains.contains(&chain))
+}
+
+impl CountDelta {
+    fn table(&mut self, table: &str) -> &mut TableDelta {
+        let i = match self.tables.iter().position(|t| t.table == table) {
+            Some(i) => i,
+            None => {
+                self.tables.push(TableDelta {
+                    table: table.to_string(),
+                    ..Default::default()
+                });
+                self.tables.len() - 1
+            }
+        };
+        &mut self.tables[i]
+    }
+
+    fn uncounted(&mut self, why: &'static str) {
+        self.uncounted.get_or_insert(why);
+    }
+
+    fn table_change(&mut self, table: &str, added: bool) {
+        let t = self.table(table);
+        if added {
+            t.added = true;
+        } else {
+            *t = TableDelta {
+                table: t.table.clone(),
+                deleted: true,
+                ..Default::default()
+            };
+        }
+    }
+
+    fn chain(&mut self, table: &str, name: &str, added: bool, exclusive: bool) {
+        if is_builtin(table, name) {
+            return;
+        }
+        if added && !exclusive {
+            return self.uncounted("a chain added without NLM_F_EXCL (new, or an existing one updated)");
+        }
+        let kind = chain_kind(table, name);
+        let one = if added { 1 } else { -1 };
+        self.table(table).chains += one;
+        if let Some(i) = kube_slot(kind) {
+            self.kube_chains[i] += one;
+        }
+        match (kind, added) {
+            (ChainKind::Hint, true) => self.hint_added = true,
+            (ChainKind::KubeletCanary, true) => self.kubelet_canary_added = true,
+            (ChainKind::ProxyCanary, true) => self.proxy_canary_added = true,
+            (ChainKind::Hint | ChainKind::KubeletCanary | ChainKind::ProxyCanary, false) => {
+                self.uncounted("a hint or canary chain deleted (another table may hold one)")
+            }
+            _ => {}
+        }
+    }
+
+    /// `kube`: the rule is of a `KUBE-*` chain or jumps to one.
+    fn rule(&mut self, r: &nft::Rule<'_>, kube: bool, added: bool) -> Result<(), NlError> {
+        let one = if added { 1 } else { -1 };
+        self.table(r.table).rules += one;
+        if kube {
+            self.kube_rules += one;
+        }
+        if r.table == "nat" && nat_drop::chain_label(r.chain).is_some() && r.jumps_to("KUBE-MARK-DROP")? {
+            self.uncounted("a rule of kube-proxy's older eTP=Local drop (its chains are learned by a dump)");
+        }
+        Ok(())
+    }
 }
 
 /// The changes of the commit under way, until its NEWGEN.
 #[derive(Debug, Default)]
 pub struct Pending {
-    tables: BTreeMap<(u8, String), TableChange>,
+    /// By family code, in the order first changed (sorted at the NEWGEN).
+    tables: Vec<(u8, TableChange)>,
     more_tables: u32,
     messages: u64,
+    counts: Vec<CountDelta>,
 }
 
 fn family_name(code: u8) -> String {
@@ -199,22 +336,57 @@ impl Pending {
     }
 
     fn table(&mut self, family: u8, table: &str) -> Option<&mut TableChange> {
-        let key = (family, table.to_string());
-        if !self.tables.contains_key(&key) {
-            if self.tables.len() >= MAX_TABLES {
+        let i = match self.tables.iter().position(|(f, t)| *f == family && t.table == table) {
+            Some(i) => i,
+            None if self.tables.len() >= MAX_TABLES => {
                 self.more_tables = self.more_tables.saturating_add(1);
                 return None;
             }
-            self.tables.insert(
-                key.clone(),
-                TableChange {
-                    family: family_name(family),
-                    table: table.to_string(),
-                    ..Default::default()
-                },
-            );
+            None => {
+                self.tables.push((
+                    family,
+                    TableChange {
+                        family: family_name(family),
+                        table: table.to_string(),
+                        ..Default::default()
+                    },
+                ));
+                self.tables.len() - 1
+            }
+        };
+        Some(&mut self.tables[i].1)
+    }
+
+    /// The count delta of `family`, for the families the probes count (`ip`, `ip6`).
+    fn counts(&mut self, family: u8) -> Option<&mut CountDelta> {
+        if family != nft::Family::Ip.code() && family != nft::Family::Ip6.code() {
+            return None;
         }
-        self.tables.get_mut(&key)
+        let i = match self.counts.iter().position(|c| c.family == family) {
+            Some(i) => i,
+            None => {
+                self.counts.push(CountDelta {
+                    family,
+                    ..Default::default()
+                });
+                self.counts.len() - 1
+            }
+        };
+        Some(&mut self.counts[i])
+    }
+
+    /// The count delta of `table` of `family` when the probes count that table: an iptables-nft
+    /// table (Some(true)), kube-proxy's nftables table (Some(false)).
+    fn counted(&mut self, family: u8, table: &str) -> Option<(&mut CountDelta, bool)> {
+        let xtables = XTABLES.contains(&table);
+        if !xtables && table != crate::probe::nftables::TABLE {
+            return None;
+        }
+        let c = self.counts(family)?;
+        if !xtables {
+            c.kube_table = true;
+        }
+        Some((c, xtables))
     }
 
     /// Takes one notification; at a NEWGEN, returns the commit it closes. Messages of other
@@ -233,6 +405,9 @@ impl Pending {
             NEWTABLE | DELTABLE | DESTROYTABLE => {
                 let name = string_attr(m.payload, NFTA_TABLE_NAME)?.ok_or_else(|| missing("table name"))?;
                 self.messages += 1;
+                if let Some((c, true)) = self.counted(family, name) {
+                    c.table_change(name, kind == NEWTABLE);
+                }
                 if let Some(t) = self.table(family, name) {
                     if kind == NEWTABLE {
                         t.table_added = true;
@@ -245,6 +420,9 @@ impl Pending {
                 let table = string_attr(m.payload, NFTA_CHAIN_TABLE)?.ok_or_else(|| missing("chain's table"))?;
                 let name = string_attr(m.payload, NFTA_CHAIN_NAME)?.ok_or_else(|| missing("chain name"))?;
                 self.messages += 1;
+                if let Some((c, true)) = self.counted(family, table) {
+                    c.chain(table, name, kind == NEWCHAIN, m.flags & NLM_F_EXCL != 0);
+                }
                 if let Some(t) = self.table(family, table) {
                     if kind == NEWCHAIN {
                         // A base chain's policy update is notified as NEWCHAIN again: counted twice.
@@ -263,11 +441,19 @@ impl Pending {
             NEWRULE | DELRULE | DESTROYRULE => {
                 // The same layout as a dump's rule: decode it as one.
                 let rule = nft::decode_rule(msg_type(nft::NFT_MSG_NEWRULE), m.payload)?;
-                let jumps = rule.jumps_to(KUBE_CHAIN_PREFIX)?;
+                // A rule of a KUBE-* chain is kube-proxy's whatever it jumps to (as the iptables
+                // tally counts it): the expressions are walked only for a rule of another chain,
+                // the built-in chains where the jumps to kube-proxy's live among them. Most of a
+                // resync's notifications are of kube-proxy's chains.
+                let own = rule.chain.starts_with(KUBE_CHAIN_PREFIX);
+                let jumps = !own && rule.jumps_to(KUBE_CHAIN_PREFIX)?;
+                if let Some((c, true)) = self.counted(family, rule.table) {
+                    c.rule(&rule, own || jumps, kind == NEWRULE)?;
+                }
                 self.messages += 1;
                 let (chain, table) = (rule.chain, rule.table);
                 if let Some(t) = self.table(family, table) {
-                    let kube = jumps || chain.starts_with(KUBE_CHAIN_PREFIX) || t.is_kube_table();
+                    let kube = own || jumps || t.is_kube_table();
                     let base = BASE_CHAINS.contains(&chain);
                     if kind == NEWRULE {
                         t.rules_added += 1;
@@ -284,6 +470,8 @@ impl Pending {
             NEWSET | DELSET | DESTROYSET => {
                 let table = string_attr(m.payload, NFTA_SET_TABLE)?.ok_or_else(|| missing("set's table"))?;
                 self.messages += 1;
+                // Sets count for kube-proxy's table only (the iptables tally counts none).
+                self.counted(family, table);
                 if let Some(t) = self.table(family, table) {
                     if kind == NEWSET {
                         t.sets_added += 1;
@@ -310,6 +498,7 @@ impl Pending {
                 }
                 let table = table.ok_or_else(|| missing("element's table"))?;
                 self.messages += 1;
+                self.counted(family, table);
                 if let Some(t) = self.table(family, table) {
                     if kind == NEWSETELEM {
                         t.elements_added += count;
@@ -336,14 +525,18 @@ impl Pending {
             }
         }
         let generation = generation.ok_or_else(|| missing("NFTA_GEN_ID"))?;
-        let taken = std::mem::take(self);
+        let mut taken = std::mem::take(self);
+        taken
+            .tables
+            .sort_by(|(fa, a), (fb, b)| (fa, &a.table).cmp(&(fb, &b.table)));
         Ok(CommitFacts {
             generation,
             pid,
             name,
-            tables: taken.tables.into_values().collect(),
+            tables: taken.tables.into_iter().map(|(_, t)| t).collect(),
             more_tables: taken.more_tables,
             messages: taken.messages,
+            counts: taken.counts,
         })
     }
 }
@@ -419,6 +612,86 @@ mod tests {
         assert!(t.table_deleted && t.removed_kube());
         assert_eq!((t.rules_removed, t.chains_deleted, t.kube_chains_deleted), (1, 1, 1));
         assert_eq!(t.chains_deleted_names, ["services"]);
+    }
+
+    /// What the captured commits did to the probes' counts: an iptables-nft table's deltas, and
+    /// kube-proxy's nftables table only marked changed.
+    #[test]
+    fn the_captured_commits_count_deltas() {
+        let c = commits(&capture());
+        let nat = |t: &TableDelta| (t.table.clone(), t.added, t.deleted, t.rules, t.chains);
+        let d = &c[0].counts;
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].family, 2);
+        assert_eq!(
+            d[0].tables.iter().map(nat).collect::<Vec<_>>(),
+            [("nat".to_string(), true, false, 2, 1)],
+            "PREROUTING is built in: only KUBE-SERVICES is a chain more"
+        );
+        assert_eq!((d[0].kube_rules, d[0].uncounted, d[0].kube_table), (2, None, false));
+        let d = &c[1].counts[0];
+        assert_eq!((d.tables[0].rules, d.tables[0].chains, d.kube_rules), (-2, 0, -2));
+        for commit in &c[2..] {
+            let d = &commit.counts[0];
+            assert!(d.kube_table && d.tables.is_empty() && d.kube_rules == 0, "{d:?}");
+        }
+    }
+
+    fn chain_msg(ty: u16, flags: u16, table: &str, chain: &str) -> Vec<u8> {
+        use crate::netlink::testing::{attr, msg};
+        let payload = [
+            &[2u8, 0, 0, 0][..],
+            &attr(NFTA_CHAIN_TABLE, format!("{table}\0").as_bytes()),
+            &attr(NFTA_CHAIN_NAME, format!("{chain}\0").as_bytes()),
+        ]
+        .concat();
+        msg(msg_type(ty), flags, 0, &payload)
+    }
+
+    fn fed(datagram: &[u8]) -> CountDelta {
+        let mut p = Pending::default();
+        for m in messages(datagram) {
+            p.feed(&m.unwrap()).unwrap();
+        }
+        p.counts.pop().unwrap_or_default()
+    }
+
+    /// A chain added with NLM_F_EXCL is new (the kernel refuses it otherwise); without, as `nft
+    /// add chain` sends it, it may be an existing one updated: not counted, dumped. Deleting a
+    /// canary is not counted either (another table may hold one); adding one is.
+    #[test]
+    fn chains_are_counted_only_when_the_notification_tells() {
+        let d = fed(&chain_msg(
+            NEWCHAIN,
+            crate::netlink::NLM_F_EXCL,
+            "nat",
+            "KUBE-SVC-AAAAAAAAAAAAAAAA",
+        ));
+        assert_eq!(
+            (d.tables[0].chains, d.kube_chains, d.uncounted),
+            (1, [1, 0, 0, 0, 0], None)
+        );
+        let d = fed(&chain_msg(NEWCHAIN, 0x400, "nat", "KUBE-SVC-AAAAAAAAAAAAAAAA"));
+        assert!(d.uncounted.is_some());
+        let d = fed(&chain_msg(NEWCHAIN, 0x400, "nat", "PREROUTING"));
+        assert_eq!(
+            (d.tables.len(), d.uncounted),
+            (0, None),
+            "a built-in chain: no count moves"
+        );
+        let d = fed(&chain_msg(
+            NEWCHAIN,
+            crate::netlink::NLM_F_EXCL,
+            "mangle",
+            "KUBE-PROXY-CANARY",
+        ));
+        assert!(d.proxy_canary_added && d.uncounted.is_none());
+        let d = fed(&chain_msg(DELCHAIN, 0, "mangle", "KUBE-PROXY-CANARY"));
+        assert!(d.uncounted.is_some());
+        let d = fed(&chain_msg(DELCHAIN, 0, "nat", "KUBE-SEP-AAAAAAAAAAAAAAAA"));
+        assert_eq!((d.tables[0].chains, d.kube_chains[1], d.uncounted), (-1, -1, None));
+        let d = fed(&chain_msg(NEWCHAIN, 0, "mytable", "KUBE-SVC-AAAAAAAAAAAAAAAA"));
+        assert_eq!(d, CountDelta::default(), "a table the probes do not count");
     }
 
     #[test]

@@ -5,13 +5,18 @@
 //! kube-proxy's `iptables-restore` children exit right after their commit; one gone already is
 //! looked up among kube-proxy's children the process events saw forked ([`super::proc_events`],
 //! followed by a task while the kube_proxy probe names a process, and drained here first).
+//! Then, for a commit whose every notification was read and decoded, it carries the iptables
+//! and nftables probes' counts of the generation before to the commit's
+//! ([`crate::probe::Memory::advance`]): the probes the scheduler wakes after the debounce find
+//! them there and dump nothing. After a loss the next commit carries nothing, and what its
+//! notifications cannot account for is left to the woken probe's dump.
 //!
 //! Notifications are per network namespace: the agent (hostNetwork) sees the node's commits.
 //! Joining the group needs CAP_NET_ADMIN; where it fails, or where `nf_tables` is not loaded
 //! (joining would make the kernel load it: the agent loads no module), the watcher says why in
 //! an [`Event::Unavailable`] and the probes keep their polls. An ENOBUFS (a burst larger than
-//! the socket's buffer) is an [`Event::Lost`]: the commit under way is dropped, and the
-//! scheduler re-reads the rules.
+//! the socket's buffer) is an [`Event::Lost`]: the commit under way is dropped, nothing is
+//! carried, and the scheduler wakes the probes, which dump the rules again.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -158,7 +163,8 @@ fn run(ctx: &ProbeContext, children: &Arc<KubeProxyChildren>, tx: &Sender<Event>
     if !send(Event::Watching) {
         return;
     }
-    let mut watcher = Watcher::new(ctx.host.clone(), sock, children.clone(), &ctx.kube_proxy.process_name);
+    let mut watcher = Watcher::new(ctx.host.clone(), sock, children.clone(), &ctx.kube_proxy.process_name)
+        .carrying(ctx.memory.clone());
     loop {
         match watcher.read() {
             Ok(events) => {
@@ -188,6 +194,12 @@ pub struct Watcher {
     kube_proxy_name: String,
     pending: Pending,
     undecoded: u32,
+    /// The probes' counts this watcher carries from commit to commit (None: it carries none),
+    /// and the generation when it began to: a commit of that generation or an earlier one may
+    /// have begun before the group was joined.
+    memory: Option<(Arc<crate::probe::Memory>, u32)>,
+    /// Notifications were lost since the last NEWGEN: its commit carries no count.
+    gap: bool,
     buf: Vec<u8>,
 }
 
@@ -201,8 +213,25 @@ impl Watcher {
             kube_proxy_name: kube_proxy_name.chars().take(COMM_BYTES).collect(),
             pending: Pending::default(),
             undecoded: 0,
+            memory: None,
+            gap: false,
             buf: vec![0u8; RECV_BUFFER],
         }
+    }
+
+    /// Carries the iptables and nftables probes' counts in `memory` through each commit whose
+    /// every notification was read and decoded ([`crate::probe::Memory::advance`]), so that the
+    /// probes it wakes dump nothing again. Called once the socket joined the group: the
+    /// generation now is read, and only later commits (bumped after it, so notified after the
+    /// join) carry counts; where it cannot be read, none does.
+    pub fn carrying(mut self, memory: Arc<crate::probe::Memory>) -> Self {
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        let now = self
+            .host
+            .netlink(crate::netlink::NETLINK_NETFILTER)
+            .and_then(|c| crate::netlink::nft_count::generation(c, deadline));
+        self.memory = now.ok().map(|g| (memory, g));
+        self
     }
 
     /// The socket (a test sets it non-blocking).
@@ -223,6 +252,7 @@ impl Watcher {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(vec![]),
             Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOBUFS as i32) => {
                 self.pending.reset();
+                self.gap = true;
                 return Ok(lost());
             }
             Err(e) => return Err(e),
@@ -230,6 +260,7 @@ impl Watcher {
         if n > self.buf.len() {
             // A datagram cut: its notifications are lost like an overflow's.
             self.pending.reset();
+            self.gap = true;
             return Ok(lost());
         }
         let mut events = Vec::new();
@@ -241,7 +272,16 @@ impl Watcher {
             match self.pending.feed(&m) {
                 Ok(None) => {}
                 Ok(Some(c)) => {
+                    // Before anything else but the writer's lookup (kube-proxy's children exit at
+                    // once): the probes woken after the debounce find their counts carried.
                     let writer = self.writer(c.pid, c.name.clone());
+                    let whole = !std::mem::take(&mut self.gap) && self.undecoded == 0;
+                    if let (true, Some((memory, joined))) = (whole, &self.memory) {
+                        // Generations wrap: "later" is a positive distance.
+                        if (c.generation.wrapping_sub(*joined) as i32) > 0 {
+                            memory.advance(c.generation, &c.counts, unix_seconds(SystemTime::now()));
+                        }
+                    }
                     let named = [&writer.name, &writer.parent_name]
                         .iter()
                         .any(|n| n.as_deref() == Some(self.kube_proxy_name.as_str()));

@@ -495,6 +495,7 @@ fn netlink_count() -> proxywatch::probe::counted::NetlinkCount {
         attempts: 1,
         bytes: 4096,
         count_seconds: 0.01,
+        notified: false,
     }
 }
 

@@ -666,3 +666,189 @@ fn an_exited_child_is_attributed_to_its_parent_through_process_events_in_the_ini
         c.writer.describe()
     );
 }
+
+/// `iptables-nft-save`'s chains and rules per table, and the rules in or jumping to a KUBE-* chain.
+fn save_tables(ns: &Netns) -> (std::collections::BTreeMap<String, (u64, u64)>, u64) {
+    let (rules, kube) = save_counts(ns);
+    let out = ns.exec_ok("iptables-nft-save", &[]);
+    let (mut tables, mut table) = (std::collections::BTreeMap::new(), String::new());
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(t) = l.strip_prefix('*') {
+            table = t.to_string();
+            tables.insert(table.clone(), (0, rules[&table]));
+        } else if l.starts_with(':') {
+            tables.get_mut(&table).unwrap().0 += 1;
+        }
+    }
+    (tables, kube)
+}
+
+/// Commit after commit, the agent's counts equal `iptables-nft-save`'s; those of a commit whose
+/// notifications account for every change are carried by them (the woken iptables probe dumps
+/// nothing: its reading says `notified`), the others counted by a dump: kube-proxy's rewrite of
+/// its chains, a service added and removed (chains created, rules, `-X`), a table created and
+/// another flushed and written again (iptables-nft-restore without --noflush deletes the table),
+/// a canary deleted (another table still holds one: dumped), a chain added by `nft add chain`
+/// (no NLM_F_EXCL: new or updated, not told: dumped), then `nft create chain` (carried again).
+/// The iptables probe's interval is 600 s: every reading here is one the commits woke.
+/// Needs root, `ip`, `iptables-nft`, `iptables-nft-restore`, `iptables-nft-save`, `nft`,
+/// `python3`; a few seconds.
+#[test]
+fn counts_carried_by_the_notifications_equal_iptables_nft_save_commit_after_commit() {
+    let tools = [
+        "ip",
+        "iptables-nft",
+        "iptables-nft-restore",
+        "iptables-nft-save",
+        "nft",
+        "python3",
+    ];
+    if !common::can_run(&tools) {
+        return;
+    }
+    let dir = log_dir_named("nftables_watch_e2e_carried");
+    let (rules, _) = common::generate_kube_rules(&dir, 200, 3, &[]);
+    let ns = Netns::new("nftcarry");
+    let loaded = ns
+        .command("iptables-nft-restore", &[])
+        .stdin(std::fs::File::open(&rules).unwrap())
+        .output()
+        .unwrap();
+    assert!(loaded.status.success(), "{}", String::from_utf8_lossy(&loaded.stderr));
+    let full = std::fs::read_to_string(&rules).unwrap();
+    // kube-proxy's nat chains, each declared (flushed and rewritten by --noflush).
+    let mut kube = String::from("*nat\n");
+    let mut nat = false;
+    for l in full.lines() {
+        if l.starts_with('*') {
+            nat = l == "*nat";
+        } else if nat && (l.starts_with(":KUBE-") || l.starts_with("-A KUBE-")) {
+            kube.push_str(l);
+            kube.push('\n');
+        }
+    }
+    kube.push_str("COMMIT\n");
+    let agent = Serve::new()
+        .in_netns(&ns)
+        .args(["--node-name", "pwt-carry", "--iptables.interval", "600s"])
+        .log(dir.join("agent.log"))
+        .start();
+    let reading = |agent: &common::Agent| -> Result<(Value, Value), String> {
+        let s = agent.snapshot()?;
+        let run = s["facts"]["iptables"]["saves"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["backend"] == "nft" && r["family"] == "ipv4"))
+            .ok_or(format!("no nft ipv4 count: {}", s["facts"]["iptables"]))?;
+        Ok((run["netlink"].clone(), run["counts"].clone()))
+    };
+    let first = common::poll(
+        "the watcher listening and the rules read",
+        Duration::from_secs(30),
+        || {
+            let w = watch(&agent)?;
+            let (how, _) = reading(&agent)?;
+            (w["state"] == "watching").then_some(how).ok_or(format!("{w}"))
+        },
+    );
+    let mut generation = first["generation"].as_u64().unwrap();
+    let svc = "KUBE-SVC-PWTCARRY00000000";
+    let sep = "KUBE-SEP-PWTCARRY00000000";
+    // (what, the commands of its commit: program, arguments, stdin; whether its counts are carried)
+    type Commands = Vec<(&'static str, Vec<String>, Option<String>)>;
+    let steps: Vec<(&str, Commands, bool)> = vec![
+        ("kube-proxy's rewrite", vec![("iptables-nft-restore", vec!["--noflush".into()], Some(kube.clone()))], true),
+        (
+            "a service added",
+            vec![(
+                "iptables-nft-restore",
+                vec!["--noflush".into()],
+                Some(format!(
+                    "*nat\n:{svc} - [0:0]\n:{sep} - [0:0]\n-A KUBE-SERVICES -d 10.96.99.9/32 -p tcp -m tcp --dport 80 -j {svc}\n-A {svc} -j {sep}\n-A {sep} -p tcp -m tcp -j DNAT --to-destination 10.244.99.9:80\nCOMMIT\n"
+                )),
+            )],
+            true,
+        ),
+        (
+            "the service removed",
+            vec![(
+                "iptables-nft-restore",
+                vec!["--noflush".into()],
+                Some(format!(
+                    "*nat\n-D KUBE-SERVICES -d 10.96.99.9/32 -p tcp -m tcp --dport 80 -j {svc}\n-F {svc}\n-F {sep}\n-X {svc}\n-X {sep}\nCOMMIT\n"
+                )),
+            )],
+            true,
+        ),
+        (
+            "a table created",
+            vec![("iptables-nft", ["-t", "raw", "-A", "PREROUTING", "-j", "ACCEPT"].map(String::from).to_vec(), None)],
+            true,
+        ),
+        (
+            "a table written again whole",
+            vec![(
+                "iptables-nft-restore",
+                vec![],
+                Some("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:PWT-RAW - [0:0]\n-A OUTPUT -j PWT-RAW\n-A PWT-RAW -j ACCEPT\nCOMMIT\n".into()),
+            )],
+            true,
+        ),
+        (
+            "a canary deleted",
+            vec![("iptables-nft", ["-t", "nat", "-X", "KUBE-PROXY-CANARY"].map(String::from).to_vec(), None)],
+            false,
+        ),
+        (
+            "a chain added without NLM_F_EXCL",
+            vec![("nft", ["add", "chain", "ip", "nat", "KUBE-PWT-ADDED"].map(String::from).to_vec(), None)],
+            false,
+        ),
+        (
+            "a chain created",
+            vec![("nft", ["create", "chain", "ip", "nat", "KUBE-PWT-CREATED"].map(String::from).to_vec(), None)],
+            true,
+        ),
+    ];
+    for (what, commands, carried) in steps {
+        for (program, args, input) in commands {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = match input {
+                Some(text) => ns.exec_input(program, &args, &text),
+                None => ns.exec_ok(program, &args),
+            };
+            assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let (tables, kube_rules) = save_tables(&ns);
+        let (how, counts) = common::poll(what, Duration::from_secs(30), || {
+            let (how, counts) = reading(&agent)?;
+            let same = tables.iter().all(|(t, (chains, rules))| {
+                counts["tables"][t]["chains"] == *chains && counts["tables"][t]["rules"] == *rules
+            }) && counts["tables"].as_object().map(|t| t.len()) == Some(tables.len())
+                && counts["kube_rules"] == kube_rules;
+            (how["generation"].as_u64() != Some(generation) && same)
+                .then_some((how.clone(), counts.clone()))
+                .ok_or(format!("{how} {counts}; save: {tables:?} {kube_rules}"))
+        });
+        generation = how["generation"].as_u64().unwrap();
+        eprintln!("{what}: generation {generation}, carried {}, {counts}", how["notified"]);
+        let w = watch(&agent).unwrap();
+        if w["notifications_lost_total"] == 0 {
+            assert_eq!(how["notified"] == true, carried, "{what}: {how}");
+        }
+        assert_eq!(counts["proxy_canary"], true, "{what}: mangle and filter still hold one");
+    }
+    // Every count (kube-proxy's chain families, the hint and canaries too) equals a dump's now.
+    let (how, carried) = reading(&agent).unwrap();
+    assert_eq!(how["notified"], true, "{how}");
+    let run = common::Check::new()
+        .in_netns(&ns)
+        .args(["--node-name", "pwt-carry", "--kube-proxy.down-grace", "0s"])
+        .run();
+    let counted = run.doc["facts"]["iptables"]["saves"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["backend"] == "nft" && r["family"] == "ipv4"))
+        .map(|r| r["counts"].clone())
+        .unwrap_or_else(|| panic!("no nft ipv4 count in check's report: {}", run.stderr));
+    assert_eq!(carried, counted);
+    agent.stop_cleanly();
+}

@@ -369,26 +369,70 @@ impl SaveParser {
     }
 }
 
+/// What a chain's name makes it, for the counts: one of kube-proxy's chain families, the
+/// hint (in `mangle` only), a canary, or none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainKind {
+    Svc,
+    Sep,
+    Ext,
+    Fw,
+    Svl,
+    Hint,
+    KubeletCanary,
+    ProxyCanary,
+    Other,
+}
+
+/// The kind of chain `name` is in `table`.
+pub fn chain_kind(table: &str, name: &str) -> ChainKind {
+    if name.starts_with("KUBE-SVC-") {
+        ChainKind::Svc
+    } else if name.starts_with("KUBE-SEP-") {
+        ChainKind::Sep
+    } else if name.starts_with("KUBE-EXT-") {
+        ChainKind::Ext
+    } else if name.starts_with("KUBE-FW-") {
+        ChainKind::Fw
+    } else if name.starts_with("KUBE-SVL-") {
+        ChainKind::Svl
+    } else if name == "KUBE-IPTABLES-HINT" && table == "mangle" {
+        ChainKind::Hint
+    } else if name == "KUBE-KUBELET-CANARY" {
+        ChainKind::KubeletCanary
+    } else if name == "KUBE-PROXY-CANARY" {
+        ChainKind::ProxyCanary
+    } else {
+        ChainKind::Other
+    }
+}
+
+impl KubeChains {
+    /// The counter of `kind`'s family (None for the hint, the canaries and other chains).
+    pub fn of(&mut self, kind: ChainKind) -> Option<&mut u64> {
+        match kind {
+            ChainKind::Svc => Some(&mut self.svc),
+            ChainKind::Sep => Some(&mut self.sep),
+            ChainKind::Ext => Some(&mut self.ext),
+            ChainKind::Fw => Some(&mut self.fw),
+            ChainKind::Svl => Some(&mut self.svl),
+            _ => None,
+        }
+    }
+}
+
 /// Counts a declared chain into kube-proxy's chain families, the hint and the
 /// canaries: shared by the text parser and the netlink reader.
 pub fn classify_chain(counts: &mut SaveCounts, table: &str, name: &str) {
-    let kube = &mut counts.kube;
-    if name.starts_with("KUBE-SVC-") {
-        kube.svc += 1;
-    } else if name.starts_with("KUBE-SEP-") {
-        kube.sep += 1;
-    } else if name.starts_with("KUBE-EXT-") {
-        kube.ext += 1;
-    } else if name.starts_with("KUBE-FW-") {
-        kube.fw += 1;
-    } else if name.starts_with("KUBE-SVL-") {
-        kube.svl += 1;
-    } else if name == "KUBE-IPTABLES-HINT" && table == "mangle" {
-        counts.hint_chain = true;
-    } else if name == "KUBE-KUBELET-CANARY" {
-        counts.kubelet_canary = true;
-    } else if name == "KUBE-PROXY-CANARY" {
-        counts.proxy_canary = true;
+    let kind = chain_kind(table, name);
+    if let Some(n) = counts.kube.of(kind) {
+        *n += 1;
+    }
+    match kind {
+        ChainKind::Hint => counts.hint_chain = true,
+        ChainKind::KubeletCanary => counts.kubelet_canary = true,
+        ChainKind::ProxyCanary => counts.proxy_canary = true,
+        _ => {}
     }
 }
 

@@ -20,13 +20,14 @@ use super::super::service_endpoints::iptables::{LegacySave, LegacySaves};
 use super::super::Memory;
 use super::super::{Deadline, ProbeContext, ProbeError, ProbeName};
 use super::{
-    classify_chain, detect_backend, read_with_saves, run_save, run_save_with, CountMismatch, CrossCheck, IptablesFacts,
-    Read, SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
+    classify_chain, detect_backend, read_with_saves, run_save, run_save_with, ChainKind, CountMismatch, CrossCheck,
+    IptablesFacts, Read, SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
 };
 use crate::host::Host;
 use crate::netlink::nft::{Chain, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Plan, Tally};
 use crate::netlink::{NlError, NETLINK_NETFILTER};
+use crate::watch::nft_decode::CountDelta;
 
 /// The tables iptables-nft-save prints (the xtables tables); other tables of
 /// the family (kube-proxy's `kube-proxy`, a firewall's own) are not read.
@@ -100,6 +101,58 @@ impl Tally for IptTally {
     }
 
     fn elements(&mut self, _: &str, _: &str, _: u64) {}
+}
+
+/// The counts `base` (of one family, at the generation before a commit) carried through that
+/// commit's notifications, `delta` (pure): what a dump at the commit's generation would count, or
+/// None when the commit changed something its notifications cannot account for
+/// ([`CountDelta::uncounted`]) or that does not fit `base` (a count would go below 0, a table
+/// changed that `base` does not have).
+pub fn advance(base: &SaveCounts, delta: &CountDelta) -> Option<SaveCounts> {
+    if delta.uncounted.is_some() {
+        return None;
+    }
+    let mut c = base.clone();
+    for t in &delta.tables {
+        let empty = TableCounts {
+            chains: builtins(&t.table).len() as u64,
+            rules: 0,
+        };
+        let start = match c.tables.get(&t.table) {
+            _ if t.deleted && !t.added => {
+                if t.rules != 0 || t.chains != 0 {
+                    return None;
+                }
+                c.tables.remove(&t.table);
+                continue;
+            }
+            _ if t.deleted => empty,
+            Some(before) => before.clone(),
+            None if t.added => empty,
+            None => return None,
+        };
+        let now = TableCounts {
+            chains: start.chains.checked_add_signed(t.chains)?,
+            rules: start.rules.checked_add_signed(t.rules)?,
+        };
+        c.tables.insert(t.table.clone(), now);
+    }
+    c.kube_rules = c.kube_rules.checked_add_signed(delta.kube_rules)?;
+    let kinds = [
+        ChainKind::Svc,
+        ChainKind::Sep,
+        ChainKind::Ext,
+        ChainKind::Fw,
+        ChainKind::Svl,
+    ];
+    for (kind, d) in kinds.into_iter().zip(delta.kube_chains) {
+        let n = c.kube.of(kind)?;
+        *n = n.checked_add_signed(d)?;
+    }
+    c.hint_chain |= delta.hint_added;
+    c.kubelet_canary |= delta.kubelet_canary_added;
+    c.proxy_canary |= delta.proxy_canary_added;
+    Some(c)
 }
 
 /// The counts the save and netlink disagree on (pure).
@@ -513,6 +566,7 @@ mod tests {
     use super::*;
     use crate::netlink::nft::samples;
     use crate::netlink::nft::{decode_chain, decode_rule, msg_type, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE};
+    use crate::watch::nft_decode::TableDelta;
 
     fn chain(t: &mut IptTally, table: &str, name: &str, base: bool) {
         let p = samples::chain(2, 1, table, name, base);
@@ -579,6 +633,75 @@ mod tests {
         assert!(
             compare("ipv4", &c, &text).is_empty(),
             "bytes and lines are not compared"
+        );
+    }
+
+    fn delta(tables: Vec<TableDelta>) -> CountDelta {
+        CountDelta {
+            family: 2,
+            tables,
+            ..Default::default()
+        }
+    }
+
+    fn nat(f: impl FnOnce(&mut TableDelta)) -> TableDelta {
+        let mut t = TableDelta {
+            table: "nat".into(),
+            ..Default::default()
+        };
+        f(&mut t);
+        t
+    }
+
+    /// A commit's notifications carry a count to what a dump after it counts: rules and chains
+    /// per table, kube-proxy's, a table deleted and added again (as iptables-nft-restore without
+    /// --noflush does) counted from its built-in chains; and nothing when they cannot.
+    #[test]
+    fn a_count_is_carried_through_a_commit_or_not_at_all() {
+        let mut base = SaveCounts::default();
+        base.tables.insert("nat".into(), TableCounts { chains: 7, rules: 5 });
+        base.tables.insert("filter".into(), TableCounts { chains: 3, rules: 0 });
+        (base.kube_rules, base.kube.svc, base.kube.sep) = (4, 1, 1);
+        let mut d = delta(vec![nat(|t| (t.rules, t.chains) = (-3, -1))]);
+        (d.kube_rules, d.kube_chains) = (-3, [-1, 0, 0, 0, 0]);
+        let c = advance(&base, &d).unwrap();
+        assert_eq!(c.tables["nat"], TableCounts { chains: 6, rules: 2 });
+        assert_eq!((c.kube_rules, c.kube.svc, c.kube.sep), (1, 0, 1));
+        assert_eq!(c.tables["filter"], base.tables["filter"], "untouched");
+        // Deleted, added again with one chain and two rules: nat's 4 built-in chains + 1.
+        let mut d = delta(vec![nat(|t| {
+            (t.deleted, t.added, t.rules, t.chains) = (true, true, 2, 1)
+        })]);
+        (d.kube_rules, d.kube_chains, d.proxy_canary_added) = (-2, [-1, -1, 0, 0, 0], true);
+        let c = advance(&base, &d).unwrap();
+        assert_eq!(c.tables["nat"], TableCounts { chains: 5, rules: 2 });
+        assert!(c.proxy_canary && c.kube_rules == 2);
+        // Deleted: gone. A new table starts from its built-in chains.
+        let c = advance(&base, &delta(vec![nat(|t| t.deleted = true)])).unwrap();
+        assert!(!c.tables.contains_key("nat"));
+        let raw = TableDelta {
+            table: "raw".into(),
+            added: true,
+            ..Default::default()
+        };
+        let c = advance(&base, &delta(vec![raw])).unwrap();
+        assert_eq!(c.tables["raw"], TableCounts { chains: 2, rules: 0 });
+        // What does not fit is no count.
+        let uncounted = CountDelta {
+            uncounted: Some("a chain added without NLM_F_EXCL"),
+            ..Default::default()
+        };
+        assert_eq!(advance(&base, &uncounted), None);
+        assert_eq!(advance(&base, &delta(vec![nat(|t| t.rules = -6)])), None, "below 0");
+        let mangle = TableDelta {
+            table: "mangle".into(),
+            rules: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            advance(&base, &delta(vec![mangle])),
+            None,
+            "a table the count does not have"
         );
     }
 
