@@ -236,7 +236,12 @@ impl Memory {
     /// dumped again; the iptables counts with the nat drop chains they were learned with, or
     /// neither); what is not carried stays, and the next run at `generation` counts it.
     /// Returns whether the iptables counts of both families were carried.
-    pub fn advance(&self, generation: u32, deltas: &[crate::watch::nft_decode::CountDelta], at_seconds: f64) -> bool {
+    pub fn advance(
+        &self,
+        generation: u32,
+        deltas: &[crate::probe::iptables::delta::CountDelta],
+        at_seconds: f64,
+    ) -> bool {
         use crate::netlink::nft::Family;
         // The kernel's generation skips 0 when it wraps.
         let before = if generation == 1 {
@@ -244,7 +249,7 @@ impl Memory {
         } else {
             generation.wrapping_sub(1)
         };
-        let none = crate::watch::nft_decode::CountDelta::default();
+        let none = crate::probe::iptables::delta::CountDelta::default();
         let mut all = true;
         for family in [Family::Ip, Family::Ip6] {
             let d = deltas.iter().find(|d| d.family == family.code()).unwrap_or(&none);
@@ -330,7 +335,7 @@ mod tests {
     #[test]
     fn a_commit_carries_the_counts_it_accounts_for() {
         use crate::netlink::nft::Family;
-        use crate::watch::nft_decode::{CountDelta, TableDelta};
+        use crate::probe::iptables::delta::{CountDelta, TableDelta};
         let m = Memory::default();
         let at = |generation| counted::NetlinkCount {
             generation,

@@ -31,6 +31,7 @@
 use std::collections::BTreeMap;
 use std::hash::Hasher;
 
+pub mod delta;
 pub mod node;
 pub use node::probe;
 

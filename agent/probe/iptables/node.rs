@@ -19,6 +19,7 @@ use super::super::rule_counters::{self, RuleCounters};
 use super::super::service_endpoints::iptables::{LegacySave, LegacySaves};
 use super::super::Memory;
 use super::super::{Deadline, ProbeContext, ProbeError, ProbeName};
+use super::delta::CountDelta;
 use super::{
     classify_chain, detect_backend, read_with_saves, run_save, run_save_with, ChainKind, CountMismatch, CrossCheck,
     IptablesFacts, Read, SaveCounts, SaveRun, TableCounts, BUILTIN_CHAINS,
@@ -27,7 +28,6 @@ use crate::host::Host;
 use crate::netlink::nft::{Chain, Family, Rule, Set};
 use crate::netlink::nft_count::{self, Plan, Tally};
 use crate::netlink::{NlError, NETLINK_NETFILTER};
-use crate::watch::nft_decode::CountDelta;
 
 /// The tables iptables-nft-save prints (the xtables tables); other tables of
 /// the family (kube-proxy's `kube-proxy`, a firewall's own) are not read.
@@ -566,7 +566,7 @@ mod tests {
     use super::*;
     use crate::netlink::nft::samples;
     use crate::netlink::nft::{decode_chain, decode_rule, msg_type, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE};
-    use crate::watch::nft_decode::TableDelta;
+    use crate::probe::iptables::delta::TableDelta;
 
     fn chain(t: &mut IptTally, table: &str, name: &str, base: bool) {
         let p = samples::chain(2, 1, table, name, base);
