@@ -273,114 +273,134 @@ impl Pending {
         }
         let family = *m.payload.first().ok_or_else(|| missing("nfgenmsg"))?;
         match kind {
-            NEWTABLE | DELTABLE | DESTROYTABLE => {
-                let name = string_attr(m.payload, NFTA_TABLE_NAME)?.ok_or_else(|| missing("table name"))?;
-                self.messages += 1;
-                if let Some((c, true)) = self.counted(family, name) {
-                    c.table_change(name, kind == NEWTABLE);
-                }
-                if let Some(t) = self.table(family, name) {
-                    if kind == NEWTABLE {
-                        t.table_added = true;
-                    } else {
-                        t.table_deleted = true;
-                    }
-                }
-            }
-            NEWCHAIN | DELCHAIN | DESTROYCHAIN => {
-                let table = string_attr(m.payload, NFTA_CHAIN_TABLE)?.ok_or_else(|| missing("chain's table"))?;
-                let name = string_attr(m.payload, NFTA_CHAIN_NAME)?.ok_or_else(|| missing("chain name"))?;
-                self.messages += 1;
-                if let Some((c, true)) = self.counted(family, table) {
-                    c.chain(table, name, kind == NEWCHAIN, m.flags & NLM_F_EXCL != 0);
-                }
-                if let Some(t) = self.table(family, table) {
-                    if kind == NEWCHAIN {
-                        // A base chain's policy update is notified as NEWCHAIN again: counted twice.
-                        t.chains_added += 1;
-                    } else {
-                        t.chains_deleted += 1;
-                        if name.starts_with(KUBE_CHAIN_PREFIX) || t.is_kube_table() {
-                            t.kube_chains_deleted += 1;
-                        }
-                        if t.chains_deleted_names.len() < MAX_CHAIN_NAMES {
-                            t.chains_deleted_names.push(name.to_string());
-                        }
-                    }
-                }
-            }
-            NEWRULE | DELRULE | DESTROYRULE => {
-                // The same layout as a dump's rule: decode it as one.
-                let rule = nft::decode_rule(msg_type(nft::NFT_MSG_NEWRULE), m.payload)?;
-                // A rule of a KUBE-* chain is kube-proxy's whatever it jumps to (as the iptables
-                // tally counts it): the expressions are walked only for a rule of another chain,
-                // the built-in chains where the jumps to kube-proxy's live among them. Most of a
-                // resync's notifications are of kube-proxy's chains.
-                let own = rule.chain.starts_with(KUBE_CHAIN_PREFIX);
-                let jumps = !own && rule.jumps_to(KUBE_CHAIN_PREFIX)?;
-                if let Some((c, true)) = self.counted(family, rule.table) {
-                    c.rule(&rule, own || jumps, kind == NEWRULE)?;
-                }
-                self.messages += 1;
-                let (chain, table) = (rule.chain, rule.table);
-                if let Some(t) = self.table(family, table) {
-                    let kube = own || jumps || t.is_kube_table();
-                    let base = BASE_CHAINS.contains(&chain);
-                    if kind == NEWRULE {
-                        t.rules_added += 1;
-                        t.kube_rules_added += u64::from(kube);
-                        t.base_kube_rules_added += u64::from(base && jumps);
-                    } else {
-                        t.rules_removed += 1;
-                        t.kube_rules_removed += u64::from(kube);
-                        t.base_rules_removed += u64::from(base);
-                        t.base_kube_rules_removed += u64::from(base && jumps);
-                    }
-                }
-            }
-            NEWSET | DELSET | DESTROYSET => {
-                let table = string_attr(m.payload, NFTA_SET_TABLE)?.ok_or_else(|| missing("set's table"))?;
-                self.messages += 1;
-                // Sets count for kube-proxy's table only (the iptables tally counts none).
-                self.counted(family, table);
-                if let Some(t) = self.table(family, table) {
-                    if kind == NEWSET {
-                        t.sets_added += 1;
-                    } else {
-                        t.sets_deleted += 1;
-                    }
-                }
-            }
-            NEWSETELEM | DELSETELEM | DESTROYSETELEM => {
-                let (_, _, attrs) = nfgen(m.payload)?;
-                let (mut table, mut count) = (None, 0u64);
-                for a in attrs {
-                    let a = a?;
-                    match a.kind {
-                        NFTA_SET_ELEM_LIST_TABLE => table = Some(a.str()?),
-                        NFTA_SET_ELEM_LIST_ELEMENTS => {
-                            for e in a.nested() {
-                                e?;
-                                count += 1;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                let table = table.ok_or_else(|| missing("element's table"))?;
-                self.messages += 1;
-                self.counted(family, table);
-                if let Some(t) = self.table(family, table) {
-                    if kind == NEWSETELEM {
-                        t.elements_added += count;
-                    } else {
-                        t.elements_removed += count;
-                    }
-                }
-            }
+            NEWTABLE | DELTABLE | DESTROYTABLE => self.table_msg(family, kind, m)?,
+            NEWCHAIN | DELCHAIN | DESTROYCHAIN => self.chain_msg(family, kind, m)?,
+            NEWRULE | DELRULE | DESTROYRULE => self.rule_msg(family, kind, m)?,
+            NEWSET | DELSET | DESTROYSET => self.set_msg(family, kind, m)?,
+            NEWSETELEM | DELSETELEM | DESTROYSETELEM => self.elements_msg(family, kind, m)?,
             _ => {}
         }
         Ok(None)
+    }
+
+    /// A table added or deleted.
+    fn table_msg(&mut self, family: u8, kind: u16, m: &Msg<'_>) -> Result<(), NlError> {
+        let name = string_attr(m.payload, NFTA_TABLE_NAME)?.ok_or_else(|| missing("table name"))?;
+        self.messages += 1;
+        if let Some((c, true)) = self.counted(family, name) {
+            c.table_change(name, kind == NEWTABLE);
+        }
+        if let Some(t) = self.table(family, name) {
+            if kind == NEWTABLE {
+                t.table_added = true;
+            } else {
+                t.table_deleted = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// A chain added or deleted.
+    fn chain_msg(&mut self, family: u8, kind: u16, m: &Msg<'_>) -> Result<(), NlError> {
+        let table = string_attr(m.payload, NFTA_CHAIN_TABLE)?.ok_or_else(|| missing("chain's table"))?;
+        let name = string_attr(m.payload, NFTA_CHAIN_NAME)?.ok_or_else(|| missing("chain name"))?;
+        self.messages += 1;
+        if let Some((c, true)) = self.counted(family, table) {
+            c.chain(table, name, kind == NEWCHAIN, m.flags & NLM_F_EXCL != 0);
+        }
+        if let Some(t) = self.table(family, table) {
+            if kind == NEWCHAIN {
+                // A base chain's policy update is notified as NEWCHAIN again: counted twice.
+                t.chains_added += 1;
+            } else {
+                t.chains_deleted += 1;
+                if name.starts_with(KUBE_CHAIN_PREFIX) || t.is_kube_table() {
+                    t.kube_chains_deleted += 1;
+                }
+                if t.chains_deleted_names.len() < MAX_CHAIN_NAMES {
+                    t.chains_deleted_names.push(name.to_string());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A rule added or removed.
+    fn rule_msg(&mut self, family: u8, kind: u16, m: &Msg<'_>) -> Result<(), NlError> {
+        // The same layout as a dump's rule: decode it as one.
+        let rule = nft::decode_rule(msg_type(nft::NFT_MSG_NEWRULE), m.payload)?;
+        // A rule of a KUBE-* chain is kube-proxy's whatever it jumps to (as the iptables
+        // tally counts it): the expressions are walked only for a rule of another chain,
+        // the built-in chains where the jumps to kube-proxy's live among them. Most of a
+        // resync's notifications are of kube-proxy's chains.
+        let own = rule.chain.starts_with(KUBE_CHAIN_PREFIX);
+        let jumps = !own && rule.jumps_to(KUBE_CHAIN_PREFIX)?;
+        if let Some((c, true)) = self.counted(family, rule.table) {
+            c.rule(&rule, own || jumps, kind == NEWRULE)?;
+        }
+        self.messages += 1;
+        let (chain, table) = (rule.chain, rule.table);
+        if let Some(t) = self.table(family, table) {
+            let kube = own || jumps || t.is_kube_table();
+            let base = BASE_CHAINS.contains(&chain);
+            if kind == NEWRULE {
+                t.rules_added += 1;
+                t.kube_rules_added += u64::from(kube);
+                t.base_kube_rules_added += u64::from(base && jumps);
+            } else {
+                t.rules_removed += 1;
+                t.kube_rules_removed += u64::from(kube);
+                t.base_rules_removed += u64::from(base);
+                t.base_kube_rules_removed += u64::from(base && jumps);
+            }
+        }
+        Ok(())
+    }
+
+    /// A set added or deleted (they count for kube-proxy's table only).
+    fn set_msg(&mut self, family: u8, kind: u16, m: &Msg<'_>) -> Result<(), NlError> {
+        let table = string_attr(m.payload, NFTA_SET_TABLE)?.ok_or_else(|| missing("set's table"))?;
+        self.messages += 1;
+        // Sets count for kube-proxy's table only (the iptables tally counts none).
+        self.counted(family, table);
+        if let Some(t) = self.table(family, table) {
+            if kind == NEWSET {
+                t.sets_added += 1;
+            } else {
+                t.sets_deleted += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Set elements added or removed.
+    fn elements_msg(&mut self, family: u8, kind: u16, m: &Msg<'_>) -> Result<(), NlError> {
+        let (_, _, attrs) = nfgen(m.payload)?;
+        let (mut table, mut count) = (None, 0u64);
+        for a in attrs {
+            let a = a?;
+            match a.kind {
+                NFTA_SET_ELEM_LIST_TABLE => table = Some(a.str()?),
+                NFTA_SET_ELEM_LIST_ELEMENTS => {
+                    for e in a.nested() {
+                        e?;
+                        count += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let table = table.ok_or_else(|| missing("element's table"))?;
+        self.messages += 1;
+        self.counted(family, table);
+        if let Some(t) = self.table(family, table) {
+            if kind == NEWSETELEM {
+                t.elements_added += count;
+            } else {
+                t.elements_removed += count;
+            }
+        }
+        Ok(())
     }
 
     fn generation(&mut self, payload: &[u8]) -> Result<CommitFacts, NlError> {
