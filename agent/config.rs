@@ -215,6 +215,10 @@ pub struct ServeArgs {
     )]
     pub bearer_token_file: Option<std::path::PathBuf>,
 
+    /// Shortest time between two returns of freed memory to the kernel (malloc_trim, after a publication); 0 = never.
+    #[arg(long = "memory.trim-interval", env = "PROXYWATCH_MEMORY_TRIM_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub trim_interval: Duration,
+
     #[command(flatten)]
     pub common: Common,
 }

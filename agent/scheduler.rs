@@ -465,6 +465,7 @@ pub fn spawn(
     sources: &[Source],
     mut aggregator: Aggregator,
     liveness: Arc<Liveness>,
+    trim_every: Duration,
 ) -> Latest {
     let (tx, mut rx) = mpsc::channel::<RunReport>(64);
     let (event_tx, mut event_rx) = mpsc::channel::<Event>(256);
@@ -501,6 +502,7 @@ pub fn spawn(
         // A verdict that turns with time (kube-proxy gone, within its grace): its probe is woken
         // when the wait is over, so that the verdict changes then, not at the probe's next run.
         let mut recheck: Option<(ProbeName, Instant)> = None;
+        let mut trimmer = crate::trim::Trimmer::new(trim_every);
         loop {
             let timer = async move {
                 match recheck {
@@ -534,7 +536,10 @@ pub fn spawn(
                 Input::Events(_) => None,
             };
             if let Some(p) = step(&mut aggregator, input, now, mono, &liveness) {
-                pub_tx.send_replace(Some(Arc::new(p)));
+                // The previous publication is dropped here (unless a request still holds it):
+                // what this run and its render freed goes back to the kernel (`trim`).
+                drop(pub_tx.send_replace(Some(Arc::new(p))));
+                trimmer.after_publication(Instant::now());
             }
             for (reader, tx) in &givens {
                 if reported.is_some_and(|p| reader.reads().contains(&p)) {
@@ -1160,7 +1165,7 @@ mod tests {
             interval: Duration::from_secs(3600),
             timeout: Duration::from_secs(5),
         };
-        let mut latest = spawn(ctx, vec![keep], &[source], a, liveness);
+        let mut latest = spawn(ctx, vec![keep], &[source], a, liveness, Duration::from_secs(5));
         let publication = loop {
             latest.changed().await.unwrap();
             let p = latest.borrow().clone().unwrap();

@@ -1,0 +1,101 @@
+//! Gives the C library's freed memory back to the kernel after a publication.
+//!
+//! A probe run or a render allocates its peak (a rule set decoded, a body rendered) and frees
+//! it; glibc keeps what was freed inside its heaps and returns by itself only the heap's top
+//! (`M_TRIM_THRESHOLD`, mallopt(3)), so RSS stays near the highest peak so far rather than
+//! what the agent holds. `malloc_trim(0)` walks every arena and hands the whole free pages
+//! back (`MADV_DONTNEED`). It runs on the aggregator's task after a publication, at most once
+//! per `--memory.trim-interval` (5 s). What it changes is measured in docs/benchmarks.md
+//! ("Giving freed memory back"); memory the agent still holds, live or in pages shared with
+//! live blocks, it cannot return.
+//! On a C library without it (musl) this does nothing.
+
+use std::time::{Duration, Instant};
+
+/// Trims when the last trim is at least `every` old (`--memory.trim-interval`; zero: never);
+/// returns whether it did.
+#[derive(Debug)]
+pub struct Trimmer {
+    every: Duration,
+    last: Option<Instant>,
+}
+
+impl Trimmer {
+    pub fn new(every: Duration) -> Self {
+        Trimmer { every, last: None }
+    }
+
+    pub fn after_publication(&mut self, now: Instant) -> bool {
+        if self.every.is_zero() || self.last.is_some_and(|l| now.duration_since(l) < self.every) {
+            return false;
+        }
+        self.last = Some(now);
+        release_freed_memory();
+        true
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn release_freed_memory() {
+    // SAFETY: malloc_trim(3) takes a pad size by value, touches only the allocator's own
+    // state under its own locks, and has no precondition on the caller; the Rust global
+    // allocator is the system one (this crate sets no other).
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_freed_memory() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_at_most_once_per_interval_and_never_at_zero() {
+        let every = Duration::from_secs(5);
+        let mut t = Trimmer::new(every);
+        let start = Instant::now();
+        assert!(t.after_publication(start));
+        assert!(!t.after_publication(start + every / 2));
+        assert!(t.after_publication(start + every));
+        assert!(!t.after_publication(start + every + every / 3));
+        let mut never = Trimmer::new(Duration::ZERO);
+        assert!(!never.after_publication(start));
+        assert!(!never.after_publication(start + every * 100));
+    }
+
+    /// What the module is for: freed memory below the heap's top goes back to the kernel.
+    /// Measured on this process's own RSS: many small blocks (kept below the top by a last
+    /// one still held) freed, then trimmed.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn freed_memory_below_the_heap_top_leaves_the_resident_set() {
+        fn rss_kib() -> u64 {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        }
+        // 64 MiB in 4 KiB blocks (below the mmap threshold: from the heap), touched.
+        let mut blocks: Vec<Vec<u8>> = (0..16_384).map(|i| vec![(i % 251) as u8 + 1; 4096]).collect();
+        let pin = vec![7u8; 4096]; // allocated last: above the freed blocks, so the top stays
+        let held = rss_kib();
+        blocks.clear();
+        blocks.shrink_to_fit();
+        let freed = rss_kib();
+        release_freed_memory();
+        let trimmed = rss_kib();
+        assert_eq!(pin[0], 7);
+        // Other tests of this binary allocate meanwhile: the margins are wide.
+        assert!(
+            freed + 16 * 1024 > held,
+            "free alone already gave it back (nothing left to show): {held} -> {freed} KiB"
+        );
+        assert!(
+            trimmed + 32 * 1024 < freed,
+            "trim returned under 32 MiB: {held} -> {freed} -> {trimmed} KiB"
+        );
+    }
+}
