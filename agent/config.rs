@@ -216,8 +216,8 @@ pub struct ServeArgs {
     pub bearer_token_file: Option<std::path::PathBuf>,
 
     /// Shortest time between two returns of freed memory to the kernel (malloc_trim, after a publication); 0 = never.
-    #[arg(long = "memory.trim-interval", env = "PROXYWATCH_MEMORY_TRIM_INTERVAL", default_value = "5s", value_parser = parse_duration)]
-    pub trim_interval: Duration,
+    #[arg(long = "memory.trim-interval", env = "PROXYWATCH_MEMORY_TRIM_INTERVAL", default_value = "5s", value_parser = parse_interval_or_never)]
+    pub trim_interval: Every,
 
     #[command(flatten)]
     pub common: Common,
@@ -686,6 +686,25 @@ mod tests {
         let cli = Cli::try_parse_from(["proxywatch", "check", "--conntrack.fill-warning", "0.99"]).unwrap();
         let Command::Check(c) = cli.command else { panic!() };
         assert!(c.common.thresholds().is_err(), "warning above critical is refused");
+    }
+
+    /// `--memory.trim-interval 0` is never, as its help says (0s was once refused, so the soak's
+    /// agent without the trim did not start); the default is 5 s.
+    #[test]
+    fn trim_interval_zero_is_never() {
+        let serve = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["proxywatch", "serve"][..], args].concat()).unwrap();
+            let Command::Serve(s) = cli.command else { panic!() };
+            s.trim_interval
+        };
+        assert_eq!(serve(&[]), Every(Some(Duration::from_secs(5))));
+        for zero in ["0", "0s", "0ms"] {
+            assert_eq!(serve(&["--memory.trim-interval", zero]), Every(None), "{zero}");
+        }
+        assert_eq!(
+            serve(&["--memory.trim-interval", "30s"]),
+            Every(Some(Duration::from_secs(30)))
+        );
     }
 
     #[test]
