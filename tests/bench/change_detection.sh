@@ -28,6 +28,13 @@
 #   poll   POLL_TRIALS (5) more, each also timed to (c) the polling agent's first
 #          iptables reading that began after the removal (it has no way to name the
 #          writer)
+#   kill   KILL_TRIALS (5) times: the stand-in (the first time the one above, then
+#          a new one, once the watching agent's kube_proxy probe has found it) is
+#          SIGKILLed; the time from the kill to kube_proxy_down in the watching agent's
+#          /findings naming that PID, and how far the exit time in its evidence is
+#          from the kill. No poll row: both agents watch kube-proxy's exit (there is
+#          no flag to turn the pidfd off); without it the agent learns of a death
+#          at its kube_proxy probe's next run, every 15 s by default.
 # Prints one table: latency p50 / p99 / max per row, the CPU ms and RSS KiB per
 # phase per agent, and the ratios.
 #
@@ -42,6 +49,7 @@ BUSY=${BUSY:-600}
 IDLE=${IDLE:-600}
 WATCH_TRIALS=${WATCH_TRIALS:-20}
 POLL_TRIALS=${POLL_TRIALS:-5}
+KILL_TRIALS=${KILL_TRIALS:-5}
 source "$ROOT/tests/bench/lib.sh"
 need_root_and ip iptables-nft-restore python3
 pw_bin
@@ -93,12 +101,13 @@ PIDS+=($!)
 POLL=$!
 
 ip netns exec "$NS" python3 - "$WATCH" "$POLL" "$KP" "$BUSY" "$IDLE" "$WATCH_TRIALS" "$POLL_TRIALS" \
-	"$WORK/portals.rules" "$SERVICES" "$ENDPOINTS" <<'EOF'
+	"$WORK/portals.rules" "$SERVICES" "$ENDPOINTS" "$KILL_TRIALS" "$WORK/kube-proxy-cd" "$WORK/kube.rules" <<'EOF'
 import json, os, signal, subprocess, sys, time, urllib.request
 
 watch_pid, poll_pid, kp_pid = (int(a) for a in sys.argv[1:4])
 busy, idle, n_watch, n_poll = (int(a) for a in sys.argv[4:8])
 portals, services, endpoints = sys.argv[8], sys.argv[9], sys.argv[10]
+n_kill, kp_path, kube_rules = int(sys.argv[11]), sys.argv[12], sys.argv[13]
 TICK = os.sysconf("SC_CLK_TCK")
 
 def get(port, path):
@@ -131,7 +140,7 @@ def nat_reading(port):
         return None
     return end - p.get("duration_seconds", 0), end, run["counts"]["tables"]["nat"]["rules"]
 
-def wait(what, cond, limit, step=0.01):
+def wait(what, cond, limit, step=0.01, or_none=False):
     t0, err = time.monotonic(), None
     while time.monotonic() - t0 < limit:
         try:
@@ -141,6 +150,8 @@ def wait(what, cond, limit, step=0.01):
         if v:
             return v
         time.sleep(step)
+    if or_none:
+        return None
     sys.exit(f"timed out after {limit} s: {what} (last error: {err!r})")
 
 wait("both agents up, kube-proxy found and 3 of its commits journaled",
@@ -174,8 +185,11 @@ time.sleep(3)  # a commit under way ends, its re-read settles
 idle_res = phase(idle, lambda: None)
 os.kill(kp_pid, signal.SIGCONT)
 
+unnamed = []  # trials whose writer the watching agent did not name: what it said instead
+
 def trial(timed_poll):
     before = nat_reading(19881)
+    lost0 = watch_state().get("notifications_lost_total", 0)
     t_start = time.time()
     # Kept running (stdin open) until the agent has named it: iptables-nft-restore commits at
     # COMMIT, and the agent in this namespace reads its writer from /proc.
@@ -185,8 +199,17 @@ def trial(timed_poll):
     wait("the removal's commit", lambda: portals_gone(), 30, 0.001)
     t_done = time.time()
     f = wait("the finding naming the writer",
-             lambda: (lambda f: f if f and f["evidence"].get("writer_pid") == p.pid else None)(other_finding()), 30)
+             lambda: (lambda f: f if f and f["evidence"].get("writer_pid") == p.pid else None)(other_finding()), 30,
+             or_none=True)
     seen = time.time() - t_done
+    if f is None:
+        # Not named within 30 s: recorded with what the agent said (a loss at that commit
+        # leaves no writer to name: its journal says "notifications lost, rules re-read").
+        o = other_finding()
+        unnamed.append((watch_state().get("notifications_lost_total", 0) - lost0,
+                        o["evidence"].get("writer_pid") if o else None, p.pid))
+        f = {"evidence": {"writer_name": None}}
+        seen = None
     r = wait("the watching agent's reading of the removal",
              lambda: (lambda r: r if r and r[0] >= t_start and r[2] == full - n_portals else None)(nat_reading(19881)), 30)
     p.stdin.close()
@@ -212,7 +235,32 @@ def portals_gone():
     out = subprocess.run(["nft", "list", "chain", "ip", "nat", "OUTPUT"], capture_output=True, text=True).stdout
     return "jump" not in out
 res = [trial(False) for _ in range(n_watch)] + [trial(True) for _ in range(n_poll)]
-names = {r[2] for r in res}
+names = {r[2] for r in res if r[2]}
+
+def kp_seen(port):
+    return ((get(port, "/snapshot")["facts"].get("kube_proxy") or {}).get("process") or {}).get("pid")
+
+def down_finding(pid):
+    f = next((f for f in get(19881, "/findings") if f["id"] == "kube_proxy_down"), None)
+    return f if f and f["evidence"].get("exited_pid") == pid else None
+
+kills = []
+for i in range(n_kill):
+    child = None
+    if i > 0:
+        child = subprocess.Popen([kp_path, "-c", f"while :; do iptables-nft-restore --noflush < '{kube_rules}'; sleep 1; done"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid = child.pid if child else kp_pid
+    try:
+        wait("the watching agent's kube_proxy probe finds the stand-in", lambda: kp_seen(19881) == pid, 60, 0.2)
+        time.sleep(1)  # the exit watch opens its pidfd once a publication names the process
+        t_kill = time.time()
+    finally:
+        os.kill(pid, signal.SIGKILL)  # also when the wait failed: a stand-in of this script never outlives it
+        if child:
+            child.wait()
+    f = wait("kube_proxy_down naming the killed PID", lambda: down_finding(pid), 30, 0.005)
+    kills.append((time.time() - t_kill, abs(f["evidence"]["exited_timestamp_seconds"] - t_kill), f["severity"]))
 
 def stats(v):
     v = sorted(v)
@@ -221,9 +269,16 @@ def stats(v):
 
 print(f"rules: {services} x {endpoints} services, nat {full} rules ({n_portals} portals removed per trial)")
 print(f"{'latency, ms (commit seen ->)':52} {'trials':>6} {'p50':>9} {'p99':>9} {'max':>9}")
-print(f"{'watch: finding in /findings naming the writer':52} {len(res):6d} {stats([r[0] for r in res])}")
+named = [r[0] for r in res if r[0] is not None]
+print(f"{'watch: finding in /findings naming the writer':52} {len(named):6d} {stats(named)}")
+for lost, other_pid, pid in unnamed:
+    print(f"  not named within 30 s (writer {pid}): notifications lost meanwhile {lost}; the finding's writer_pid {other_pid}")
 print(f"{'watch: its iptables reading shows the removal':52} {len(res):6d} {stats([r[1] for r in res])}")
 print(f"{'poll:  its iptables reading shows the removal':52} {n_poll:6d} {stats([r[3] for r in res[n_watch:]])}")
+if kills:
+    print(f"{'watch: kube_proxy_down in /findings after a SIGKILL':52} {len(kills):6d} {stats([k[0] for k in kills])}")
+    print(f"{'watch: exit time in its evidence, off the kill by':52} {len(kills):6d} {stats([k[1] for k in kills])}")
+    print(f"kube_proxy_down severity at once (--kube-proxy.down-grace 0s): {', '.join(sorted({k[2] for k in kills}))}")
 print(f"writer named by the watching agent: {', '.join(sorted(names))}; the polling agent names none")
 print(f"busy phase: {busy} s, {kp_commits} commits journaled as kube-proxy's, 0 as another's, the finding never raised")
 print(f"{'phase':8} {'watch_cpu_ms':>12} {'poll_cpu_ms':>12} {'cpu_ratio':>9} {'watch_kib':>9} {'poll_kib':>9} {'d_kib':>6}")
