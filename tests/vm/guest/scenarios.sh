@@ -857,11 +857,13 @@ traffic_setup() {
 # the DNS server's fork and exec alone take up to about 120 ms, and a try took 240 ms with
 # the host busy (a soak and a CI beside the VM); 150 ms of netem delay, crossed there and
 # back, makes every try at least 300 ms, so the slow round stays slow whatever the load.
+# Each try may take 5 s, not 1: with the host that busy, the TCP DNS server (socat forking
+# a shell) once answered after the 1 s default.
 traffic_check() {
     block "$1.ipvsadm-Lnc.before" "$IPVSADM" -Lnc
     block "$1.save" env -i PATH="$AGENT_PATH" KUBERNETES_SERVICE_HOST=127.0.10.1 KUBERNETES_SERVICE_PORT=443 \
         /usr/bin/proxywatch baseline save "/tmp/$1.json" --node-name vm $NO_KUBE_PROXY --kube-proxy.mode ipvs \
-        --try-services --service-traffic.slow 280ms
+        --try-services --service-traffic.slow 280ms --service-traffic.try-timeout 5s
     block "$1.json" cat "/tmp/$1.json"
     block "$1.conntrack" "$CONNTRACK" -L -o extended
     block "$1.ipvsadm-Lnc" "$IPVSADM" -Lnc
