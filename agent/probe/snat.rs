@@ -129,13 +129,20 @@ pub fn protocol_name(p: u8) -> String {
 /// (translated source, destination, destination port, protocol, zone).
 type GroupKey = (IpAddr, IpAddr, u16, u8, u16);
 
+/// A group as [`Grouper::facts`] ranks it: (fill, key, entries, range, where the range is from).
+type Ranked = (f64, GroupKey, u64, (u16, u16), &'static str);
+
 /// Groups SRC_NAT entries as the dump streams them.
 #[derive(Debug, Default)]
 pub struct Grouper {
     /// (translated source, destination, port, protocol) → (entries, min port, max port).
     groups: HashMap<GroupKey, (u64, u16, u16)>,
     pub entries: u64,
-    dropped: std::collections::HashSet<GroupKey>,
+    /// The groups beyond [`MAX_GROUPS`], each by a 64-bit hash of its key (8 bytes
+    /// where the key takes 40; two of 10,000 keys share a hash with a chance
+    /// of about 3 in 10^12, which would undercount them by one).
+    dropped: std::collections::HashSet<u64>,
+    dropped_hasher: std::hash::RandomState,
     dropped_count: u64,
     ungrouped: u64,
 }
@@ -169,11 +176,12 @@ impl Grouper {
             self.groups.insert(key, (1, p, p));
         } else {
             self.ungrouped += 1;
+            let hash = std::hash::BuildHasher::hash_one(&self.dropped_hasher, key);
             if self.dropped.len() < MAX_DROPPED_TRACKED {
-                if self.dropped.insert(key) {
+                if self.dropped.insert(hash) {
                     self.dropped_count += 1;
                 }
-            } else if !self.dropped.contains(&key) {
+            } else if !self.dropped.contains(&hash) {
                 // Beyond both caps a group is counted once per entry: an upper bound.
                 self.dropped_count += 1;
             }
@@ -181,27 +189,48 @@ impl Grouper {
     }
 
     /// The facts, each group against the narrowest range of `ranges` (of its
-    /// family) holding every port it uses.
+    /// family) holding every port it uses. Only the listed groups are made into
+    /// [`SnatGroup`]s (names and range text): the rest are ranked as keys.
     pub fn facts(self, rules: &[FoundRule]) -> SnatFacts {
-        let mut top: Vec<SnatGroup> = self
+        let ranges_of = |family: Family| -> Vec<(u16, u16)> {
+            rules
+                .iter()
+                .filter(|r| r.family == family)
+                .filter_map(|r| r.action.ports)
+                .collect()
+        };
+        let ranges = [ranges_of(Family::Ip), ranges_of(Family::Ip6)];
+        let group_count = self.groups.len();
+        let mut ranked: Vec<Ranked> = self
             .groups
             .into_iter()
-            .map(|((source, destination, port, proto, zone), (n, lo, hi))| {
-                let family = if source.is_ipv6() { Family::Ip6 } else { Family::Ip };
-                let ranges: Vec<(u16, u16)> = rules
-                    .iter()
-                    .filter(|r| r.family == family)
-                    .filter_map(|r| r.action.ports)
-                    .collect();
+            .map(|(key, (n, lo, hi))| {
+                let (source, _, _, proto, _) = key;
                 // ICMP: rules' port ranges are for ports-carrying protocols
                 // (iptables and nft take them with a protocol only); ids 0-65535.
-                let ((a, b), from) = if matches!(proto, ICMP | ICMPV6) {
+                let (range, from) = if matches!(proto, ICMP | ICMPV6) {
                     ((0, 65535), "default")
                 } else {
-                    capacity(&ranges, lo, hi)
+                    capacity(&ranges[usize::from(source.is_ipv6())], lo, hi)
                 };
-                let size = u64::from(b - a) + 1;
-                SnatGroup {
+                let size = u64::from(range.1 - range.0) + 1;
+                (n as f64 / size as f64, key, n, range, from)
+            })
+            .collect();
+        let order = |a: &Ranked, b: &Ranked| {
+            let (ka, kb) = (a.1, b.1);
+            b.0.total_cmp(&a.0)
+                .then_with(|| (ka.0, ka.1, ka.2, ka.4).cmp(&(kb.0, kb.1, kb.2, kb.4)))
+        };
+        if ranked.len() > MAX_LISTED {
+            ranked.select_nth_unstable_by(MAX_LISTED - 1, order);
+            ranked.truncate(MAX_LISTED);
+        }
+        ranked.sort_by(order);
+        let top: Vec<SnatGroup> = ranked
+            .into_iter()
+            .map(
+                |(fill, (source, destination, port, proto, zone), n, (a, b), from)| SnatGroup {
                     source,
                     destination,
                     port,
@@ -209,20 +238,14 @@ impl Grouper {
                     zone,
                     ports_in_use: n,
                     range: format!("{a}-{b}"),
-                    range_size: size,
+                    range_size: u64::from(b - a) + 1,
                     range_from: from.into(),
-                    fill: n as f64 / size as f64,
-                }
-            })
+                    fill,
+                },
+            )
             .collect();
-        top.sort_by(|a, b| {
-            b.fill
-                .total_cmp(&a.fill)
-                .then_with(|| (a.source, a.destination, a.port, a.zone).cmp(&(b.source, b.destination, b.port, b.zone)))
-        });
-        let groups = top.len() as u64 + self.dropped_count;
+        let groups = group_count as u64 + self.dropped_count;
         let max_fill = top.first().map(|g| g.fill);
-        top.truncate(MAX_LISTED);
         SnatFacts {
             entries: self.entries,
             groups,
@@ -678,6 +701,23 @@ mod tests {
         );
         assert_eq!(f.top.len(), MAX_LISTED);
         assert_eq!(f.entries, 2 * (MAX_GROUPS as u64 + 5));
+    }
+
+    #[test]
+    fn the_listed_groups_are_the_fullest_in_order_of_fill() {
+        let mut g = Grouper::default();
+        // 60 groups; group i has (i * 7) % 60 + 1 entries: distinct counts.
+        for i in 0..60u32 {
+            let dst = std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string();
+            for p in 0..(i * 7) % 60 + 1 {
+                g.add(&snat("192.168.0.2", &dst, 80, 30000 + p as u16));
+            }
+        }
+        let f = g.facts(&[]);
+        let got: Vec<u64> = f.top.iter().map(|t| t.ports_in_use).collect();
+        assert_eq!(got, (41..=60).rev().collect::<Vec<u64>>());
+        assert_eq!(f.groups, 60);
+        assert_eq!(f.max_fill, Some(60.0 / 64512.0));
     }
 
     #[test]
