@@ -129,8 +129,15 @@ pub fn protocol_name(p: u8) -> String {
 /// (translated source, destination, destination port, protocol, zone).
 type GroupKey = (IpAddr, IpAddr, u16, u8, u16);
 
-/// A group as [`Grouper::facts`] ranks it: (fill, key, entries, range, where the range is from).
-type Ranked = (f64, GroupKey, u64, (u16, u16), &'static str);
+/// A group as [`Grouper::facts`] ranks it, before the listed ones are named.
+struct Ranked {
+    fill: f64,
+    key: GroupKey,
+    entries: u64,
+    range: (u16, u16),
+    size: u64,
+    from: &'static str,
+}
 
 /// Groups SRC_NAT entries as the dump streams them.
 #[derive(Debug, Default)]
@@ -204,7 +211,7 @@ impl Grouper {
         let mut ranked: Vec<Ranked> = self
             .groups
             .into_iter()
-            .map(|(key, (n, lo, hi))| {
+            .map(|(key, (entries, lo, hi))| {
                 let (source, _, _, proto, _) = key;
                 // ICMP: rules' port ranges are for ports-carrying protocols
                 // (iptables and nft take them with a protocol only); ids 0-65535.
@@ -214,12 +221,21 @@ impl Grouper {
                     capacity(&ranges[usize::from(source.is_ipv6())], lo, hi)
                 };
                 let size = u64::from(range.1 - range.0) + 1;
-                (n as f64 / size as f64, key, n, range, from)
+                Ranked {
+                    fill: entries as f64 / size as f64,
+                    key,
+                    entries,
+                    range,
+                    size,
+                    from,
+                }
             })
             .collect();
+        // Fullest first; among equals by (source, destination, port, zone).
         let order = |a: &Ranked, b: &Ranked| {
-            let (ka, kb) = (a.1, b.1);
-            b.0.total_cmp(&a.0)
+            let (ka, kb) = (a.key, b.key);
+            b.fill
+                .total_cmp(&a.fill)
                 .then_with(|| (ka.0, ka.1, ka.2, ka.4).cmp(&(kb.0, kb.1, kb.2, kb.4)))
         };
         if ranked.len() > MAX_LISTED {
@@ -229,20 +245,21 @@ impl Grouper {
         ranked.sort_by(order);
         let top: Vec<SnatGroup> = ranked
             .into_iter()
-            .map(
-                |(fill, (source, destination, port, proto, zone), n, (a, b), from)| SnatGroup {
+            .map(|r| {
+                let (source, destination, port, proto, zone) = r.key;
+                SnatGroup {
                     source,
                     destination,
                     port,
                     protocol: protocol_name(proto),
                     zone,
-                    ports_in_use: n,
-                    range: format!("{a}-{b}"),
-                    range_size: u64::from(b - a) + 1,
-                    range_from: from.into(),
-                    fill,
-                },
-            )
+                    ports_in_use: r.entries,
+                    range: format!("{}-{}", r.range.0, r.range.1),
+                    range_size: r.size,
+                    range_from: r.from.into(),
+                    fill: r.fill,
+                }
+            })
             .collect();
         let groups = group_count as u64 + self.dropped_count;
         let max_fill = top.first().map(|g| g.fill);
