@@ -49,8 +49,6 @@ literal proc_net_netstat "TcpExt: SyncookiesSent IPReversePathFilter\nTcpExt: 0 
 seed node_cpu_list $F/nodes/*/sys/devices/system/cpu/online
 literal node_cpu_list "0-3,8,10-11\n" "0\n" "0-65535\n"
 seed iptables_save $F/iptables/*.txt
-seed nft_list_table $F/nft/*.txt $F/nft/*.nft
-literal nft_list_table "table ip kube-proxy {\n}\n"
 seed ipvsadm_list $F/ipvs/ln-* $F/ipvs/lnc-* $F/ipvs/rate-* $F/ipvs-nodes/*/exec/*
 seed ipvsadm_stats $F/ipvs/stats-* $F/ipvs/ln-kube-proxy-ipvs-kind-tkng.txt
 seed proc_ip_vs $F/ipvs/node_exporter-* $F/ipvs/prometheus-procfs-* $F/nodes/*/proc/net/ip_vs \

@@ -262,6 +262,53 @@ impl Drop for Netns {
     }
 }
 
+/// `name` is `<prefix>-<8 base32 chars>-...`, kube-proxy's hashed chain naming.
+pub fn kube_hashed(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|r| r.strip_prefix('-'))
+        .is_some_and(|r| {
+            r.len() > 9
+                && r.as_bytes()[..8]
+                    .iter()
+                    .all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(b))
+                && r.as_bytes()[8] == b'-'
+        })
+}
+
+/// kube-proxy's table in `family` (`ip`, `ip6`) of `ns`, counted from `nft -j list table`
+/// in the shape of the agent's `facts.nftables.tables[].counts`: what the nftables probe
+/// must report, counted by nft's own JSON and not by the agent's code.
+pub fn nft_listing_counts(ns: &Netns, family: &str) -> serde_json::Value {
+    use serde_json::{json, Map, Value};
+    let out = ns.exec_ok("nft", &["-j", "list", "table", family, "kube-proxy"]).stdout;
+    let doc: Value = serde_json::from_slice(&out).unwrap();
+    let objects = doc["nftables"].as_array().unwrap();
+    let of = |kind: &'static str| objects.iter().filter_map(move |o| o.get(kind));
+    let chains: Vec<&str> = of("chain").map(|c| c["name"].as_str().unwrap()).collect();
+    let hashed = |p: &str| chains.iter().filter(|c| kube_hashed(c, p)).count();
+    let elements = |kind: &'static str| -> Map<String, Value> {
+        of(kind)
+            .map(|s| {
+                let n = s.get("elem").and_then(Value::as_array).map_or(0, |e| e.len());
+                (s["name"].as_str().unwrap().to_string(), json!(n))
+            })
+            .collect()
+    };
+    json!({
+        "chains": chains.len(),
+        "base_chains": of("chain").filter(|c| c.get("hook").is_some()).count(),
+        "rules": of("rule").count(),
+        "service_chains": hashed("service"),
+        "endpoint_chains": hashed("endpoint"),
+        "external_chains": hashed("external"),
+        "local_chains": hashed("local"),
+        "sets": of("set").count(),
+        "maps": of("map").count(),
+        "map_elements": elements("map"),
+        "set_elements": elements("set"),
+    })
+}
+
 /// Inserts into `ns`'s conntrack table `tcp` ESTABLISHED TCP entries and `udp` UDP entries with distinct
 /// source ports starting at `first_port`; returns how many were inserted.
 pub fn insert_conntrack_entries(ns: &Netns, first_port: u16, tcp: u16, udp: u16) -> u64 {

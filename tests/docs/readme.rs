@@ -307,11 +307,28 @@ fn full_snapshot() -> proxywatch::snapshot::Snapshot {
         rule_counters: None,
         legacy: Default::default(),
     });
-    let nft = nftables::parse_list_table(
-        "nft",
-        &fixture("nft/list-table-ip-kube-proxy-pwgen-50svc-debian12-nft1.0.6.txt"),
-    )
-    .unwrap();
+    // The counts of tests/fixtures/nft/pwgen-50svc-input.nft (50 services x 2 endpoints,
+    // 10 NodePorts; SOURCES.md there), as the netlink count has that table.
+    let elements = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let nft = nftables::NftTableCounts {
+        chains: 16 + 50 + 100 + 10,
+        base_chains: 8,
+        rules: 23 + 50 * 2 + 100 * 2 + 10 * 2,
+        service_chains: 50,
+        endpoint_chains: 100,
+        external_chains: 10,
+        local_chains: 0,
+        sets: 2,
+        maps: 5,
+        map_elements: elements(&[
+            ("firewall-ips", 0),
+            ("no-endpoint-nodeports", 0),
+            ("no-endpoint-services", 3),
+            ("service-ips", 50),
+            ("service-nodeports", 10),
+        ]),
+        set_elements: elements(&[("cluster-ips", 53), ("nodeport-ips", 1)]),
+    };
     s.facts.nftables = Some(nftables::NftablesFacts {
         tables: vec![nftables::NftTable {
             family: "ipv4".into(),

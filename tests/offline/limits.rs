@@ -1,11 +1,11 @@
 //! The two concurrency caps of `proxywatch serve`, by observation on the real binary:
 //!
-//! - `--exec.max-children`: three probes run commands at the same time (the iptables
-//!   probe's `iptables-nft-save`, the nftables probe's `nft`, the conntrack probe's
-//!   `conntrack -S` fallback on a node without the stat file). Each is a stand-in that
-//!   marks itself running in a directory, records how many are running, sleeps, and
-//!   unmarks itself. With the cap at 1 the record never exceeds 1; at 2 it reaches 2
-//!   (so the three do overlap when allowed) and never 3.
+//! - `--exec.max-children`: two probes run commands at the same time (the iptables
+//!   probe's `iptables-nft-save`, the conntrack probe's `conntrack -S` fallback on a
+//!   fixture node without the stat file; rule-set dumps such as `ipvsadm` wait for each
+//!   other whatever the cap). Each is a stand-in that marks itself running in a
+//!   directory, records how many are running, sleeps, and unmarks itself. With the cap
+//!   at 1 the record never exceeds 1; at 2 it reaches 2, so the two do overlap when allowed.
 //! - `--web.max-connections`: with the cap at 4 and a long header timeout, 4 idle
 //!   connections are held open and the 5th is closed at once; once the 4 are answered
 //!   and closed, new connections are served again.
@@ -66,12 +66,6 @@ fn most_at_once(max: usize) -> usize {
     std::fs::create_dir(bin.join("running")).unwrap();
     let node = common::fixtures().join("nodes").join(NODE);
     counting_stand_in(bin, "iptables-nft-save", "printf '# empty\\n'");
-    // No kube-proxy table in either family: the probe reports absent, as on a node in iptables mode.
-    counting_stand_in(
-        bin,
-        "nft",
-        "echo 'Error: No such file or directory; did you mean table kube-proxy?' >&2\nexit 1",
-    );
     let capture = node.join("exec/conntrack-S.txt");
     counting_stand_in(
         bin,
@@ -89,13 +83,12 @@ fn most_at_once(max: usize) -> usize {
         .args(common::NO_KUBE_PROXY)
         .args(["--exec.max-children", &max.to_string()])
         .args(["--conntrack.interval", "100ms", "--iptables.interval", "100ms"])
-        .args(["--nftables.interval", "100ms"])
         .start();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let rec = record(bin);
         let runs = |c: &str| rec.iter().filter(|(n, _)| n == c).count();
-        if ["iptables-nft-save", "nft", "conntrack"].iter().all(|c| runs(c) >= 4) {
+        if ["iptables-nft-save", "conntrack"].iter().all(|c| runs(c) >= 4) {
             break;
         }
         assert!(Instant::now() < deadline, "stand-in runs after 60 s: {rec:?}");
@@ -104,7 +97,7 @@ fn most_at_once(max: usize) -> usize {
     }
     // Every probe that ran a command is ok: the cap delays commands, it fails none.
     let doc: serde_json::Value = serde_json::from_str(&agent.get_ok("/snapshot")).unwrap();
-    for (probe, want) in [("iptables", "ok"), ("nftables", "absent"), ("conntrack", "ok")] {
+    for (probe, want) in [("iptables", "ok"), ("conntrack", "ok")] {
         assert_eq!(
             doc["probes"][probe]["status"], want,
             "{probe}: {}",
@@ -120,7 +113,7 @@ fn most_at_once(max: usize) -> usize {
 #[test]
 fn exec_max_children_bounds_the_commands_running_at_once() {
     assert_eq!(most_at_once(1), 1, "--exec.max-children 1");
-    // The control: with room for two, the three probes' commands do overlap.
+    // The control: with room for two, the two probes' commands do overlap.
     assert_eq!(most_at_once(2), 2, "--exec.max-children 2");
 }
 

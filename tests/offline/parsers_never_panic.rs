@@ -23,7 +23,7 @@ use proptest::prelude::*;
 use proptest::test_runner::Config;
 use proxywatch::probe::iptables::{KubeChains, SaveParser, TableCounts};
 use proxywatch::probe::kube_proxy::{healthz, metrics, proxy_mode};
-use proxywatch::probe::{conntrack, ipvs, kube_proxy, modules, nftables, node, sysctl};
+use proxywatch::probe::{conntrack, ipvs, kube_proxy, modules, node, sysctl};
 use proxywatch::promtext;
 
 fn fixtures() -> PathBuf {
@@ -86,7 +86,6 @@ fn every_parser(text: &str) {
     let _ = node::parse_cpu_list("t", text);
     feed_save(text);
     let _ = SaveParser::parse_str("t", text);
-    let _ = nftables::parse_list_table("t", text);
     let list = ipvs::ipvsadm::parse_ipvsadm_list("t", text);
     if let (Ok(mut services), Ok(stats)) = (list, ipvs::ipvsadm::parse_ipvsadm_stats("t", text)) {
         let _ = ipvs::merge_stats(&mut services, stats);

@@ -114,7 +114,7 @@ pub(super) fn nftables(out: &Out, s: &Snapshot) {
         );
         let secs = out.gauge(
             "proxywatch_nftables_list_duration_seconds",
-            "Wall time of reading kube-proxy's nftables table (netlink count, or nft list table).",
+            "Wall time of reading kube-proxy's nftables table (the netlink count).",
             &["family"],
         );
         for t in &nft.tables {
