@@ -51,6 +51,7 @@
 #[macro_use]
 mod probe_table;
 
+pub mod area;
 pub mod compare;
 pub mod config;
 pub mod deadline;

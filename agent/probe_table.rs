@@ -7,6 +7,7 @@
 //! | `Variant => name` | `ProbeName::Variant`; `name` is the probe's `probe` label, its JSON key and its `Facts` slot | `probe/mod.rs`, `snapshot.rs` |
 //! | `run` | the probe's `async fn probe(ctx, deadline)`, or `probe(ctx, given, deadline)` when it reads others | `probe::run` |
 //! | `reads` | the probes whose latest reading it reads: handed in a `Given` from the latest snapshot, never through `Memory` (in `check`, it runs after them) | `probe::run`, `scheduler.rs` |
+//! | `area` | the part of the data plane it sees (`crate::area::Area`): its failure leaves that area's NPD condition unknown | `expose/npd.rs` |
 //! | `facts` | what one run reads: `Reading::Variant` and the slot's type (`(boxed)`: moved in a `Box`, it is large) | `probe/mod.rs`, `snapshot.rs` |
 //! | `json` | the slot's serde attributes in `/snapshot` (`null` or left out while empty) | `snapshot.rs` |
 //! | `interval`, `timeout` | the flags `--<name>.interval` and `--<name>.timeout` (`None`: `--probe.timeout`) | `config/probe_flags.rs` |
@@ -31,6 +32,7 @@ macro_rules! probe_table {
             Node => node {
                 run: node::probe,
                 reads: [],
+                area: Conntrack,
                 facts: node::NodeFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("node.interval", "PROXYWATCH_NODE_INTERVAL", "60s",
@@ -42,6 +44,7 @@ macro_rules! probe_table {
             Modules => modules {
                 run: modules::probe,
                 reads: [],
+                area: Kernel,
                 facts: modules::ModuleFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("modules.interval", "PROXYWATCH_MODULES_INTERVAL", "60s",
@@ -53,6 +56,7 @@ macro_rules! probe_table {
             Conntrack => conntrack {
                 run: conntrack::probe,
                 reads: [],
+                area: Conntrack,
                 facts: conntrack::ConntrackFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("conntrack.interval", "PROXYWATCH_CONNTRACK_INTERVAL", "5s",
@@ -64,6 +68,7 @@ macro_rules! probe_table {
             ConntrackStale => conntrack_stale {
                 run: conntrack_stale::probe,
                 reads: [Iptables],
+                area: Conntrack,
                 facts: conntrack_stale::ConntrackStaleFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("conntrack-stale.interval", "PROXYWATCH_CONNTRACK_STALE_INTERVAL", "60s",
@@ -78,6 +83,7 @@ macro_rules! probe_table {
             Sysctls => sysctls {
                 run: sysctl::probe,
                 reads: [],
+                area: Kernel,
                 facts: sysctl::SysctlFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("sysctls.interval", "PROXYWATCH_SYSCTLS_INTERVAL", "15s",
@@ -89,6 +95,7 @@ macro_rules! probe_table {
             RpFilter => rp_filter {
                 run: rp_filter::probe,
                 reads: [],
+                area: Kernel,
                 facts: rp_filter::RpFilterFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("rp-filter.interval", "PROXYWATCH_RP_FILTER_INTERVAL", "15s",
@@ -100,6 +107,7 @@ macro_rules! probe_table {
             NodePorts => node_ports {
                 run: node_ports::probe,
                 reads: [],
+                area: Kernel,
                 facts: node_ports::NodePortFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("node-ports.interval", "PROXYWATCH_NODE_PORTS_INTERVAL", "60s",
@@ -112,6 +120,7 @@ macro_rules! probe_table {
             NeighbourTables => neighbour_tables {
                 run: neighbour_tables::probe,
                 reads: [],
+                area: Kernel,
                 facts: neighbour_tables::NeighbourFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("neighbour-tables.interval", "PROXYWATCH_NEIGHBOUR_TABLES_INTERVAL", "15s",
@@ -123,6 +132,7 @@ macro_rules! probe_table {
             Iptables => iptables {
                 run: iptables::probe,
                 reads: [],
+                area: Rules,
                 facts: iptables::IptablesFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("iptables.interval", "PROXYWATCH_IPTABLES_INTERVAL", "60s",
@@ -135,6 +145,7 @@ macro_rules! probe_table {
             XtablesLock => xtables_lock {
                 run: xtables_lock::probe,
                 reads: [],
+                area: Rules,
                 facts: xtables_lock::XtablesLockFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("xtables-lock.interval", "PROXYWATCH_XTABLES_LOCK_INTERVAL", "5s",
@@ -146,6 +157,7 @@ macro_rules! probe_table {
             Nftables => nftables {
                 run: nftables::probe,
                 reads: [],
+                area: Rules,
                 facts: nftables::NftablesFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("nftables.interval", "PROXYWATCH_NFTABLES_INTERVAL", "120s",
@@ -158,6 +170,7 @@ macro_rules! probe_table {
             Ipvs => ipvs {
                 run: ipvs::probe,
                 reads: [],
+                area: Rules,
                 facts: ipvs::IpvsFacts,
                 json: #[serde(default)],
                 interval: Flag::duration("ipvs.interval", "PROXYWATCH_IPVS_INTERVAL", "30s",
@@ -170,6 +183,7 @@ macro_rules! probe_table {
             ServiceTraffic => service_traffic {
                 run: service_traffic::probe,
                 reads: [Iptables],
+                area: Rules,
                 facts: service_traffic::ServiceTrafficFacts,
                 json: #[serde(default, skip_serializing_if = "Option::is_none")],
                 interval: Flag::or_never("service-traffic.interval", "PROXYWATCH_SERVICE_TRAFFIC_INTERVAL", "0",
@@ -182,6 +196,7 @@ macro_rules! probe_table {
             KubeProxy => kube_proxy {
                 run: kube_proxy::probe,
                 reads: [],
+                area: KubeProxy,
                 facts: kube_proxy::KubeProxyFacts (boxed),
                 json: #[serde(default)],
                 interval: Flag::duration("kube-proxy.interval", "PROXYWATCH_KUBE_PROXY_INTERVAL", "15s",
@@ -200,6 +215,7 @@ macro_rules! probe_table {
         $variant:ident => $name:ident {
             run: $run:path,
             reads: [$($reads:ident),* $(,)?],
+            area: $area:ident,
             facts: $facts_mod:ident :: $facts:ident $(($boxed:ident))?,
             json: #[$json:meta],
             interval: $interval:expr,
@@ -208,12 +224,12 @@ macro_rules! probe_table {
         }
     )*) => {
         probe_table! { @$stage $(
-            [$(#[doc = $doc])* $variant $name ($run) ($facts_mod $facts [$($boxed)?]) (#[$json]) ($interval) ($timeout) [$($section),*] [$($reads),*]]
+            [$(#[doc = $doc])* $variant $name ($run) ($facts_mod $facts [$($boxed)?]) (#[$json]) ($interval) ($timeout) [$($section),*] [$($reads),*] $area]
         )* }
     };
 
     // probe/mod.rs: the names, the readings and the dispatcher.
-    (@probe $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) $json:tt $interval:tt $timeout:tt $sections:tt [$($reads:ident),*]])*) => {
+    (@probe $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) $json:tt $interval:tt $timeout:tt $sections:tt [$($reads:ident),*] $area:ident])*) => {
         /// Every probe, in the order reports list them (the probe table, `agent/probe_table.rs`).
         /// The name is the probe's `probe` label, its JSON key and its flag prefix.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -236,6 +252,14 @@ macro_rules! probe_table {
             pub fn reads(self) -> &'static [ProbeName] {
                 match self {
                     $(ProbeName::$variant => &[$(ProbeName::$reads),*],)*
+                }
+            }
+
+            /// The part of the data plane the probe sees (its row's `area`): its failure
+            /// leaves that area's NPD condition unknown (`proxywatch npd`).
+            pub fn area(self) -> $crate::area::Area {
+                match self {
+                    $(ProbeName::$variant => $crate::area::Area::$area,)*
                 }
             }
         }
@@ -297,7 +321,7 @@ macro_rules! probe_table {
     (@unbox $f:ident boxed) => { *$f };
 
     // snapshot.rs: one slot per probe in `Facts`.
-    (@facts $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) (#[$json:meta]) $interval:tt $timeout:tt $sections:tt $reads:tt])*) => {
+    (@facts $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) (#[$json:meta]) $interval:tt $timeout:tt $sections:tt $reads:tt $area:tt])*) => {
         /// Everything the probes found, one slot per probe (the probe table, `agent/probe_table.rs`).
         /// A probe that found its source absent leaves its slot empty; one that failed keeps its
         /// last good reading for a while, with that reading's time in its outcome
@@ -331,7 +355,7 @@ macro_rules! probe_table {
     };
 
     // config/probe_flags.rs: each probe's interval and timeout flags.
-    (@flags $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt ($interval:expr) ($timeout:expr) $sections:tt $reads:tt])*) => {
+    (@flags $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt ($interval:expr) ($timeout:expr) $sections:tt $reads:tt $area:tt])*) => {
         /// Each probe's schedule flags, in the table's order.
         pub const TABLE: &[ProbeFlags] = &[$(ProbeFlags {
             probe: ProbeName::$variant,
@@ -341,7 +365,7 @@ macro_rules! probe_table {
     };
 
     // expose/metrics.rs: the sections that render each probe's facts.
-    (@metrics $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt $interval:tt $timeout:tt [$($section:path),*] $reads:tt])*) => {
+    (@metrics $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt $interval:tt $timeout:tt [$($section:path),*] $reads:tt $area:tt])*) => {
         /// Each probe's sections, in the table's order (the encoder sorts the families by name).
         fn probe_sections(out: &Out, s: &Snapshot) {
             $($($section(out, s);)*)*

@@ -29,6 +29,7 @@ mod xtables_lock;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::area::Area;
 use crate::snapshot::Snapshot;
 
 pub use conntrack::recommended_conntrack_max;
@@ -160,11 +161,15 @@ pub struct Thresholds {
     pub ipvs_weight_zero_warning_seconds: f64,
 }
 
-/// One check: an id (stable, used in metrics and alerts) and a pure function
-/// of the snapshot, the thresholds and the mode the node runs in. The id is written here
-/// only: the function's finding gets it from its row (`Check::finding`).
+/// One check: an id (stable, used in metrics and alerts), the part of the data plane
+/// its finding is about, and a pure function of the snapshot, the thresholds and the
+/// mode the node runs in. The id is written here only: the function's finding gets it
+/// from its row (`Check::finding`).
 pub struct Check {
     pub id: &'static str,
+    /// Its area: the NPD condition that reports it (`proxywatch npd --area`). None for
+    /// `probe_failed`, which says what cannot be seen, not a problem of the data plane.
+    pub area: Option<Area>,
     pub run: fn(&Snapshot, &Thresholds, &ModeDecision) -> Option<Finding>,
 }
 
@@ -188,58 +193,58 @@ pub struct Verdict {
 
 #[rustfmt::skip]
 pub const CHECKS: &[Check] = &[
-    Check { id: "conntrack_table_fill", run: conntrack::table_fill },
-    Check { id: "conntrack_drops", run: conntrack::drops },
-    Check { id: "conntrack_insert_failed", run: conntrack::insert_failed },
-    Check { id: "conntrack_max_below_recommended", run: conntrack::max_below_recommended },
-    Check { id: "conntrack_time_to_full", run: conntrack::time_to_full },
-    Check { id: "conntrack_stale_endpoint_entries", run: conntrack_stale::stale_endpoint_entries },
-    Check { id: "conntrack_draining_to_removed_endpoints", run: conntrack_stale::draining_to_removed_endpoints },
-    Check { id: "conntrack_stale_partial", run: conntrack_stale::stale_detection_partial },
-    Check { id: "sysctl_ip_forward", run: kernel::ip_forward },
-    Check { id: "sysctl_bridge_nf_call_iptables", run: kernel::bridge_nf_call_iptables },
-    Check { id: "sysctl_conntrack_tcp_timeouts", run: kernel::conntrack_tcp_timeouts },
-    Check { id: "sysctl_rp_filter_strict", run: rp_filter::strict },
-    Check { id: "rp_filter_drops", run: rp_filter::drops },
-    Check { id: "node_ports_in_ephemeral_range", run: node_ports::in_ephemeral_range },
-    Check { id: "neighbour_table_fill", run: neighbour::fill },
-    Check { id: "neighbour_table_overflow", run: neighbour::overflow },
-    Check { id: "snat_ports_near_exhaustion", run: snat::ports_near_exhaustion },
-    Check { id: "masquerade_without_random_fully", run: snat::without_random_fully },
-    Check { id: "ipvs_modules_missing", run: kernel::ipvs_modules_missing },
-    Check { id: "iptables_backend_mismatch", run: iptables::backend_mismatch },
-    Check { id: "iptables_rules_large", run: iptables::rules_large },
-    Check { id: "iptables_save_slow", run: iptables::save_slow },
-    Check { id: "iptables_count_mismatch", run: iptables::count_mismatch },
-    Check { id: "iptables_stale_kube_rules", run: iptables::stale_kube_rules },
-    Check { id: "iptables_lock_held", run: xtables_lock::held },
-    Check { id: "ipvs_vs_conntrack", run: ipvs::vs_conntrack },
-    Check { id: "ipvs_conn_reuse_mode", run: ipvs::conn_reuse_mode },
-    Check { id: "ipvs_expire_sysctls", run: ipvs::expire_sysctls },
-    Check { id: "ipvs_virtual_servers_without_backends", run: ipvs::without_backends },
-    Check { id: "ipvs_real_servers_lingering", run: ipvs_weight_zero::real_servers_lingering },
-    Check { id: "ipvs_interface_out_of_sync", run: ipvs::interface_out_of_sync },
-    Check { id: "ipvs_scheduler", run: ipvs::scheduler },
-    Check { id: "kube_proxy_down", run: kube_proxy::down },
-    Check { id: "kube_proxy_unhealthy", run: kube_proxy::unhealthy },
-    Check { id: "kube_proxy_node_draining", run: kube_proxy::node_draining },
-    Check { id: "kube_proxy_process_ambiguous", run: kube_proxy::process_ambiguous },
-    Check { id: "kube_proxy_sync_slow", run: kube_proxy::sync_slow },
-    Check { id: "kube_proxy_network_programming_slow", run: kube_proxy::network_programming_slow },
-    Check { id: "kube_proxy_sync_stale", run: kube_proxy::sync_stale },
-    Check { id: "kube_proxy_sync_failing", run: kube_proxy_syncs::sync_failing },
-    Check { id: "kube_proxy_rules_lost", run: kube_proxy_syncs::rules_lost },
-    Check { id: "rules_changed_by_other_process", run: nftables_watch::changed_by_other_process },
-    Check { id: "service_traffic_rejected", run: service_rejects::traffic_rejected },
-    Check { id: "service_traffic_failing", run: service_traffic::failing },
-    Check { id: "service_connect_slow", run: service_traffic::connect_slow },
-    Check { id: "kube_proxy_restarted", run: kube_proxy::restarted },
-    Check { id: "kube_proxy_resources_near_limit", run: kube_proxy::resources_near_limit },
-    Check { id: "kube_proxy_cpu_throttled", run: kube_proxy::cpu_throttled },
-    Check { id: "kube_proxy_mode_mismatch", run: mode::mismatch },
-    Check { id: "proxy_mode_leftovers", run: mode::leftovers },
-    Check { id: "nftables_migration_blockers", run: mode::nftables_migration_blockers },
-    Check { id: "probe_failed", run: probes::failed },
+    Check { id: "conntrack_table_fill", area: Some(Area::Conntrack), run: conntrack::table_fill },
+    Check { id: "conntrack_drops", area: Some(Area::Conntrack), run: conntrack::drops },
+    Check { id: "conntrack_insert_failed", area: Some(Area::Conntrack), run: conntrack::insert_failed },
+    Check { id: "conntrack_max_below_recommended", area: Some(Area::Conntrack), run: conntrack::max_below_recommended },
+    Check { id: "conntrack_time_to_full", area: Some(Area::Conntrack), run: conntrack::time_to_full },
+    Check { id: "conntrack_stale_endpoint_entries", area: Some(Area::Conntrack), run: conntrack_stale::stale_endpoint_entries },
+    Check { id: "conntrack_draining_to_removed_endpoints", area: Some(Area::Conntrack), run: conntrack_stale::draining_to_removed_endpoints },
+    Check { id: "conntrack_stale_partial", area: Some(Area::Conntrack), run: conntrack_stale::stale_detection_partial },
+    Check { id: "sysctl_ip_forward", area: Some(Area::Kernel), run: kernel::ip_forward },
+    Check { id: "sysctl_bridge_nf_call_iptables", area: Some(Area::Kernel), run: kernel::bridge_nf_call_iptables },
+    Check { id: "sysctl_conntrack_tcp_timeouts", area: Some(Area::Conntrack), run: kernel::conntrack_tcp_timeouts },
+    Check { id: "sysctl_rp_filter_strict", area: Some(Area::Kernel), run: rp_filter::strict },
+    Check { id: "rp_filter_drops", area: Some(Area::Kernel), run: rp_filter::drops },
+    Check { id: "node_ports_in_ephemeral_range", area: Some(Area::Kernel), run: node_ports::in_ephemeral_range },
+    Check { id: "neighbour_table_fill", area: Some(Area::Kernel), run: neighbour::fill },
+    Check { id: "neighbour_table_overflow", area: Some(Area::Kernel), run: neighbour::overflow },
+    Check { id: "snat_ports_near_exhaustion", area: Some(Area::Conntrack), run: snat::ports_near_exhaustion },
+    Check { id: "masquerade_without_random_fully", area: Some(Area::Rules), run: snat::without_random_fully },
+    Check { id: "ipvs_modules_missing", area: Some(Area::Kernel), run: kernel::ipvs_modules_missing },
+    Check { id: "iptables_backend_mismatch", area: Some(Area::Rules), run: iptables::backend_mismatch },
+    Check { id: "iptables_rules_large", area: Some(Area::Rules), run: iptables::rules_large },
+    Check { id: "iptables_save_slow", area: Some(Area::Rules), run: iptables::save_slow },
+    Check { id: "iptables_count_mismatch", area: Some(Area::Rules), run: iptables::count_mismatch },
+    Check { id: "iptables_stale_kube_rules", area: Some(Area::Rules), run: iptables::stale_kube_rules },
+    Check { id: "iptables_lock_held", area: Some(Area::Rules), run: xtables_lock::held },
+    Check { id: "ipvs_vs_conntrack", area: Some(Area::Kernel), run: ipvs::vs_conntrack },
+    Check { id: "ipvs_conn_reuse_mode", area: Some(Area::Kernel), run: ipvs::conn_reuse_mode },
+    Check { id: "ipvs_expire_sysctls", area: Some(Area::Kernel), run: ipvs::expire_sysctls },
+    Check { id: "ipvs_virtual_servers_without_backends", area: Some(Area::Rules), run: ipvs::without_backends },
+    Check { id: "ipvs_real_servers_lingering", area: Some(Area::Rules), run: ipvs_weight_zero::real_servers_lingering },
+    Check { id: "ipvs_interface_out_of_sync", area: Some(Area::Rules), run: ipvs::interface_out_of_sync },
+    Check { id: "ipvs_scheduler", area: Some(Area::Rules), run: ipvs::scheduler },
+    Check { id: "kube_proxy_down", area: Some(Area::KubeProxy), run: kube_proxy::down },
+    Check { id: "kube_proxy_unhealthy", area: Some(Area::KubeProxy), run: kube_proxy::unhealthy },
+    Check { id: "kube_proxy_node_draining", area: Some(Area::KubeProxy), run: kube_proxy::node_draining },
+    Check { id: "kube_proxy_process_ambiguous", area: Some(Area::KubeProxy), run: kube_proxy::process_ambiguous },
+    Check { id: "kube_proxy_sync_slow", area: Some(Area::KubeProxy), run: kube_proxy::sync_slow },
+    Check { id: "kube_proxy_network_programming_slow", area: Some(Area::KubeProxy), run: kube_proxy::network_programming_slow },
+    Check { id: "kube_proxy_sync_stale", area: Some(Area::KubeProxy), run: kube_proxy::sync_stale },
+    Check { id: "kube_proxy_sync_failing", area: Some(Area::KubeProxy), run: kube_proxy_syncs::sync_failing },
+    Check { id: "kube_proxy_rules_lost", area: Some(Area::KubeProxy), run: kube_proxy_syncs::rules_lost },
+    Check { id: "rules_changed_by_other_process", area: Some(Area::Rules), run: nftables_watch::changed_by_other_process },
+    Check { id: "service_traffic_rejected", area: Some(Area::Rules), run: service_rejects::traffic_rejected },
+    Check { id: "service_traffic_failing", area: Some(Area::Rules), run: service_traffic::failing },
+    Check { id: "service_connect_slow", area: Some(Area::Rules), run: service_traffic::connect_slow },
+    Check { id: "kube_proxy_restarted", area: Some(Area::KubeProxy), run: kube_proxy::restarted },
+    Check { id: "kube_proxy_resources_near_limit", area: Some(Area::KubeProxy), run: kube_proxy::resources_near_limit },
+    Check { id: "kube_proxy_cpu_throttled", area: Some(Area::KubeProxy), run: kube_proxy::cpu_throttled },
+    Check { id: "kube_proxy_mode_mismatch", area: Some(Area::KubeProxy), run: mode::mismatch },
+    Check { id: "proxy_mode_leftovers", area: Some(Area::Rules), run: mode::leftovers },
+    Check { id: "nftables_migration_blockers", area: Some(Area::Rules), run: mode::nftables_migration_blockers },
+    Check { id: "probe_failed", area: None, run: probes::failed },
 ];
 
 /// Grades a value against its warning and critical limits (both inclusive).

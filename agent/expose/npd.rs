@@ -16,8 +16,6 @@
 
 use std::fmt::Write;
 
-use clap::ValueEnum;
-
 use crate::evaluate::{Finding, Severity, CHECKS};
 
 /// The exit codes NPD reads.
@@ -25,82 +23,22 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_PROBLEM: u8 = 1;
 pub const EXIT_UNKNOWN: u8 = 2;
 
-/// Which findings one condition covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Area {
-    /// Every finding: one condition for the whole data plane.
-    All,
-    /// conntrack_* and sysctl_conntrack_tcp_timeouts (condition ConntrackProblem).
-    Conntrack,
-    /// kube_proxy_* (condition KubeProxyProblem).
-    KubeProxy,
-    /// iptables_*, nftables_*, proxy_mode_leftovers and the IPVS state (condition ProxyRulesProblem).
-    Rules,
-    /// sysctl_* and the IPVS sysctls and modules (condition ProxyKernelProblem).
-    Kernel,
-}
+pub use crate::area::Area;
 
-impl Area {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Area::All => "all",
-            Area::Conntrack => "conntrack",
-            Area::KubeProxy => "kube-proxy",
-            Area::Rules => "rules",
-            Area::Kernel => "kernel",
-        }
-    }
-
-    /// The NPD condition type of the area, as the shipped monitor config names it.
-    pub fn condition(self) -> &'static str {
-        match self {
-            Area::All => "KubeProxyDataPlaneProblem",
-            Area::Conntrack => "ConntrackProblem",
-            Area::KubeProxy => "KubeProxyProblem",
-            Area::Rules => "ProxyRulesProblem",
-            Area::Kernel => "ProxyKernelProblem",
-        }
-    }
-}
-
-/// The area of a finding id; None for `probe_failed`, which says what cannot be seen, not a problem.
+/// The area of a finding id, from its row in `CHECKS`; None for `probe_failed`, which
+/// says what cannot be seen, not a problem, and for an id this binary does not have.
 pub fn area_of(id: &str) -> Option<Area> {
-    Some(match id {
-        "probe_failed" => return None,
-        "sysctl_conntrack_tcp_timeouts" => Area::Conntrack,
-        "ipvs_modules_missing" | "ipvs_conn_reuse_mode" | "ipvs_expire_sysctls" | "ipvs_vs_conntrack" => Area::Kernel,
-        "proxy_mode_leftovers" => Area::Rules,
-        // Traffic kube-proxy's rules reject or drop.
-        "service_traffic_rejected" => Area::Rules,
-        // Service traffic tried for real: what the rules do to a packet.
-        "service_traffic_failing" | "service_connect_slow" => Area::Rules,
-        // Another process removed kube-proxy's rules.
-        "rules_changed_by_other_process" => Area::Rules,
-        // Node limits: the kernel's tables and port ranges, set by sysctls.
-        "node_ports_in_ephemeral_range" => Area::Kernel,
-        // Packets the kernel's reverse-path filter drops: a sysctl's effect.
-        "rp_filter_drops" => Area::Kernel,
-        // SNAT ports share the conntrack table's fate (insert_failed); the rules are the data plane's.
-        "snat_ports_near_exhaustion" => Area::Conntrack,
-        "masquerade_without_random_fully" => Area::Rules,
-        _ if id.starts_with("neighbour_table_") => Area::Kernel,
-        _ if id.starts_with("conntrack_") => Area::Conntrack,
-        _ if id.starts_with("kube_proxy_") => Area::KubeProxy,
-        _ if id.starts_with("iptables_") || id.starts_with("nftables_") || id.starts_with("ipvs_") => Area::Rules,
-        _ if id.starts_with("sysctl_") => Area::Kernel,
-        _ => Area::All,
-    })
+    CHECKS.iter().find(|c| c.id == id).and_then(|c| c.area)
 }
 
-/// The area whose view a probe's failure blinds (`probe_failed` names probes in its evidence).
+/// The area whose view a probe's failure blinds (`probe_failed` names probes in its
+/// evidence), from the probe's row in the probe table; All for a name this binary does not
+/// have, so that an unknown probe's failure leaves every condition unknown.
 fn area_of_probe(probe: &str) -> Area {
-    match probe {
-        "conntrack" | "conntrack_stale" | "node" => Area::Conntrack,
-        "kube_proxy" => Area::KubeProxy,
-        "iptables" | "nftables" | "ipvs" | "service_traffic" | "xtables_lock" => Area::Rules,
-        "sysctls" | "modules" | "node_ports" | "neighbour_tables" | "rp_filter" => Area::Kernel,
-        _ => Area::All,
-    }
+    crate::probe::PROBES
+        .iter()
+        .find(|p| p.as_str() == probe)
+        .map_or(Area::All, |p| p.area())
 }
 
 /// `conntrack_table_fill` -> `ConntrackTableFill`: the NPD reason of a finding's rule.
@@ -292,6 +230,13 @@ mod tests {
                 assert_ne!(a, Area::All, "{} has no area of its own", c.id);
             }
         }
+        // A probe's failure blinds one area, not every condition.
+        for p in crate::probe::PROBES {
+            assert_ne!(p.area(), Area::All, "probe {} has no area of its own", p.as_str());
+            assert_eq!(area_of_probe(p.as_str()), p.area());
+        }
+        assert_eq!(area_of_probe("no_such_probe"), Area::All);
+        assert_eq!(area_of("no_such_check"), None);
         assert_eq!(reason("conntrack_table_fill"), "ConntrackTableFill");
         assert_eq!(reason("kube_proxy_restarted"), "KubeProxyRestarted");
     }
