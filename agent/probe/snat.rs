@@ -25,7 +25,9 @@
 //! ([`capacity`]), so a near-full small range is never diluted by the default.
 //!
 //! Memory: the counts of at most [`MAX_GROUPS`] groups (entries of groups
-//! beyond it are counted in `entries_ungrouped`), whatever the table's size.
+//! beyond it are counted in `entries_ungrouped`), whatever the table's size;
+//! an IPv4 group in 24 bytes (its key packed, [`Key4`]), and the listed
+//! groups chosen in a buffer of twice [`MAX_LISTED`], never a list of all.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -129,11 +131,66 @@ pub fn protocol_name(p: u8) -> String {
 /// (translated source, destination, destination port, protocol, zone).
 type GroupKey = (IpAddr, IpAddr, u16, u8, u16);
 
+/// A group's counts: its entries (ports in use: at most 65,536 per group and
+/// zone, so u32 holds them) and the lowest and highest port.
+#[derive(Debug, Clone, Copy)]
+struct Fill {
+    entries: u32,
+    lo: u16,
+    hi: u16,
+}
+
+/// The key of a group of IPv4 addresses, packed: 16 bytes where [`GroupKey`]
+/// takes 40 (IpAddr is 17 bytes whatever its family). Most nodes' groups are IPv4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key4 {
+    source: u32,
+    destination: u32,
+    port: u16,
+    zone: u16,
+    proto: u8,
+}
+
+impl Key4 {
+    fn key(self) -> GroupKey {
+        (
+            IpAddr::V4(self.source.into()),
+            IpAddr::V4(self.destination.into()),
+            self.port,
+            self.proto,
+            self.zone,
+        )
+    }
+}
+
+/// Counts one entry of port `port` into `map`'s group `key`, which is made when
+/// `room`; false when the group is not there and there is no room.
+fn bump<K: std::hash::Hash + Eq>(map: &mut HashMap<K, Fill>, key: K, port: u16, room: bool) -> bool {
+    if let Some(f) = map.get_mut(&key) {
+        f.entries = f.entries.saturating_add(1);
+        f.lo = f.lo.min(port);
+        f.hi = f.hi.max(port);
+        true
+    } else if room {
+        map.insert(
+            key,
+            Fill {
+                entries: 1,
+                lo: port,
+                hi: port,
+            },
+        );
+        true
+    } else {
+        false
+    }
+}
+
 /// A group as [`Grouper::facts`] ranks it, before the listed ones are named.
 struct Ranked {
     fill: f64,
     key: GroupKey,
-    entries: u64,
+    entries: u32,
     range: (u16, u16),
     size: u64,
     from: &'static str,
@@ -142,8 +199,10 @@ struct Ranked {
 /// Groups SRC_NAT entries as the dump streams them.
 #[derive(Debug, Default)]
 pub struct Grouper {
-    /// (translated source, destination, port, protocol) → (entries, min port, max port).
-    groups: HashMap<GroupKey, (u64, u16, u16)>,
+    /// IPv4 groups: (translated source, destination, port, protocol, zone) → counts.
+    v4: HashMap<Key4, Fill>,
+    /// IPv6 groups (and any pair of addresses not both IPv4).
+    other: HashMap<GroupKey, Fill>,
     pub entries: u64,
     /// The groups beyond [`MAX_GROUPS`], each by a 64-bit hash of its key (8 bytes
     /// where the key takes 40; two of 10,000 keys share a hash with a chance
@@ -174,14 +233,21 @@ impl Grouper {
         }
         self.entries += 1;
         let key = (e.reply_dst, e.reply_src, e.reply_sport, e.l4proto, zone);
-        let p = e.reply_dport;
-        if let Some(g) = self.groups.get_mut(&key) {
-            g.0 += 1;
-            g.1 = g.1.min(p);
-            g.2 = g.2.max(p);
-        } else if self.groups.len() < MAX_GROUPS {
-            self.groups.insert(key, (1, p, p));
-        } else {
+        let (p, room) = (e.reply_dport, self.v4.len() + self.other.len() < MAX_GROUPS);
+        let grouped = match key {
+            (IpAddr::V4(source), IpAddr::V4(destination), port, proto, zone) => {
+                let k = Key4 {
+                    source: source.into(),
+                    destination: destination.into(),
+                    port,
+                    zone,
+                    proto,
+                };
+                bump(&mut self.v4, k, p, room)
+            }
+            _ => bump(&mut self.other, key, p, room),
+        };
+        if !grouped {
             self.ungrouped += 1;
             let hash = std::hash::BuildHasher::hash_one(&self.dropped_hasher, key);
             if self.dropped.len() < MAX_DROPPED_TRACKED {
@@ -207,30 +273,26 @@ impl Grouper {
                 .collect()
         };
         let ranges = [ranges_of(Family::Ip), ranges_of(Family::Ip6)];
-        let group_count = self.groups.len();
-        let mut ranked: Vec<Ranked> = self
-            .groups
-            .into_iter()
-            .map(|(key, (entries, lo, hi))| {
-                let (source, _, _, proto, _) = key;
-                // ICMP: rules' port ranges are for ports-carrying protocols
-                // (iptables and nft take them with a protocol only); ids 0-65535.
-                let (range, from) = if matches!(proto, ICMP | ICMPV6) {
-                    ((0, 65535), "default")
-                } else {
-                    capacity(&ranges[usize::from(source.is_ipv6())], lo, hi)
-                };
-                let size = u64::from(range.1 - range.0) + 1;
-                Ranked {
-                    fill: entries as f64 / size as f64,
-                    key,
-                    entries,
-                    range,
-                    size,
-                    from,
-                }
-            })
-            .collect();
+        let group_count = self.v4.len() + self.other.len();
+        let rank = |(key, f): (GroupKey, Fill)| {
+            let (source, _, _, proto, _) = key;
+            // ICMP: rules' port ranges are for ports-carrying protocols
+            // (iptables and nft take them with a protocol only); ids 0-65535.
+            let (range, from) = if matches!(proto, ICMP | ICMPV6) {
+                ((0, 65535), "default")
+            } else {
+                capacity(&ranges[usize::from(source.is_ipv6())], f.lo, f.hi)
+            };
+            let size = u64::from(range.1 - range.0) + 1;
+            Ranked {
+                fill: f64::from(f.entries) / size as f64,
+                key,
+                entries: f.entries,
+                range,
+                size,
+                from,
+            }
+        };
         // Fullest first; among equals by (source, destination, port, zone).
         let order = |a: &Ranked, b: &Ranked| {
             let (ka, kb) = (a.key, b.key);
@@ -238,6 +300,17 @@ impl Grouper {
                 .total_cmp(&a.fill)
                 .then_with(|| (ka.0, ka.1, ka.2, ka.4).cmp(&(kb.0, kb.1, kb.2, kb.4)))
         };
+        // The fullest MAX_LISTED, kept in a buffer of twice that: when it is full,
+        // the better half stays.
+        let mut ranked: Vec<Ranked> = Vec::with_capacity(2 * MAX_LISTED);
+        let all = self.v4.into_iter().map(|(k, f)| (k.key(), f)).chain(self.other);
+        for r in all.map(rank) {
+            if ranked.len() == 2 * MAX_LISTED {
+                ranked.select_nth_unstable_by(MAX_LISTED - 1, order);
+                ranked.truncate(MAX_LISTED);
+            }
+            ranked.push(r);
+        }
         if ranked.len() > MAX_LISTED {
             ranked.select_nth_unstable_by(MAX_LISTED - 1, order);
             ranked.truncate(MAX_LISTED);
@@ -253,7 +326,7 @@ impl Grouper {
                     port,
                     protocol: protocol_name(proto),
                     zone,
-                    ports_in_use: r.entries,
+                    ports_in_use: u64::from(r.entries),
                     range: format!("{}-{}", r.range.0, r.range.1),
                     range_size: r.size,
                     range_from: r.from.into(),
