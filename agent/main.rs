@@ -314,7 +314,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         &common.sources(),
         aggregator.log_changes(),
         liveness.clone(),
-        args.trim_interval.0.unwrap_or_default(),
+        args.trim_interval.0,
     );
     tracing::info!(listen = %args.listen, "serving /metrics /snapshot /findings /healthz /readyz");
     let (routes, health) = (http::router(latest, liveness.clone()), http::health_only(liveness));

@@ -465,7 +465,7 @@ pub fn spawn(
     sources: &[Source],
     mut aggregator: Aggregator,
     liveness: Arc<Liveness>,
-    trim_every: Duration,
+    trim_every: Option<Duration>,
 ) -> Latest {
     let (tx, mut rx) = mpsc::channel::<RunReport>(64);
     let (event_tx, mut event_rx) = mpsc::channel::<Event>(256);
@@ -1165,7 +1165,7 @@ mod tests {
             interval: Duration::from_secs(3600),
             timeout: Duration::from_secs(5),
         };
-        let mut latest = spawn(ctx, vec![keep], &[source], a, liveness, Duration::from_secs(5));
+        let mut latest = spawn(ctx, vec![keep], &[source], a, liveness, Some(Duration::from_secs(5)));
         let publication = loop {
             latest.changed().await.unwrap();
             let p = latest.borrow().clone().unwrap();

@@ -12,21 +12,24 @@
 
 use std::time::{Duration, Instant};
 
-/// Trims when the last trim is at least `every` old (`--memory.trim-interval`; zero: never);
+/// Trims when the last trim is at least `every` old (`--memory.trim-interval`; None: never);
 /// returns whether it did.
 #[derive(Debug)]
 pub struct Trimmer {
-    every: Duration,
+    every: Option<Duration>,
     last: Option<Instant>,
 }
 
 impl Trimmer {
-    pub fn new(every: Duration) -> Self {
+    pub fn new(every: Option<Duration>) -> Self {
         Trimmer { every, last: None }
     }
 
     pub fn after_publication(&mut self, now: Instant) -> bool {
-        if self.every.is_zero() || self.last.is_some_and(|l| now.duration_since(l) < self.every) {
+        let Some(every) = self.every else {
+            return false;
+        };
+        if self.last.is_some_and(|l| now.duration_since(l) < every) {
             return false;
         }
         self.last = Some(now);
@@ -56,13 +59,13 @@ mod tests {
     #[test]
     fn trims_at_most_once_per_interval_and_never_at_zero() {
         let every = Duration::from_secs(5);
-        let mut t = Trimmer::new(every);
+        let mut t = Trimmer::new(Some(every));
         let start = Instant::now();
         assert!(t.after_publication(start));
         assert!(!t.after_publication(start + every / 2));
         assert!(t.after_publication(start + every));
         assert!(!t.after_publication(start + every + every / 3));
-        let mut never = Trimmer::new(Duration::ZERO);
+        let mut never = Trimmer::new(None);
         assert!(!never.after_publication(start));
         assert!(!never.after_publication(start + every * 100));
     }
