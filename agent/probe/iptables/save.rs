@@ -24,9 +24,9 @@
 //! `# Warning: iptables-legacy tables present, use iptables-legacy-save to see them`.
 //! An input with no table is therefore valid and gives zero counts.
 
-use std::collections::BTreeMap;
 use std::hash::Hasher;
 
+use super::{classify_chain, SaveCounts, TableCounts};
 use crate::parse::{parse_u64, quote, ParseError};
 
 /// Longest line accepted, in bytes. Real rules are well under 4 KiB
@@ -40,66 +40,6 @@ pub(super) const LEGACY_WARNING_PREFIX: &str = "# Warning: iptables-legacy table
 /// translate: "# Table `nat' is incompatible, use 'nft' tool.".
 const INCOMPATIBLE_PREFIX: &str = "# Table `";
 const INCOMPATIBLE_SUFFIX: &str = "' is incompatible";
-
-/// The builtin chains of each iptables table. iptables-nft-save prints them
-/// for every table that exists, created in the kernel or not.
-pub const BUILTIN_CHAINS: &[(&str, &[&str])] = &[
-    ("filter", &["INPUT", "FORWARD", "OUTPUT"]),
-    ("nat", &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"]),
-    ("mangle", &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]),
-    ("raw", &["PREROUTING", "OUTPUT"]),
-    ("security", &["INPUT", "FORWARD", "OUTPUT"]),
-];
-
-/// Counts for one table (`*filter`, `*nat`, `*mangle`...).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TableCounts {
-    /// Chains declared in the table (`:NAME ...` lines), builtin and user chains, in chains.
-    pub chains: u64,
-    /// Rules in the table (`-A ...` lines), in rules.
-    pub rules: u64,
-}
-
-/// Chains per kube-proxy (iptables mode) chain family, counted per declaration.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct KubeChains {
-    /// `KUBE-SVC-*` chains (a service port's cluster-policy chain), in chains.
-    pub svc: u64,
-    /// `KUBE-SEP-*` chains (one endpoint of a service port), in chains.
-    pub sep: u64,
-    /// `KUBE-EXT-*` chains (external traffic of a NodePort/LoadBalancer/externalIP service port), in chains.
-    pub ext: u64,
-    /// `KUBE-FW-*` chains (LoadBalancer source ranges), in chains.
-    pub fw: u64,
-    /// `KUBE-SVL-*` chains (local-policy chain, `externalTrafficPolicy: Local`), in chains.
-    pub svl: u64,
-}
-
-/// Everything [`SaveParser`] learned from one iptables-save output.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SaveCounts {
-    /// Counts per table, keyed by table name (`filter`, `nat`, `mangle`, `raw`, `security`).
-    pub tables: BTreeMap<String, TableCounts>,
-    /// kube-proxy's per-service chains, counted per declaration in whichever table they appear.
-    pub kube: KubeChains,
-    /// `KUBE-IPTABLES-HINT` is declared in the `mangle` table (kubelet/kube-proxy's backend hint), true/false.
-    pub hint_chain: bool,
-    /// `KUBE-KUBELET-CANARY` is declared in at least one table, true/false.
-    pub kubelet_canary: bool,
-    /// `KUBE-PROXY-CANARY` is declared in at least one table, true/false.
-    pub proxy_canary: bool,
-    /// Rules that sit in a `KUBE-*` chain or jump/goto a `KUBE-*` chain, in rules.
-    pub kube_rules: u64,
-    /// Bytes of output parsed, counting one newline per line (0 when counted over netlink), in bytes.
-    pub bytes: u64,
-    /// Lines of output parsed (0 when counted over netlink), in lines.
-    pub lines: u64,
-    /// A `# Warning: iptables-legacy tables present ...` comment was seen, true/false.
-    pub legacy_warning: bool,
-    /// The output had no table at all but had the legacy warning: this backend is
-    /// empty and the rules live in the legacy backend, true/false.
-    pub empty_with_warning: bool,
-}
 
 /// Number of bits in the per-table Bloom filter of declared chains (128 KiB).
 const BLOOM_BITS: usize = 1 << 20;
@@ -359,73 +299,6 @@ impl SaveParser {
             p.feed_line(line)?;
         }
         p.finish()
-    }
-}
-
-/// What a chain's name makes it, for the counts: one of kube-proxy's chain families, the
-/// hint (in `mangle` only), a canary, or none of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChainKind {
-    Svc,
-    Sep,
-    Ext,
-    Fw,
-    Svl,
-    Hint,
-    KubeletCanary,
-    ProxyCanary,
-    Other,
-}
-
-/// The kind of chain `name` is in `table`.
-pub fn chain_kind(table: &str, name: &str) -> ChainKind {
-    if name.starts_with("KUBE-SVC-") {
-        ChainKind::Svc
-    } else if name.starts_with("KUBE-SEP-") {
-        ChainKind::Sep
-    } else if name.starts_with("KUBE-EXT-") {
-        ChainKind::Ext
-    } else if name.starts_with("KUBE-FW-") {
-        ChainKind::Fw
-    } else if name.starts_with("KUBE-SVL-") {
-        ChainKind::Svl
-    } else if name == "KUBE-IPTABLES-HINT" && table == "mangle" {
-        ChainKind::Hint
-    } else if name == "KUBE-KUBELET-CANARY" {
-        ChainKind::KubeletCanary
-    } else if name == "KUBE-PROXY-CANARY" {
-        ChainKind::ProxyCanary
-    } else {
-        ChainKind::Other
-    }
-}
-
-impl KubeChains {
-    /// The counter of `kind`'s family (None for the hint, the canaries and other chains).
-    pub fn of(&mut self, kind: ChainKind) -> Option<&mut u64> {
-        match kind {
-            ChainKind::Svc => Some(&mut self.svc),
-            ChainKind::Sep => Some(&mut self.sep),
-            ChainKind::Ext => Some(&mut self.ext),
-            ChainKind::Fw => Some(&mut self.fw),
-            ChainKind::Svl => Some(&mut self.svl),
-            _ => None,
-        }
-    }
-}
-
-/// Counts a declared chain into kube-proxy's chain families, the hint and the
-/// canaries: shared by the text parser and the netlink reader.
-pub fn classify_chain(counts: &mut SaveCounts, table: &str, name: &str) {
-    let kind = chain_kind(table, name);
-    if let Some(n) = counts.kube.of(kind) {
-        *n += 1;
-    }
-    match kind {
-        ChainKind::Hint => counts.hint_chain = true,
-        ChainKind::KubeletCanary => counts.kubelet_canary = true,
-        ChainKind::ProxyCanary => counts.proxy_canary = true,
-        _ => {}
     }
 }
 
