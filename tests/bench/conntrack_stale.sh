@@ -343,4 +343,4 @@ print(p["duration_seconds"], f["stale_groups"] + f.get("draining_groups", 0))
 				oncpu * 1000, offcpu * 1000, lc * 1000, (lc > 0 ? oncpu / lc : 0), (lc > 0 ? offcpu / lc : 0),
 				ok, fk, ok - fk, lk}'
 done
-echo "(medians of $RUNS; issue 38: w_on and c_on <= 0.50, d_kib within 512; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end)"
+echo "(medians of $RUNS; issue 38: w_on <= 0.50 (wall time), d_kib within 512; c_on shown beside; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end)"
