@@ -28,6 +28,7 @@ pub mod nft;
 pub mod nft_count;
 pub mod nft_expr;
 pub mod nft_snat;
+pub mod nfta;
 #[cfg(test)]
 pub mod record;
 pub mod replay;

@@ -23,6 +23,7 @@
 use std::net::IpAddr;
 
 use super::nft::{Family, Rule};
+use super::nfta::*;
 use super::{Attr, NlError};
 
 const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
@@ -213,8 +214,14 @@ impl Machine {
             "bitwise" => self.bitwise(at),
             "fib" => self.fib(at),
             "ct" | "numgen" | "hash" => {
-                // Whatever is in the destination register is no longer a plain field.
-                if let Some(d) = at.num(1)? {
+                // Whatever is in the destination register is no longer a plain field (hash's
+                // first attribute is its source register: its destination is the second).
+                let dreg = match name {
+                    "ct" => NFTA_CT_DREG,
+                    "numgen" => NFTA_NG_DREG,
+                    _ => NFTA_HASH_DREG,
+                };
+                if let Some(d) = at.num(dreg)? {
                     self.set(d, Reg::Other);
                 }
                 Ok(())
@@ -231,7 +238,12 @@ impl Machine {
 
     /// `payload`: a header field loaded into a register.
     fn payload(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
-        if let (Some(dreg), Some(base), Some(offset), Some(len)) = (at.num(1)?, at.num(2)?, at.num(3)?, at.num(4)?) {
+        if let (Some(dreg), Some(base), Some(offset), Some(len)) = (
+            at.num(NFTA_PAYLOAD_DREG)?,
+            at.num(NFTA_PAYLOAD_BASE)?,
+            at.num(NFTA_PAYLOAD_OFFSET)?,
+            at.num(NFTA_PAYLOAD_LEN)?,
+        ) {
             self.set(dreg, Reg::Payload { base, offset, len });
         }
         Ok(())
@@ -239,7 +251,7 @@ impl Machine {
 
     /// `meta`: the L4 protocol (or another packet attribute) loaded into a register.
     fn meta(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
-        if let (Some(dreg), Some(key)) = (at.num(1)?, at.num(2)?) {
+        if let (Some(dreg), Some(key)) = (at.num(NFTA_META_DREG)?, at.num(NFTA_META_KEY)?) {
             let v = if key == NFT_META_L4PROTO {
                 Reg::L4proto
             } else {
@@ -253,8 +265,12 @@ impl Machine {
     /// `bitwise`: a register masked.
     fn bitwise(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
         // A masked source address is a prefix match; anything else is no plain field.
-        let (sreg, dreg) = (at.num(1)?, at.num(2)?);
-        let mask = at.get(4).map(super::nft::data_value).transpose()?.flatten();
+        let (sreg, dreg) = (at.num(NFTA_BITWISE_SREG)?, at.num(NFTA_BITWISE_DREG)?);
+        let mask = at
+            .get(NFTA_BITWISE_MASK)
+            .map(super::nft::data_value)
+            .transpose()?
+            .flatten();
         let src = self.regs.iter().find(|(n, _)| Some(*n) == sreg).map(|(_, r)| r.clone());
         let (offset, len) = saddr_field(self.family);
         let v = match (src, mask) {
@@ -278,9 +294,8 @@ impl Machine {
 
     /// `fib`: the result of a route lookup loaded into a register.
     fn fib(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
-        // NFTA_FIB_DREG, NFTA_FIB_RESULT, NFTA_FIB_FLAGS.
-        if let Some(d) = at.num(1)? {
-            let v = match (at.num(2)?, at.num(3)?) {
+        if let Some(d) = at.num(NFTA_FIB_DREG)? {
+            let v = match (at.num(NFTA_FIB_RESULT)?, at.num(NFTA_FIB_FLAGS)?) {
                 (Some(NFT_FIB_RESULT_ADDRTYPE), Some(flags)) if flags & NFTA_FIB_F_SADDR != 0 => Reg::FibSaddrType,
                 _ => Reg::Other,
             };
@@ -291,12 +306,14 @@ impl Machine {
 
     /// `immediate`: a jump or goto, a drop, or a constant loaded into a register.
     fn immediate(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
-        let Some(d) = at.get(2) else { return Ok(()) };
+        let Some(d) = at.get(NFTA_IMMEDIATE_DATA) else {
+            return Ok(());
+        };
         if let Some(chain) = super::nft::data_verdict_chain(d)?.map(str::to_string) {
             self.facts.jumps.push(chain);
         } else if super::nft::data_verdict_code(d)? == Some(NF_DROP) {
             self.facts.drop = true;
-        } else if let (Some(dreg), Some(v)) = (at.num(1)?, super::nft::data_value(d)?) {
+        } else if let (Some(dreg), Some(v)) = (at.num(NFTA_IMMEDIATE_DREG)?, super::nft::data_value(d)?) {
             self.set(dreg, Reg::Value(v.to_vec()));
         }
         Ok(())
@@ -305,7 +322,8 @@ impl Machine {
     /// `cmp`: a register compared with a constant; on the source, a condition on it,
     /// else (`eq`) the protocol, destination address or port matched.
     fn cmp(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
-        let (Some(sreg), Some(op), Some(d)) = (at.num(1)?, at.num(2)?, at.get(3)) else {
+        let (Some(sreg), Some(op), Some(d)) = (at.num(NFTA_CMP_SREG)?, at.num(NFTA_CMP_OP)?, at.get(NFTA_CMP_DATA))
+        else {
             return Ok(());
         };
         let Some(v) = super::nft::data_value(d)? else {
@@ -330,7 +348,7 @@ impl Machine {
     /// `lookup`: a set or map looked up.
     fn lookup(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
         // A set lookup on the source (`ip saddr @affinity-X`) is a condition on it.
-        let sreg = at.num(2)?;
+        let sreg = at.num(NFTA_LOOKUP_SREG)?;
         if self
             .regs
             .iter()
@@ -338,7 +356,7 @@ impl Machine {
         {
             self.facts.guard(SourceGuard::Other);
         }
-        if let Some(s) = at.get(1) {
+        if let Some(s) = at.get(NFTA_LOOKUP_SET) {
             self.facts.lookups.push(s.str()?.to_string());
         }
         Ok(())
@@ -346,11 +364,11 @@ impl Machine {
 
     /// An iptables compat `match`: `addrtype --src-type`, or the port of `udp`/`tcp`.
     fn xt_match(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
-        let (Some(n), Some(info)) = (at.get(1), at.get(3)) else {
+        let (Some(n), Some(info)) = (at.get(NFTA_MATCH_NAME), at.get(NFTA_MATCH_INFO)) else {
             return Ok(());
         };
         let info = info.value;
-        if n.str()? == "addrtype" && at.num(2)? == Some(1) {
+        if n.str()? == "addrtype" && at.num(NFTA_MATCH_REV)? == Some(1) {
             if let Some(g) = addrtype_source_guard(info) {
                 self.facts.guard(g);
             }
@@ -372,11 +390,13 @@ impl Machine {
 
     /// An iptables compat `target`: `DNAT` or `REJECT`.
     fn xt_target(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
-        let Some(n) = at.get(1) else { return Ok(()) };
-        let rev = at.num(2)?.unwrap_or(0);
+        let Some(n) = at.get(NFTA_TARGET_NAME) else {
+            return Ok(());
+        };
+        let rev = at.num(NFTA_TARGET_REV)?.unwrap_or(0);
         match n.str()? {
             "DNAT" => {
-                let info = at.get(3).map(|a| a.value).unwrap_or_default();
+                let info = at.get(NFTA_TARGET_INFO).map(|a| a.value).unwrap_or_default();
                 self.facts.dnat = Some(
                     dnat_target_info(self.family, rev, info)
                         .ok_or_else(|| malformed(&format!("a DNAT target rev {rev} of {} bytes", info.len())))?,
@@ -390,11 +410,13 @@ impl Machine {
 
     /// nft's native `nat` expression: a DNAT's address and port from registers.
     fn nat(&mut self, at: &ExprAttrs<'_>) -> Result<(), NlError> {
-        if at.num(1)? != Some(NFT_NAT_DNAT) {
+        if at.num(NFTA_NAT_TYPE)? != Some(NFT_NAT_DNAT) {
             return Ok(());
         }
-        let ip = self.value(at.num(3)?).and_then(|b| self.family.addr(b));
-        let port = self.value(at.num(5)?).and_then(be16);
+        let ip = self
+            .value(at.num(NFTA_NAT_REG_ADDR_MIN)?)
+            .and_then(|b| self.family.addr(b));
+        let port = self.value(at.num(NFTA_NAT_REG_PROTO_MIN)?).and_then(be16);
         if let Some(ip) = ip {
             self.facts.dnat = Some((ip, port));
         }
@@ -508,6 +530,44 @@ mod tests {
         let b = hex(h);
         let r = decode_rule(msg_type(NFT_MSG_NEWRULE), &b).unwrap();
         rule_facts(Family::Ip, &r).unwrap()
+    }
+
+    /// An expression's attributes as the kernel would nest them, from (type, be32) pairs.
+    fn attrs(values: &[(usize, [u8; 4])]) -> ExprAttrs<'_> {
+        let mut at = [None; 10];
+        for (kind, v) in values {
+            at[*kind] = Some(Attr {
+                kind: *kind as u16,
+                value: v,
+            });
+        }
+        ExprAttrs(at)
+    }
+
+    #[test]
+    fn hash_writes_its_second_register_not_its_source() {
+        // payload ip daddr into reg 1, then jhash reg 1 into reg 2: reg 1 still holds the
+        // address (NFTA_HASH_SREG is 1, NFTA_HASH_DREG 2).
+        let mut m = Machine::new(Family::Ip);
+        let be = |v: u32| v.to_be_bytes();
+        let payload = [
+            (NFTA_PAYLOAD_DREG, be(1)),
+            (NFTA_PAYLOAD_BASE, be(NFT_PAYLOAD_NETWORK_HEADER)),
+            (NFTA_PAYLOAD_OFFSET, be(16)),
+            (NFTA_PAYLOAD_LEN, be(4)),
+        ];
+        m.step("payload", &attrs(&payload)).unwrap();
+        m.step("hash", &attrs(&[(1, be(1)), (2, be(2))])).unwrap();
+        let held = |m: &Machine, r: u32| m.regs.iter().find(|(n, _)| *n == r).map(|(_, v)| v.clone());
+        assert!(
+            matches!(held(&m, 1), Some(Reg::Payload { offset: 16, .. })),
+            "{:?}",
+            held(&m, 1)
+        );
+        assert_eq!(held(&m, 2), Some(Reg::Other));
+        // ct and numgen write their first.
+        m.step("numgen", &attrs(&[(1, be(1))])).unwrap();
+        assert_eq!(held(&m, 1), Some(Reg::Other));
     }
 
     #[test]

@@ -21,6 +21,7 @@
 use std::time::Instant;
 
 use super::nft::{self, Family, Rule};
+use super::nfta::*;
 use super::{Conn, NlError, Session};
 
 /// `NF_NAT_RANGE_PROTO_SPECIFIED`: the rule names a port range.
@@ -30,7 +31,6 @@ pub const NF_NAT_RANGE_PROTO_RANDOM: u32 = 1 << 2;
 /// `NF_NAT_RANGE_PROTO_RANDOM_FULLY` (`--random-fully`, `fully-random`).
 pub const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 1 << 4;
 const NFT_NAT_SNAT: u32 = 0;
-const NFTA_COUNTER_PACKETS: u16 = 2;
 
 /// One source NAT action of a rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,31 +95,24 @@ pub fn snat_action(family: Family, rule: &Rule<'_>) -> Result<(Option<SnatAction
                 .and_then(|(_, v)| be16(v, 0))
         };
         match name {
-            "counter" => {
-                packets = Some(
-                    at[NFTA_COUNTER_PACKETS as usize]
-                        .map(|a| a.be_u64())
-                        .transpose()?
-                        .unwrap_or(0),
-                )
-            }
+            "counter" => packets = Some(at[NFTA_COUNTER_PACKETS].map(|a| a.be_u64()).transpose()?.unwrap_or(0)),
             "immediate" => {
-                let Some(d) = at[2] else { continue };
+                let Some(d) = at[NFTA_IMMEDIATE_DATA] else { continue };
                 if let Some(chain) = nft::data_verdict_chain(d)? {
                     jumps.push(chain.to_string());
-                } else if let (Some(dreg), Some(v)) = (num(1)?, nft::data_value(d)?) {
+                } else if let (Some(dreg), Some(v)) = (num(NFTA_IMMEDIATE_DREG)?, nft::data_value(d)?) {
                     regs.push((dreg, v.to_vec()));
                 }
             }
             "target" => {
-                let Some(n) = at[1] else { continue };
+                let Some(n) = at[NFTA_TARGET_NAME] else { continue };
                 let kind = match n.str()? {
                     "MASQUERADE" => "MASQUERADE",
                     "SNAT" => "SNAT",
                     _ => continue,
                 };
-                let rev = num(2)?.unwrap_or(0);
-                let info = at[3].map(|a| a.value).unwrap_or_default();
+                let rev = num(NFTA_TARGET_REV)?.unwrap_or(0);
+                let info = at[NFTA_TARGET_INFO].map(|a| a.value).unwrap_or_default();
                 let (flags, ports) = target_info(family, rev, info).ok_or_else(|| {
                     NlError::Malformed(format!(
                         "nf_tables expression: a {kind} target rev {rev} of {} bytes",
@@ -133,11 +126,10 @@ pub fn snat_action(family: Family, rule: &Rule<'_>) -> Result<(Option<SnatAction
                     packets: None,
                 });
             }
-            // NFTA_MASQ_FLAGS, NFTA_MASQ_REG_PROTO_MIN, NFTA_MASQ_REG_PROTO_MAX.
             "masq" => {
-                let flags = num(1)?.unwrap_or(0);
-                let hi = reg(num(3)?);
-                let ports = reg(num(2)?).map(|lo| (lo, hi.unwrap_or(lo)));
+                let flags = num(NFTA_MASQ_FLAGS)?.unwrap_or(0);
+                let hi = reg(num(NFTA_MASQ_REG_PROTO_MAX)?);
+                let ports = reg(num(NFTA_MASQ_REG_PROTO_MIN)?).map(|lo| (lo, hi.unwrap_or(lo)));
                 action = Some(SnatAction {
                     kind: "MASQUERADE",
                     flags,
@@ -145,13 +137,12 @@ pub fn snat_action(family: Family, rule: &Rule<'_>) -> Result<(Option<SnatAction
                     packets: None,
                 });
             }
-            // NFTA_NAT_TYPE, .., NFTA_NAT_REG_PROTO_MIN (5), _MAX (6), NFTA_NAT_FLAGS (7).
-            "nat" if num(1)? == Some(NFT_NAT_SNAT) => {
-                let hi = reg(num(6)?);
-                let ports = reg(num(5)?).map(|lo| (lo, hi.unwrap_or(lo)));
+            "nat" if num(NFTA_NAT_TYPE)? == Some(NFT_NAT_SNAT) => {
+                let hi = reg(num(NFTA_NAT_REG_PROTO_MAX)?);
+                let ports = reg(num(NFTA_NAT_REG_PROTO_MIN)?).map(|lo| (lo, hi.unwrap_or(lo)));
                 action = Some(SnatAction {
                     kind: "SNAT",
-                    flags: num(7)?.unwrap_or(0),
+                    flags: num(NFTA_NAT_FLAGS)?.unwrap_or(0),
                     ports,
                     packets: None,
                 });

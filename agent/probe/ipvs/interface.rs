@@ -8,6 +8,9 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+
 use crate::probe::ProbeError;
 
 /// The interface kube-proxy's IPVS mode binds service IPs to.
@@ -35,115 +38,79 @@ pub async fn of_host(host: &crate::host::Host, deadline: std::time::Instant) -> 
         .map_err(|e| ProbeError::Netlink(format!("interfaces and addresses (RTM_GETLINK, RTM_GETADDR): {e}")))
 }
 
-/// [`local_addresses`] over a [`crate::netlink::Conn`]: interface names from
-/// `RTM_GETLINK` (`IFLA_IFNAME`), addresses from `RTM_GETADDR` (`IFA_LOCAL`, else `IFA_ADDRESS`).
-pub fn dump_addresses<C: crate::netlink::Conn>(
-    conn: C,
-    deadline: std::time::Instant,
-) -> Result<LocalAddresses, crate::netlink::NlError> {
-    use crate::netlink::{attrs, NlError, Request, Session, NLM_F_DUMP, NLM_F_REQUEST};
-    const RTM_GETLINK: u16 = 18;
-    const RTM_GETADDR: u16 = 22;
-    let index = |p: &[u8], at: usize| -> Result<u32, NlError> {
-        p.get(at..at + 4)
-            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-            .ok_or_else(|| NlError::Malformed(format!("{} bytes, shorter than its header", p.len())))
-    };
-    let mut s = Session::new(conn, deadline);
+/// What the two dumps say, from netlink-packet-route's typed messages (the live node's
+/// rtnetlink stream and a recording's replayed payloads alike): interface names from
+/// `IFLA_IFNAME`, each address from `IFA_LOCAL` (the interface's own on point-to-point
+/// links), else `IFA_ADDRESS`; an address on an interface the link dump did not name is
+/// left out.
+fn collect(links: &[LinkMessage], addrs: &[AddressMessage]) -> LocalAddresses {
     let mut names = std::collections::BTreeMap::new();
-    s.dump(&mut Request::new(RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 0), |p| {
-        // struct ifinfomsg: 16 bytes, the index at 4.
-        let i = index(p.payload, 4)?;
-        for a in attrs(p.payload.get(16..).unwrap_or_default()) {
-            let a = a?;
-            if a.kind == 3 {
-                names.insert(i, a.str()?.to_string());
+    for msg in links {
+        for attr in &msg.attributes {
+            if let LinkAttribute::IfName(name) = attr {
+                names.insert(msg.header.index, name.clone());
             }
         }
-        Ok(())
-    })?;
+    }
     let mut local = LocalAddresses {
         interfaces: names.values().cloned().collect(),
         addresses: Vec::new(),
     };
-    s.dump(&mut Request::new(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, 0), |p| {
-        // struct ifaddrmsg: 8 bytes, the family at 0 and the index at 4.
-        let (family, i) = (p.payload.first().copied().unwrap_or(0), index(p.payload, 4)?);
-        let Some(name) = names.get(&i) else {
-            return Ok(());
+    for msg in addrs {
+        let Some(name) = names.get(&msg.header.index) else {
+            continue;
         };
-        let (mut address, mut local_ip) = (None, None);
-        for a in attrs(p.payload.get(8..).unwrap_or_default()) {
-            let a = a?;
-            if a.kind != 1 && a.kind != 2 {
-                continue;
-            }
-            // An address that is not its family's length is not guessed at.
-            let ip = match (family, a.value.len()) {
-                (2, 4) => IpAddr::from(<[u8; 4]>::try_from(a.value).unwrap_or_default()),
-                (10, 16) => IpAddr::from(<[u8; 16]>::try_from(a.value).unwrap_or_default()),
-                (f, n) => {
-                    return Err(NlError::Malformed(format!(
-                        "RTM_NEWADDR of {name}: a {n}-byte address in family {f}"
-                    )))
-                }
-            };
-            if a.kind == 1 {
-                address = Some(ip);
-            } else {
-                local_ip = Some(ip);
-            }
-        }
-        if let Some(ip) = local_ip.or(address) {
+        let pick = |want_local: bool| {
+            msg.attributes.iter().find_map(|a| match a {
+                AddressAttribute::Local(ip) if want_local => Some(*ip),
+                AddressAttribute::Address(ip) if !want_local => Some(*ip),
+                _ => None,
+            })
+        };
+        if let Some(ip) = pick(true).or_else(|| pick(false)) {
             local.addresses.push((name.clone(), ip));
         }
+    }
+    local
+}
+
+/// [`local_addresses`] over a [`crate::netlink::Conn`]: the same two dumps (`RTM_GETLINK`,
+/// `RTM_GETADDR`), each payload decoded by netlink-packet-route.
+pub fn dump_addresses<C: crate::netlink::Conn>(
+    conn: C,
+    deadline: std::time::Instant,
+) -> Result<LocalAddresses, crate::netlink::NlError> {
+    use crate::netlink::{NlError, Request, Session, NLM_F_DUMP, NLM_F_REQUEST};
+    use netlink_packet_core::Parseable;
+    // rtnetlink.h; netlink-packet-route keeps its message type numbers private.
+    const RTM_GETLINK: u16 = 18;
+    const RTM_GETADDR: u16 = 22;
+    let malformed = |what: &str, e: netlink_packet_core::DecodeError| NlError::Malformed(format!("{what}: {e}"));
+    let mut s = Session::new(conn, deadline);
+    let mut links = Vec::new();
+    s.dump(&mut Request::new(RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 0), |p| {
+        links.push(LinkMessage::parse(p.payload).map_err(|e| malformed("RTM_NEWLINK", e))?);
         Ok(())
     })?;
-    Ok(local)
+    let mut addrs = Vec::new();
+    s.dump(&mut Request::new(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, 0), |p| {
+        addrs.push(AddressMessage::parse(p.payload).map_err(|e| malformed("RTM_NEWADDR", e))?);
+        Ok(())
+    })?;
+    Ok(collect(&links, &addrs))
 }
 
 /// Every interface of the agent's network namespace and its addresses.
 pub async fn local_addresses() -> Result<LocalAddresses, ProbeError> {
     use futures_util::stream::TryStreamExt;
-    use netlink_packet_route::address::AddressAttribute;
-    use netlink_packet_route::link::LinkAttribute;
-
     let netlink = |e: rtnetlink::Error| ProbeError::Netlink(e.to_string());
     let (connection, handle, _) =
         rtnetlink::new_connection().map_err(|e| ProbeError::Netlink(format!("opening a netlink socket: {e}")))?;
     let task = tokio::spawn(connection);
     let result = async {
-        let mut names = std::collections::BTreeMap::new();
-        let mut links = handle.link().get().execute();
-        while let Some(msg) = links.try_next().await.map_err(netlink)? {
-            for attr in &msg.attributes {
-                if let LinkAttribute::IfName(name) = attr {
-                    names.insert(msg.header.index, name.clone());
-                }
-            }
-        }
-        let mut local = LocalAddresses {
-            interfaces: names.values().cloned().collect(),
-            addresses: Vec::new(),
-        };
-        let mut addrs = handle.address().get().execute();
-        while let Some(msg) = addrs.try_next().await.map_err(netlink)? {
-            let Some(name) = names.get(&msg.header.index) else {
-                continue;
-            };
-            // IFA_LOCAL is the interface's own address on point-to-point links; IFA_ADDRESS otherwise.
-            let pick = |local: bool| {
-                msg.attributes.iter().find_map(|a| match a {
-                    AddressAttribute::Local(ip) if local => Some(*ip),
-                    AddressAttribute::Address(ip) if !local => Some(*ip),
-                    _ => None,
-                })
-            };
-            if let Some(ip) = pick(true).or_else(|| pick(false)) {
-                local.addresses.push((name.clone(), ip));
-            }
-        }
-        Ok(local)
+        let links: Vec<LinkMessage> = handle.link().get().execute().try_collect().await.map_err(netlink)?;
+        let addrs: Vec<AddressMessage> = handle.address().get().execute().try_collect().await.map_err(netlink)?;
+        Ok(collect(&links, &addrs))
     }
     .await;
     task.abort();
@@ -211,6 +178,6 @@ mod tests {
             std::time::Instant::now(),
         )
         .unwrap_err();
-        assert!(err.to_string().contains("a 3-byte address in family 2"), "{err}");
+        assert!(err.to_string().contains("RTM_NEWADDR"), "{err}");
     }
 }
