@@ -936,7 +936,7 @@ mod tests {
         };
         let changed = || RunReport {
             probe: ProbeName::ConntrackStale,
-            result: Err(ProbeError::NfNetlink("the rules changed".into())),
+            result: Err(ProbeError::RulesMoved("the rules changed".into())),
             duration: Duration::from_millis(5),
         };
         let severity = |p: &Publication| {

@@ -262,7 +262,10 @@ pub(crate) fn read_ctnetlink(
     let stats = host
         .netlink(NETLINK_NETFILTER)
         .and_then(|s| ctnetlink::read(s, deadline))
-        .map_err(|e| ProbeError::NfNetlink(format!("conntrack statistics over ctnetlink: {e}")))?;
+        .map_err(|e| ProbeError::NfNetlink {
+            what: "conntrack statistics over ctnetlink".into(),
+            source: e,
+        })?;
     Ok(Some(stats.sums))
 }
 

@@ -432,10 +432,13 @@ pub const RUNS: usize = 4;
 /// what changed there is the rules, not the conntrack entries.
 fn rules(e: NlError) -> ProbeError {
     match e {
-        NlError::Changed(why) => ProbeError::NfNetlink(format!(
+        NlError::Changed(why) => ProbeError::RulesMoved(format!(
             "kube-proxy's service table over nf_tables netlink: the rules kept changing while it was read ({why})"
         )),
-        e => ProbeError::NfNetlink(format!("kube-proxy's service table over nf_tables netlink: {e}")),
+        e => ProbeError::NfNetlink {
+            what: "kube-proxy's service table over nf_tables netlink".into(),
+            source: e,
+        },
     }
 }
 
@@ -487,7 +490,7 @@ fn read(run: &Run<'_>) -> Result<ConntrackStaleFacts, ProbeError> {
             break;
         }
     }
-    Err(ProbeError::NfNetlink(format!(
+    Err(ProbeError::RulesMoved(format!(
         "kube-proxy's rules changed during each of {} conntrack dumps, each time to another service table \
          (no count is made against a table the dump did not run under): {}",
         why.len(),

@@ -86,11 +86,26 @@ pub enum ProbeError {
     Timeout(Duration),
     #[error("panicked: {0}")]
     Panicked(String),
-    #[error("netlink: {0} (needs the host network namespace)")]
-    Netlink(String),
-    /// An nf_tables or ctnetlink read; the text names the table or subsystem and what happened.
+    /// An rtnetlink read (the interfaces, the neighbour tables): what was read, and the
+    /// error as the netlink reader or rtnetlink gave it.
+    #[error("netlink: {what}: {source} (needs the host network namespace)")]
+    Rtnetlink {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An nf_tables or ctnetlink read: what was read (a table, a subsystem), and the netlink
+    /// error kept whole (its errno, a malformed message, a dump the kernel interrupted).
+    #[error("{what}: {source}")]
+    NfNetlink {
+        what: String,
+        #[source]
+        source: crate::netlink::NlError,
+    },
+    /// The rules kept changing under a reading (more often than it retries), or changed
+    /// after a part of it: no reading, rather than one whose parts do not belong together.
     #[error("{0}")]
-    NfNetlink(String),
+    RulesMoved(String),
     #[error(transparent)]
     Fetch(#[from] crate::fetch::FetchError),
     #[error("previous run still blocked after {0:?}; not started again")]

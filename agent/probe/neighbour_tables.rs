@@ -228,7 +228,10 @@ pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<Neig
         let facts = host
             .netlink(NETLINK_ROUTE)
             .and_then(|s| dump(s, at))
-            .map_err(|e| ProbeError::Netlink(format!("neighbour tables (RTM_GETNEIGHTBL): {e}")))?;
+            .map_err(|e| ProbeError::Rtnetlink {
+                what: "neighbour tables (RTM_GETNEIGHTBL)",
+                source: Box::new(e),
+            })?;
         if facts.tables.is_empty() {
             return Ok(Probed::Absent("the kernel lists no neighbour table".into()));
         }

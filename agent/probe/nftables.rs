@@ -143,11 +143,9 @@ fn count_tables(
         )?;
         Ok((c.tally.finish(), c.generation, c.attempts, c.bytes))
     })
-    .map_err(|(family, e)| {
-        super::ProbeError::NfNetlink(format!(
-            "nf_tables over netlink, table {} {TABLE}: {e}",
-            family.as_str()
-        ))
+    .map_err(|(family, e)| super::ProbeError::NfNetlink {
+        what: format!("nf_tables over netlink, table {} {TABLE}", family.as_str()),
+        source: e,
     })
 }
 

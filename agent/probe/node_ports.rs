@@ -428,7 +428,10 @@ pub fn judge(range: Option<PortRange>, reserved: Vec<PortRange>, found: &Found) 
 // The probe.
 
 fn nl(e: NlError) -> ProbeError {
-    ProbeError::NfNetlink(format!("kube-proxy's NodePort chains and maps: {e}"))
+    ProbeError::NfNetlink {
+        what: "kube-proxy's NodePort chains and maps".into(),
+        source: e,
+    }
 }
 
 /// Both families' NodePorts in nf_tables at one generation, reused while it holds: read
@@ -466,7 +469,10 @@ fn nf_node_ports_once(
         })?;
         Ok((c.tally.found, c.generation, c.attempts, c.bytes))
     })
-    .map_err(|(f, e)| ProbeError::NfNetlink(format!("kube-proxy's NodePort chains and maps ({}): {e}", f.as_str())))?;
+    .map_err(|(f, e)| ProbeError::NfNetlink {
+        what: format!("kube-proxy's NodePort chains and maps ({})", f.as_str()),
+        source: e,
+    })?;
     let mut all = Found::default();
     let mut gens = Vec::new();
     let mut reused = true;

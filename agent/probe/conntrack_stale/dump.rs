@@ -10,7 +10,10 @@ use crate::probe::ProbeError;
 
 /// An error of the conntrack dump itself.
 fn nl(e: NlError) -> ProbeError {
-    ProbeError::NfNetlink(format!("conntrack entries over ctnetlink: {e}"))
+    ProbeError::NfNetlink {
+        what: "conntrack entries over ctnetlink".into(),
+        source: e,
+    }
 }
 
 /// One conntrack dump: `(family, protocol, (status, mask))`, as

@@ -197,11 +197,14 @@ pub fn compare(family: &str, netlink: &SaveCounts, save: &SaveCounts) -> Vec<Cou
 }
 
 fn nl_error(family: Family, e: NlError) -> ProbeError {
-    ProbeError::NfNetlink(format!(
-        "nf_tables over netlink, {} tables {}: {e}",
-        family.as_str(),
-        XTABLES.join("/")
-    ))
+    ProbeError::NfNetlink {
+        what: format!(
+            "nf_tables over netlink, {} tables {}",
+            family.as_str(),
+            XTABLES.join("/")
+        ),
+        source: e,
+    }
 }
 
 fn unix_now() -> f64 {
@@ -553,7 +556,7 @@ async fn netlink_counts_at(
         return Err(nl_error(family, NlError::Malformed("no count".into())));
     };
     if how.generation != generation {
-        return Err(ProbeError::NfNetlink(format!(
+        return Err(ProbeError::RulesMoved(format!(
             "the ruleset changed after the save (generation {generation} → {}); not compared",
             how.generation
         )));

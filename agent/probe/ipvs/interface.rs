@@ -35,7 +35,10 @@ pub async fn of_host(host: &crate::host::Host, deadline: std::time::Instant) -> 
     // A recording is a small file read in memory: not worth a blocking-pool slot.
     host.netlink(NETLINK_ROUTE)
         .and_then(|c| dump_addresses(c, deadline))
-        .map_err(|e| ProbeError::Netlink(format!("interfaces and addresses (RTM_GETLINK, RTM_GETADDR): {e}")))
+        .map_err(|e| ProbeError::Rtnetlink {
+            what: "interfaces and addresses (RTM_GETLINK, RTM_GETADDR)",
+            source: Box::new(e),
+        })
 }
 
 /// What the two dumps say, from netlink-packet-route's typed messages (the live node's
@@ -103,9 +106,14 @@ pub fn dump_addresses<C: crate::netlink::Conn>(
 /// Every interface of the agent's network namespace and its addresses.
 pub async fn local_addresses() -> Result<LocalAddresses, ProbeError> {
     use futures_util::stream::TryStreamExt;
-    let netlink = |e: rtnetlink::Error| ProbeError::Netlink(e.to_string());
-    let (connection, handle, _) =
-        rtnetlink::new_connection().map_err(|e| ProbeError::Netlink(format!("opening a netlink socket: {e}")))?;
+    let netlink = |e: rtnetlink::Error| ProbeError::Rtnetlink {
+        what: "interfaces and addresses",
+        source: Box::new(e),
+    };
+    let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| ProbeError::Rtnetlink {
+        what: "opening a netlink socket",
+        source: Box::new(e),
+    })?;
     let task = tokio::spawn(connection);
     let result = async {
         let links: Vec<LinkMessage> = handle.link().get().execute().try_collect().await.map_err(netlink)?;

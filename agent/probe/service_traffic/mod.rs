@@ -394,9 +394,10 @@ pub fn path_of(table: &ServiceTable, svc: &ServicePort, e: Option<&ct_dump::CtEn
 }
 
 fn nl(e: NlError) -> ProbeError {
-    ProbeError::NfNetlink(format!(
-        "kube-proxy's rules over nf_tables netlink (the service_traffic targets): {e}"
-    ))
+    ProbeError::NfNetlink {
+        what: "kube-proxy's rules over nf_tables netlink (the service_traffic targets)".into(),
+        source: e,
+    }
 }
 
 /// The service_traffic probe; `given` holds the iptables probe's latest reading (the
