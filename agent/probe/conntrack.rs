@@ -20,7 +20,7 @@ use crate::parse::{parse_hex_u64, parse_u64, quote, ParseError};
 const COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
 const MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
 const BUCKETS: &str = "/proc/sys/net/netfilter/nf_conntrack_buckets";
-const STAT: &str = "/proc/net/stat/nf_conntrack";
+pub(crate) const STAT: &str = "/proc/net/stat/nf_conntrack";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConntrackFacts {

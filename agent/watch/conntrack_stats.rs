@@ -15,7 +15,7 @@ use tokio::sync::mpsc::Sender;
 
 use super::Event;
 use crate::netlink::replay::KernelSource;
-use crate::probe::{ProbeContext, Probed};
+use crate::probe::ProbeContext;
 use crate::timefmt::unix_seconds;
 
 /// The counters whose increase is worth an event (what `conntrack_drops` and
@@ -37,12 +37,50 @@ pub fn start(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
     }
 }
 
-/// One read, as the conntrack probe makes it (same source, same names: the window compares them).
-fn read(ctx: &ProbeContext, deadline: Instant) -> Option<(String, BTreeMap<String, u64>)> {
-    if let Ok(Probed::Present(f)) = crate::probe::conntrack::read_files(&ctx.host) {
-        if let Some(source) = f.stats_source {
-            return Some((source, f.stats));
+/// The statistics file, opened once and read again from its start each time, instead of the
+/// four files the conntrack probe opens (count, max, stat, buckets): the drop counters are all
+/// in the stat file, and an open's path walk costs more than the read. Measured on this
+/// project's machine (the thread's `schedstat`, one read a second): 16.1 ms of CPU per 60 s
+/// before, 12.1 ms after (9.3 and 4.6 ms in a 30 s run).
+struct StatFile {
+    file: std::fs::File,
+    buf: Vec<u8>,
+}
+
+impl StatFile {
+    fn open(ctx: &ProbeContext) -> Option<StatFile> {
+        let file = std::fs::File::open(ctx.host.path(crate::probe::conntrack::STAT)).ok()?;
+        Some(StatFile { file, buf: Vec::new() })
+    }
+
+    /// The file's statistics now; None when it could not be read or parsed (then it is opened
+    /// again next time).
+    fn read(&mut self) -> Option<BTreeMap<String, u64>> {
+        use std::io::{Read, Seek, SeekFrom};
+        self.buf.clear();
+        self.file.seek(SeekFrom::Start(0)).ok()?;
+        // The same bound as the probe's reads (crate::host::MAX_FILE_BYTES).
+        (&mut self.file)
+            .take(crate::host::MAX_FILE_BYTES)
+            .read_to_end(&mut self.buf)
+            .ok()?;
+        let text = std::str::from_utf8(&self.buf).ok()?;
+        crate::probe::conntrack::parse_stat(crate::probe::conntrack::STAT, text).ok()
+    }
+}
+
+/// One read: the stat file (kept open) where the kernel has it, else ctnetlink, as the
+/// conntrack probe reads them (same source, same names: the window compares them).
+fn read(ctx: &ProbeContext, file: &mut Option<StatFile>, deadline: Instant) -> Option<(String, BTreeMap<String, u64>)> {
+    if file.is_none() {
+        *file = StatFile::open(ctx);
+    }
+    if let Some(f) = file {
+        match f.read() {
+            Some(stats) => return Some((crate::probe::conntrack::STAT.to_string(), stats)),
+            None => *file = None,
         }
+        return None;
     }
     let stats = crate::probe::conntrack::read_ctnetlink(&ctx.host, deadline).ok()??;
     Some((crate::probe::conntrack::CTNETLINK.to_string(), stats))
@@ -65,13 +103,14 @@ fn run(ctx: &ProbeContext, every: Duration, tx: &Sender<Event>) {
         return;
     }
     let mut previous: Option<(String, BTreeMap<String, u64>)> = None;
+    let mut file = None;
     loop {
         std::thread::sleep(every);
         if tx.is_closed() {
             return;
         }
         // A failed read (conntrack not loaded, a busy netlink) says nothing: the probe reports it.
-        let Some((source, stats)) = read(ctx, Instant::now() + every.min(Duration::from_secs(1))) else {
+        let Some((source, stats)) = read(ctx, &mut file, Instant::now() + every.min(Duration::from_secs(1))) else {
             previous = None;
             continue;
         };
@@ -102,6 +141,27 @@ mod tests {
         assert!(!moved(&before, &m(&[("drop", 1), ("found", 99), ("insert_failed", 0)])));
         assert!(moved(&before, &m(&[("drop", 2), ("found", 10), ("insert_failed", 0)])));
         assert!(moved(&before, &m(&[("drop", 1), ("found", 10), ("insert_failed", 1)])));
+    }
+
+    #[test]
+    fn the_stat_file_kept_open_reads_what_it_says_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let stat = dir.path().join("proc/net/stat/nf_conntrack");
+        std::fs::create_dir_all(stat.parent().unwrap()).unwrap();
+        let header = "entries  clashres found new invalid ignore delete chainlength insert insert_failed drop early_drop icmp_error  expect_new expect_create expect_delete search_restart\n";
+        let row = |drop: u32| {
+            format!("{header}00000001 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 {drop:08x} 00000000 00000000 00000000 00000000 00000000 00000000\n")
+        };
+        std::fs::write(&stat, row(1)).unwrap();
+        let ctx = crate::probe::test_context(crate::host::Host::new(dir.path()));
+        let mut f = StatFile::open(&ctx).unwrap();
+        assert_eq!(f.read().unwrap()["drop"], 1);
+        // Rewritten in place (the same file, as the kernel's is): the next read sees it.
+        std::fs::write(&stat, row(0x2a)).unwrap();
+        assert_eq!(f.read().unwrap()["drop"], 42);
+        // Garbage: no reading (the caller opens the file again), never a zero.
+        std::fs::write(&stat, "garbage\n").unwrap();
+        assert_eq!(f.read(), None);
     }
 
     #[tokio::test]
