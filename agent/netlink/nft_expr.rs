@@ -213,19 +213,10 @@ impl Machine {
             "meta" => self.meta(at),
             "bitwise" => self.bitwise(at),
             "fib" => self.fib(at),
-            "ct" | "numgen" | "hash" => {
-                // Whatever is in the destination register is no longer a plain field (hash's
-                // first attribute is its source register: its destination is the second).
-                let dreg = match name {
-                    "ct" => NFTA_CT_DREG,
-                    "numgen" => NFTA_NG_DREG,
-                    _ => NFTA_HASH_DREG,
-                };
-                if let Some(d) = at.num(dreg)? {
-                    self.set(d, Reg::Other);
-                }
-                Ok(())
-            }
+            "ct" => self.clobber(at, NFTA_CT_DREG),
+            "numgen" => self.clobber(at, NFTA_NG_DREG),
+            // Its first attribute is its source register; its destination is the second.
+            "hash" => self.clobber(at, NFTA_HASH_DREG),
             "immediate" => self.immediate(at),
             "cmp" => self.cmp(at),
             "lookup" => self.lookup(at),
@@ -234,6 +225,15 @@ impl Machine {
             "nat" => self.nat(at),
             _ => Ok(()),
         }
+    }
+
+    /// `ct`, `numgen`, `hash`: whatever is in the destination register (attribute `dreg`) is
+    /// no longer a plain field.
+    fn clobber(&mut self, at: &ExprAttrs<'_>, dreg: usize) -> Result<(), NlError> {
+        if let Some(d) = at.num(dreg)? {
+            self.set(d, Reg::Other);
+        }
+        Ok(())
     }
 
     /// `payload`: a header field loaded into a register.

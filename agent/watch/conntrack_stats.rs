@@ -76,11 +76,11 @@ fn read(ctx: &ProbeContext, file: &mut Option<StatFile>, deadline: Instant) -> O
         *file = StatFile::open(ctx);
     }
     if let Some(f) = file {
-        match f.read() {
-            Some(stats) => return Some((crate::probe::conntrack::STAT.to_string(), stats)),
-            None => *file = None,
+        let stats = f.read();
+        if stats.is_none() {
+            *file = None;
         }
-        return None;
+        return stats.map(|s| (crate::probe::conntrack::STAT.to_string(), s));
     }
     let stats = crate::probe::conntrack::read_ctnetlink(&ctx.host, deadline).ok()??;
     Some((crate::probe::conntrack::CTNETLINK.to_string(), stats))
