@@ -28,7 +28,7 @@ pub mod nft;
 pub mod nft_count;
 pub mod nft_expr;
 pub mod nft_snat;
-pub mod nfta;
+pub mod nft_uapi;
 #[cfg(test)]
 pub mod record;
 pub mod replay;

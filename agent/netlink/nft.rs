@@ -7,63 +7,13 @@ use std::net::IpAddr;
 
 use super::{nfgen, Attr, Attrs, NlError, Request, NLM_F_DUMP, NLM_F_REQUEST};
 
-/// `NFNL_SUBSYS_NFTABLES`.
-const SUBSYS: u16 = 10;
-
-pub const NFT_MSG_NEWTABLE: u16 = 0;
-pub const NFT_MSG_GETTABLE: u16 = 1;
-pub const NFT_MSG_NEWCHAIN: u16 = 3;
-pub const NFT_MSG_GETCHAIN: u16 = 4;
-pub const NFT_MSG_NEWRULE: u16 = 6;
-pub const NFT_MSG_GETRULE: u16 = 7;
-pub const NFT_MSG_NEWSET: u16 = 9;
-pub const NFT_MSG_GETSET: u16 = 10;
-pub const NFT_MSG_NEWSETELEM: u16 = 12;
-pub const NFT_MSG_GETSETELEM: u16 = 13;
-pub const NFT_MSG_NEWGEN: u16 = 15;
-pub const NFT_MSG_GETGEN: u16 = 16;
+// The kernel's numbers, named where every nf_tables reader finds them.
+pub use super::nft_uapi::*;
 
 /// The netlink message type of an nf_tables message.
 pub const fn msg_type(m: u16) -> u16 {
-    (SUBSYS << 8) | m
+    (NFNL_SUBSYS_NFTABLES << 8) | m
 }
-
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_CHAIN_HOOK: u16 = 4;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_HANDLE: u16 = 3;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_RULE_USERDATA: u16 = 7;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
-const NFTA_IMMEDIATE_DATA: u16 = 2;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
-const NFTA_VERDICT_CHAIN: u16 = 2;
-const NFTA_SET_TABLE: u16 = 1;
-const NFTA_SET_NAME: u16 = 2;
-const NFTA_SET_FLAGS: u16 = 3;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_SET: u16 = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_SET_ELEM_KEY: u16 = 1;
-const NFTA_SET_ELEM_DATA: u16 = 2;
-const NFTA_SET_ELEM_FLAGS: u16 = 3;
-const NFTA_DATA_VALUE: u16 = 1;
-const NFTA_GEN_ID: u16 = 1;
-
-/// Verdict codes of a jump and a goto (`NFT_JUMP`, `NFT_GOTO`).
-const NFT_JUMP: i32 = -3;
-const NFT_GOTO: i32 = -4;
-
-pub const NFT_SET_ANONYMOUS: u32 = 0x1;
-pub const NFT_SET_MAP: u32 = 0x8;
-pub const NFT_SET_OBJECT: u32 = 0x40;
-const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
 
 /// `AF_INET` and `AF_INET6`: the nf_tables families `ip` and `ip6`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -289,17 +239,42 @@ impl<'a> Rule<'a> {
     }
 }
 
-/// An expression's data attributes by type, the slot index being the attribute's type; types
-/// of 10 and above (no expression the agent decodes has them) are left out.
-pub fn attrs_by_kind(data: Attr<'_>) -> Result<[Option<Attr<'_>>; 10], NlError> {
-    let mut at: [Option<Attr<'_>>; 10] = [None; 10];
-    for a in data.nested() {
-        let a = a?;
-        if let Some(slot) = at.get_mut(a.kind as usize) {
-            *slot = Some(a);
+/// One expression's data attributes, looked up by their type (`NFTA_<EXPR>_*` of
+/// [`super::nft_uapi`]); types of 10 and above (no expression the agent decodes has them) are
+/// left out.
+pub struct ExprAttrs<'a>([Option<Attr<'a>>; 10]);
+
+impl<'a> ExprAttrs<'a> {
+    pub fn of(data: Attr<'a>) -> Result<Self, NlError> {
+        let mut at: [Option<Attr<'a>>; 10] = [None; 10];
+        for a in data.nested() {
+            let a = a?;
+            if let Some(slot) = at.get_mut(a.kind as usize) {
+                *slot = Some(a);
+            }
         }
+        Ok(ExprAttrs(at))
     }
-    Ok(at)
+
+    /// Attributes already split out, as a test builds them.
+    #[cfg(test)]
+    pub fn from_attrs(attrs: impl IntoIterator<Item = Attr<'a>>) -> Self {
+        let mut at: [Option<Attr<'a>>; 10] = [None; 10];
+        for a in attrs {
+            at[a.kind as usize] = Some(a);
+        }
+        ExprAttrs(at)
+    }
+
+    /// The attribute of that type, when it is there.
+    pub fn get(&self, kind: u16) -> Option<Attr<'a>> {
+        self.0.get(kind as usize).copied().flatten()
+    }
+
+    /// The attribute as a 32-bit number, when it is there.
+    pub fn num(&self, kind: u16) -> Result<Option<u32>, NlError> {
+        self.get(kind).map(|a| a.be_u32()).transpose()
+    }
 }
 
 /// The expressions of a rule's NFTA_RULE_EXPRESSIONS list, in order: each

@@ -22,17 +22,11 @@
 
 use std::net::IpAddr;
 
-use super::nft::{Family, Rule};
-use super::nfta::*;
-use super::{Attr, NlError};
+use super::nft::{ExprAttrs, Family, Rule};
+use super::nft_uapi::*;
+use super::NlError;
 
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
-const NFT_META_L4PROTO: u32 = 16;
-const NFT_CMP_EQ: u32 = 0;
 const NF_DROP: i32 = 0;
-const NFTA_FIB_F_SADDR: u32 = 1;
-const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
 const RTN_LOCAL: u32 = 2;
 /// xt_addrtype v1: `1 << RTN_LOCAL`, and the flag that inverts the source match.
 const XT_ADDRTYPE_LOCAL: u16 = 1 << 2;
@@ -45,9 +39,6 @@ fn saddr_field(family: Family) -> (u32, u32) {
         _ => (8, 16),
     }
 }
-const NFT_NAT_DNAT: u32 = 1;
-const NF_NAT_RANGE_MAP_IPS: u32 = 1;
-const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
 
 /// What one rule matches and does, as far as service routing goes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -163,24 +154,10 @@ pub fn rule_facts(family: Family, rule: &Rule<'_>) -> Result<RuleFacts, NlError>
             continue;
         };
         // Attributes of the expression by type (all are small).
-        let at = ExprAttrs(super::nft::attrs_by_kind(data)?);
+        let at = ExprAttrs::of(data)?;
         m.step(name, &at)?;
     }
     Ok(m.facts)
-}
-
-/// One expression's attributes, indexed by their type (`NFTA_<EXPR>_*`).
-struct ExprAttrs<'a>([Option<Attr<'a>>; 10]);
-
-impl<'a> ExprAttrs<'a> {
-    fn get(&self, kind: usize) -> Option<Attr<'a>> {
-        self.0[kind]
-    }
-
-    /// The attribute as a 32-bit number, when it is there.
-    fn num(&self, kind: usize) -> Result<Option<u32>, NlError> {
-        self.0[kind].map(|a| a.be_u32()).transpose()
-    }
 }
 
 /// The register machine as far as [`rule_facts`] follows it: what each register
@@ -229,7 +206,7 @@ impl Machine {
 
     /// `ct`, `numgen`, `hash`: whatever is in the destination register (attribute `dreg`) is
     /// no longer a plain field.
-    fn clobber(&mut self, at: &ExprAttrs<'_>, dreg: usize) -> Result<(), NlError> {
+    fn clobber(&mut self, at: &ExprAttrs<'_>, dreg: u16) -> Result<(), NlError> {
         if let Some(d) = at.num(dreg)? {
             self.set(d, Reg::Other);
         }
@@ -524,6 +501,7 @@ mod tests {
     use super::captured::*;
     use super::*;
     use crate::netlink::nft::{decode_rule, msg_type, NFT_MSG_NEWRULE};
+    use crate::netlink::Attr;
     use std::net::Ipv6Addr;
 
     fn facts(h: &str) -> RuleFacts {
@@ -533,15 +511,8 @@ mod tests {
     }
 
     /// An expression's attributes as the kernel would nest them, from (type, be32) pairs.
-    fn attrs(values: &[(usize, [u8; 4])]) -> ExprAttrs<'_> {
-        let mut at = [None; 10];
-        for (kind, v) in values {
-            at[*kind] = Some(Attr {
-                kind: *kind as u16,
-                value: v,
-            });
-        }
-        ExprAttrs(at)
+    fn attrs(values: &[(u16, [u8; 4])]) -> ExprAttrs<'_> {
+        ExprAttrs::from_attrs(values.iter().map(|(kind, v)| Attr { kind: *kind, value: v }))
     }
 
     #[test]

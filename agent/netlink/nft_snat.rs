@@ -21,16 +21,8 @@
 use std::time::Instant;
 
 use super::nft::{self, Family, Rule};
-use super::nfta::*;
+use super::nft_uapi::*;
 use super::{Conn, NlError, Session};
-
-/// `NF_NAT_RANGE_PROTO_SPECIFIED`: the rule names a port range.
-pub const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 1 << 1;
-/// `NF_NAT_RANGE_PROTO_RANDOM` (`--random`).
-pub const NF_NAT_RANGE_PROTO_RANDOM: u32 = 1 << 2;
-/// `NF_NAT_RANGE_PROTO_RANDOM_FULLY` (`--random-fully`, `fully-random`).
-pub const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 1 << 4;
-const NFT_NAT_SNAT: u32 = 0;
 
 /// One source NAT action of a rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,16 +80,23 @@ pub fn snat_action(family: Family, rule: &Rule<'_>) -> Result<(Option<SnatAction
             continue;
         };
         // Attributes of the expression by type (all are small).
-        let at = super::nft::attrs_by_kind(data)?;
-        let num = |k: usize| at[k].map(|a| a.be_u32()).transpose();
+        let at = nft::ExprAttrs::of(data)?;
+        let num = |k: u16| at.num(k);
         let reg = |r: Option<u32>| {
             r.and_then(|r| regs.iter().rev().find(|(n, _)| *n == r))
                 .and_then(|(_, v)| be16(v, 0))
         };
         match name {
-            "counter" => packets = Some(at[NFTA_COUNTER_PACKETS].map(|a| a.be_u64()).transpose()?.unwrap_or(0)),
+            "counter" => {
+                packets = Some(
+                    at.get(NFTA_COUNTER_PACKETS)
+                        .map(|a| a.be_u64())
+                        .transpose()?
+                        .unwrap_or(0),
+                )
+            }
             "immediate" => {
-                let Some(d) = at[NFTA_IMMEDIATE_DATA] else { continue };
+                let Some(d) = at.get(NFTA_IMMEDIATE_DATA) else { continue };
                 if let Some(chain) = nft::data_verdict_chain(d)? {
                     jumps.push(chain.to_string());
                 } else if let (Some(dreg), Some(v)) = (num(NFTA_IMMEDIATE_DREG)?, nft::data_value(d)?) {
@@ -105,14 +104,14 @@ pub fn snat_action(family: Family, rule: &Rule<'_>) -> Result<(Option<SnatAction
                 }
             }
             "target" => {
-                let Some(n) = at[NFTA_TARGET_NAME] else { continue };
+                let Some(n) = at.get(NFTA_TARGET_NAME) else { continue };
                 let kind = match n.str()? {
                     "MASQUERADE" => "MASQUERADE",
                     "SNAT" => "SNAT",
                     _ => continue,
                 };
                 let rev = num(NFTA_TARGET_REV)?.unwrap_or(0);
-                let info = at[NFTA_TARGET_INFO].map(|a| a.value).unwrap_or_default();
+                let info = at.get(NFTA_TARGET_INFO).map(|a| a.value).unwrap_or_default();
                 let (flags, ports) = target_info(family, rev, info).ok_or_else(|| {
                     NlError::Malformed(format!(
                         "nf_tables expression: a {kind} target rev {rev} of {} bytes",

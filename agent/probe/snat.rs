@@ -484,10 +484,10 @@ impl LegacySnatText {
                     });
                 let mut flags = 0;
                 if random_fully {
-                    flags |= crate::netlink::nft_snat::NF_NAT_RANGE_PROTO_RANDOM_FULLY;
+                    flags |= crate::netlink::nft_uapi::NF_NAT_RANGE_PROTO_RANDOM_FULLY;
                 }
                 if ports.is_some() {
-                    flags |= crate::netlink::nft_snat::NF_NAT_RANGE_PROTO_SPECIFIED;
+                    flags |= crate::netlink::nft_uapi::NF_NAT_RANGE_PROTO_SPECIFIED;
                 }
                 self.rules.push(FoundRule {
                     family: self.family,

@@ -19,43 +19,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::nft::{self, msg_type};
+use crate::netlink::nft_uapi::*;
 use crate::netlink::{nfgen, Msg, NlError, NLM_F_EXCL};
 use crate::probe::iptables::delta::CountDelta;
 use crate::probe::iptables::node::XTABLES;
-
-/// `NFNL_SUBSYS_NFTABLES`, the high byte of an nf_tables message's type.
-const SUBSYS_NFTABLES: u16 = 10;
-/// `NFNLGRP_NFTABLES` (include/uapi/linux/netfilter/nfnetlink.h: NONE 0 ... EXP_DESTROY 6, NFTABLES 7).
-pub const NFNLGRP_NFTABLES: u32 = 7;
-
-// enum nf_tables_msg_types (the DESTROY variants are Linux 6.3's; the kernel notifies them as DEL).
-const NEWTABLE: u16 = 0;
-const DELTABLE: u16 = 2;
-const NEWCHAIN: u16 = 3;
-const DELCHAIN: u16 = 5;
-const NEWRULE: u16 = 6;
-const DELRULE: u16 = 8;
-const NEWSET: u16 = 9;
-const DELSET: u16 = 11;
-const NEWSETELEM: u16 = 12;
-const DELSETELEM: u16 = 14;
-const NEWGEN: u16 = 15;
-const DESTROYTABLE: u16 = 26;
-const DESTROYCHAIN: u16 = 27;
-const DESTROYRULE: u16 = 28;
-const DESTROYSET: u16 = 29;
-const DESTROYSETELEM: u16 = 30;
-
-// Attributes (enum nft_*_attributes).
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_SET_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_GEN_ID: u16 = 1;
-const NFTA_GEN_PROC_PID: u16 = 2;
-const NFTA_GEN_PROC_NAME: u16 = 3;
 
 /// kube-proxy's iptables chains start with this; its nftables tables are named
 /// [`crate::probe::nftables::TABLE`].
@@ -264,20 +231,20 @@ impl Pending {
     /// subsystems and types are skipped; a malformed one is an error (the commit's other
     /// changes stay pending).
     pub fn feed(&mut self, m: &Msg<'_>) -> Result<Option<CommitFacts>, NlError> {
-        if m.ty >> 8 != SUBSYS_NFTABLES {
+        if m.ty >> 8 != NFNL_SUBSYS_NFTABLES {
             return Ok(None);
         }
         let kind = m.ty & 0xff;
-        if kind == NEWGEN {
+        if kind == NFT_MSG_NEWGEN {
             return self.generation(m.payload).map(Some);
         }
         let family = *m.payload.first().ok_or_else(|| missing("nfgenmsg"))?;
         match kind {
-            NEWTABLE | DELTABLE | DESTROYTABLE => self.table_msg(family, kind, m)?,
-            NEWCHAIN | DELCHAIN | DESTROYCHAIN => self.chain_msg(family, kind, m)?,
-            NEWRULE | DELRULE | DESTROYRULE => self.rule_msg(family, kind, m)?,
-            NEWSET | DELSET | DESTROYSET => self.set_msg(family, kind, m)?,
-            NEWSETELEM | DELSETELEM | DESTROYSETELEM => self.elements_msg(family, kind, m)?,
+            NFT_MSG_NEWTABLE | NFT_MSG_DELTABLE | NFT_MSG_DESTROYTABLE => self.table_msg(family, kind, m)?,
+            NFT_MSG_NEWCHAIN | NFT_MSG_DELCHAIN | NFT_MSG_DESTROYCHAIN => self.chain_msg(family, kind, m)?,
+            NFT_MSG_NEWRULE | NFT_MSG_DELRULE | NFT_MSG_DESTROYRULE => self.rule_msg(family, kind, m)?,
+            NFT_MSG_NEWSET | NFT_MSG_DELSET | NFT_MSG_DESTROYSET => self.set_msg(family, kind, m)?,
+            NFT_MSG_NEWSETELEM | NFT_MSG_DELSETELEM | NFT_MSG_DESTROYSETELEM => self.elements_msg(family, kind, m)?,
             _ => {}
         }
         Ok(None)
@@ -288,10 +255,10 @@ impl Pending {
         let name = string_attr(m.payload, NFTA_TABLE_NAME)?.ok_or_else(|| missing("table name"))?;
         self.messages += 1;
         if let Some((c, true)) = self.counted(family, name) {
-            c.table_change(name, kind == NEWTABLE);
+            c.table_change(name, kind == NFT_MSG_NEWTABLE);
         }
         if let Some(t) = self.table(family, name) {
-            if kind == NEWTABLE {
+            if kind == NFT_MSG_NEWTABLE {
                 t.table_added = true;
             } else {
                 t.table_deleted = true;
@@ -306,10 +273,10 @@ impl Pending {
         let name = string_attr(m.payload, NFTA_CHAIN_NAME)?.ok_or_else(|| missing("chain name"))?;
         self.messages += 1;
         if let Some((c, true)) = self.counted(family, table) {
-            c.chain(table, name, kind == NEWCHAIN, m.flags & NLM_F_EXCL != 0);
+            c.chain(table, name, kind == NFT_MSG_NEWCHAIN, m.flags & NLM_F_EXCL != 0);
         }
         if let Some(t) = self.table(family, table) {
-            if kind == NEWCHAIN {
+            if kind == NFT_MSG_NEWCHAIN {
                 // A base chain's policy update is notified as NEWCHAIN again: counted twice.
                 t.chains_added += 1;
             } else {
@@ -328,7 +295,7 @@ impl Pending {
     /// A rule added or removed.
     fn rule_msg(&mut self, family: u8, kind: u16, m: &Msg<'_>) -> Result<(), NlError> {
         // The same layout as a dump's rule: decode it as one.
-        let rule = nft::decode_rule(msg_type(nft::NFT_MSG_NEWRULE), m.payload)?;
+        let rule = nft::decode_rule(msg_type(NFT_MSG_NEWRULE), m.payload)?;
         // A rule of a KUBE-* chain is kube-proxy's whatever it jumps to (as the iptables
         // tally counts it): the expressions are walked only for a rule of another chain,
         // the built-in chains where the jumps to kube-proxy's live among them. Most of a
@@ -336,14 +303,14 @@ impl Pending {
         let own = rule.chain.starts_with(KUBE_CHAIN_PREFIX);
         let jumps = !own && rule.jumps_to(KUBE_CHAIN_PREFIX)?;
         if let Some((c, true)) = self.counted(family, rule.table) {
-            c.rule(&rule, own || jumps, kind == NEWRULE)?;
+            c.rule(&rule, own || jumps, kind == NFT_MSG_NEWRULE)?;
         }
         self.messages += 1;
         let (chain, table) = (rule.chain, rule.table);
         if let Some(t) = self.table(family, table) {
             let kube = own || jumps || t.is_kube_table();
             let base = BASE_CHAINS.contains(&chain);
-            if kind == NEWRULE {
+            if kind == NFT_MSG_NEWRULE {
                 t.rules_added += 1;
                 t.kube_rules_added += u64::from(kube);
                 t.base_kube_rules_added += u64::from(base && jumps);
@@ -364,7 +331,7 @@ impl Pending {
         // Sets count for kube-proxy's table only (the iptables tally counts none).
         self.counted(family, table);
         if let Some(t) = self.table(family, table) {
-            if kind == NEWSET {
+            if kind == NFT_MSG_NEWSET {
                 t.sets_added += 1;
             } else {
                 t.sets_deleted += 1;
@@ -394,7 +361,7 @@ impl Pending {
         self.messages += 1;
         self.counted(family, table);
         if let Some(t) = self.table(family, table) {
-            if kind == NEWSETELEM {
+            if kind == NFT_MSG_NEWSETELEM {
                 t.elements_added += count;
             } else {
                 t.elements_removed += count;
@@ -554,7 +521,7 @@ mod tests {
     #[test]
     fn chains_are_counted_only_when_the_notification_tells() {
         let d = fed(&chain_msg(
-            NEWCHAIN,
+            NFT_MSG_NEWCHAIN,
             crate::netlink::NLM_F_EXCL,
             "nat",
             "KUBE-SVC-AAAAAAAAAAAAAAAA",
@@ -563,26 +530,26 @@ mod tests {
             (d.tables[0].chains, d.kube_chains, d.uncounted),
             (1, [1, 0, 0, 0, 0], None)
         );
-        let d = fed(&chain_msg(NEWCHAIN, 0x400, "nat", "KUBE-SVC-AAAAAAAAAAAAAAAA"));
+        let d = fed(&chain_msg(NFT_MSG_NEWCHAIN, 0x400, "nat", "KUBE-SVC-AAAAAAAAAAAAAAAA"));
         assert!(d.uncounted.is_some());
-        let d = fed(&chain_msg(NEWCHAIN, 0x400, "nat", "PREROUTING"));
+        let d = fed(&chain_msg(NFT_MSG_NEWCHAIN, 0x400, "nat", "PREROUTING"));
         assert_eq!(
             (d.tables.len(), d.uncounted),
             (0, None),
             "a built-in chain: no count moves"
         );
         let d = fed(&chain_msg(
-            NEWCHAIN,
+            NFT_MSG_NEWCHAIN,
             crate::netlink::NLM_F_EXCL,
             "mangle",
             "KUBE-PROXY-CANARY",
         ));
         assert!(d.proxy_canary_added && d.uncounted.is_none());
-        let d = fed(&chain_msg(DELCHAIN, 0, "mangle", "KUBE-PROXY-CANARY"));
+        let d = fed(&chain_msg(NFT_MSG_DELCHAIN, 0, "mangle", "KUBE-PROXY-CANARY"));
         assert!(d.uncounted.is_some());
-        let d = fed(&chain_msg(DELCHAIN, 0, "nat", "KUBE-SEP-AAAAAAAAAAAAAAAA"));
+        let d = fed(&chain_msg(NFT_MSG_DELCHAIN, 0, "nat", "KUBE-SEP-AAAAAAAAAAAAAAAA"));
         assert_eq!((d.tables[0].chains, d.kube_chains[1], d.uncounted), (-1, -1, None));
-        let d = fed(&chain_msg(NEWCHAIN, 0, "mytable", "KUBE-SVC-AAAAAAAAAAAAAAAA"));
+        let d = fed(&chain_msg(NFT_MSG_NEWCHAIN, 0, "mytable", "KUBE-SVC-AAAAAAAAAAAAAAAA"));
         assert_eq!(d, CountDelta::default(), "a table the probes do not count");
     }
 
@@ -614,7 +581,7 @@ mod tests {
             ]
             .concat();
             let m = Msg {
-                ty: msg_type(NEWTABLE),
+                ty: msg_type(NFT_MSG_NEWTABLE),
                 flags: 0,
                 seq: 0,
                 payload: &payload,
@@ -628,7 +595,7 @@ mod tests {
         .concat();
         let c = p
             .feed(&Msg {
-                ty: msg_type(NEWGEN),
+                ty: msg_type(NFT_MSG_NEWGEN),
                 flags: 0,
                 seq: 0,
                 payload: &gen,

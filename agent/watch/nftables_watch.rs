@@ -23,10 +23,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc::Sender;
 
-use super::nft_decode::{Pending, NFNLGRP_NFTABLES};
+use super::nft_decode::Pending;
 use super::proc_events::KubeProxyChildren;
 use super::{attribute, Commit, Event, Writer};
 use crate::host::Host;
+use crate::netlink::nft_uapi::NFNLGRP_NFTABLES;
 use crate::netlink::replay::KernelSource;
 use crate::netlink::{errno_text, messages, NETLINK_NETFILTER, RECV_BUFFER};
 use crate::probe::kube_proxy::process::COMM_BYTES;
