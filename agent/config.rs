@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::evaluate::{ProxyMode, Thresholds};
+use crate::evaluate::Thresholds;
 use crate::probe::ProbeName;
 use crate::scheduler::Schedule;
 
@@ -17,10 +17,7 @@ pub use commands::{BaselineAction, BaselineArgs, BaselineSaveArgs, CompareArgs, 
 mod values;
 pub use probe_flags::ProbeSchedules;
 pub use values::{parse_duration, value_error_origin, Every, DURATION_SYNTAX};
-use values::{
-    parse_duration_or_zero, parse_interval_or_never, parse_listen, parse_mode, parse_process_name, parse_ratio,
-    parse_severity, DURATIONS_HELP,
-};
+use values::{parse_interval_or_never, parse_listen, parse_process_name, parse_severity, DURATIONS_HELP};
 
 /// Flags with a dot in their name that `-h` shows; `-h` also shows every flag without one and
 /// every positional argument. `--help` shows them all.
@@ -67,11 +64,14 @@ fn tune(cmd: clap::Command) -> clap::Command {
     let own_only = matches!(cmd.get_name(), "compare" | "npd");
     cmd.mut_args(|a| {
         let parser = a.get_value_parser().type_id();
-        let a = if parser == TypeId::of::<Duration>() || parser == TypeId::of::<Every>() {
-            a.allow_hyphen_values(true)
-        } else {
-            a
-        };
+        // Durations, intervals and the thresholds' numbers (ratios, seconds): a negative value
+        // reaches the value's parser, whose message says what is expected.
+        let a =
+            if parser == TypeId::of::<Duration>() || parser == TypeId::of::<Every>() || parser == TypeId::of::<f64>() {
+                a.allow_hyphen_values(true)
+            } else {
+                a
+            };
         match a.get_long() {
             Some(long)
                 if (long.contains('.') && (own_only || !SHORT_HELP.contains(&long)))
@@ -296,19 +296,9 @@ pub struct Common {
     #[arg(long, env = "PROXYWATCH_NODE_NAME")]
     pub node_name: Option<String>,
 
-    /// The mode kube-proxy is meant to run in: auto, iptables, ipvs, nftables or none.
-    ///
-    /// none: no kube-proxy on this node, on purpose (its state in the data plane is left over, never a kube-proxy down). Judges the node when kube-proxy and the data plane show no mode; a different mode running is a critical finding; a declared mode also says kube-proxy belongs here (kube_proxy_down).
-    #[arg(long = "kube-proxy.mode", env = "PROXYWATCH_KUBE_PROXY_MODE", default_value = "auto", value_parser = parse_mode)]
-    pub kube_proxy_mode: ProxyMode,
-
-    /// conntrack fill ratio (entries / max) that raises a warning.
-    #[arg(long = "conntrack.fill-warning", env = "PROXYWATCH_CONNTRACK_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
-    pub conntrack_fill_warning: f64,
-
-    /// conntrack fill ratio that raises a critical finding.
-    #[arg(long = "conntrack.fill-critical", env = "PROXYWATCH_CONNTRACK_FILL_CRITICAL", default_value_t = 0.95, value_parser = parse_ratio)]
-    pub conntrack_fill_critical: f64,
+    /// The limits the checks judge by: every threshold flag, from `crate::evaluate::Thresholds`.
+    #[command(flatten)]
+    pub thresholds: Thresholds,
 
     /// How far back conntrack counter increases (drop, early_drop, insert_failed) count toward findings.
     #[arg(long = "conntrack.window", env = "PROXYWATCH_CONNTRACK_WINDOW", default_value = "5m", value_parser = parse_duration)]
@@ -318,29 +308,9 @@ pub struct Common {
     #[arg(long = "conntrack.trend-window", env = "PROXYWATCH_CONNTRACK_TREND_WINDOW", default_value = "15m", value_parser = parse_duration)]
     pub conntrack_trend_window: Duration,
 
-    /// Projected time until the conntrack table is full (at its current growth) that raises a warning.
-    #[arg(long = "conntrack.time-to-full-warning", env = "PROXYWATCH_CONNTRACK_TIME_TO_FULL_WARNING", default_value = "1h", value_parser = parse_duration)]
-    pub conntrack_time_to_full_warning: Duration,
-
-    /// Projected time until the conntrack table is full that raises a critical finding.
-    #[arg(long = "conntrack.time-to-full-critical", env = "PROXYWATCH_CONNTRACK_TIME_TO_FULL_CRITICAL", default_value = "10m", value_parser = parse_duration)]
-    pub conntrack_time_to_full_critical: Duration,
-
-    /// How long TCP and SCTP entries to an endpoint no longer in the service's endpoints may drain (a terminating pod finishing its connections; kube-proxy never deletes them) before conntrack_draining_to_removed_endpoints is a warning; info before. Well past the default terminationGracePeriodSeconds (30 s).
-    #[arg(long = "conntrack-stale.drain-window", env = "PROXYWATCH_CONNTRACK_STALE_DRAIN_WINDOW", default_value = "5m", value_parser = parse_duration)]
-    pub conntrack_stale_drain_window: Duration,
-
     /// Group the source-NATed conntrack entries (SNAT ports in use) and read the MASQUERADE/SNAT rules in the conntrack_stale probe's run; false: the stale check's dumps filter on DST_NAT in the kernel again.
     #[arg(long = "conntrack.snat", env = "PROXYWATCH_CONNTRACK_SNAT", default_value_t = true, action = clap::ArgAction::Set)]
     pub conntrack_snat: bool,
-
-    /// Translated source ports in use / ports the rule allows, per (translated source, destination, port, protocol), that raises a warning (critical when full).
-    #[arg(long = "conntrack.snat-fill-warning", env = "PROXYWATCH_CONNTRACK_SNAT_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
-    pub conntrack_snat_fill_warning: f64,
-
-    /// Neighbour table entries / gc_thresh3 that raises a warning.
-    #[arg(long = "neighbour-tables.fill-warning", env = "PROXYWATCH_NEIGHBOUR_TABLES_FILL_WARNING", default_value_t = 0.80, value_parser = parse_ratio)]
-    pub neighbour_tables_fill_warning: f64,
 
     /// How far back a rise of a neighbour table's table_fulls (neighbours refused) counts as refusing now.
     #[arg(long = "neighbour-tables.window", env = "PROXYWATCH_NEIGHBOUR_TABLES_WINDOW", default_value = "5m", value_parser = parse_duration)]
@@ -380,18 +350,6 @@ pub struct Common {
     #[arg(long = "service-traffic.try-timeout", env = "PROXYWATCH_SERVICE_TRAFFIC_TRY_TIMEOUT", default_value = "1s", value_parser = parse_duration)]
     pub service_traffic_try_timeout: Duration,
 
-    /// A service_traffic try's connect time (DNS over UDP: answer time) that raises service_connect_slow (the runbook: above 100 ms, look at kube-proxy's rule programming).
-    #[arg(long = "service-traffic.slow", env = "PROXYWATCH_SERVICE_TRAFFIC_SLOW", default_value = "100ms", value_parser = parse_duration)]
-    pub service_traffic_slow: Duration,
-
-    /// How long another process than kube-proxy may hold the xtables lock, while kube-proxy's syncs fail, lag or wait or a process waits for the lock, before iptables_lock_held is a warning: kube-proxy's iptables-restore waits 5 s for it (-w 5, kubernetes pkg/util/iptables WaitSecondsValue).
-    #[arg(long = "xtables-lock.held-warning", env = "PROXYWATCH_XTABLES_LOCK_HELD_WARNING", default_value = "5s", value_parser = parse_duration)]
-    pub xtables_lock_held_warning: Duration,
-
-    /// How long a TCP or firewall-mark IPVS real server may stand at weight 0 with active connections before ipvs_real_servers_lingering is a warning (kube-proxy keeps such a real server until its connections are gone); UDP and SCTP ones, and ones without active connections, are info past it.
-    #[arg(long = "ipvs.weight-zero-warning", env = "PROXYWATCH_IPVS_WEIGHT_ZERO_WARNING", default_value = "30m", value_parser = parse_duration)]
-    pub ipvs_weight_zero_warning: Duration,
-
     /// Each probe's --<probe>.interval and --<probe>.timeout: from the probe table.
     #[command(flatten)]
     pub schedule: ProbeSchedules,
@@ -403,30 +361,6 @@ pub struct Common {
     /// How often iptables-nft-save cross-checks the netlink counts (0 = never; `check` runs it once unless 0).
     #[arg(long = "iptables.save-interval", env = "PROXYWATCH_IPTABLES_SAVE_INTERVAL", default_value = "10m", value_parser = parse_interval_or_never)]
     pub iptables_save_interval: Every,
-
-    /// Rules in one nat table that raise a warning.
-    #[arg(
-        long = "iptables.rules-warning",
-        env = "PROXYWATCH_IPTABLES_RULES_WARNING",
-        default_value_t = 20_000
-    )]
-    pub iptables_rules_warning: u64,
-
-    /// Rules in one nat table that raise a critical finding.
-    #[arg(
-        long = "iptables.rules-critical",
-        env = "PROXYWATCH_IPTABLES_RULES_CRITICAL",
-        default_value_t = 100_000
-    )]
-    pub iptables_rules_critical: u64,
-
-    /// iptables-save wall time that raises a warning (kube-proxy's sync does the same work).
-    #[arg(long = "iptables.save-warning", env = "PROXYWATCH_IPTABLES_SAVE_WARNING", default_value = "1s", value_parser = parse_duration)]
-    pub iptables_save_warning: Duration,
-
-    /// iptables-save wall time that raises a critical finding.
-    #[arg(long = "iptables.save-critical", env = "PROXYWATCH_IPTABLES_SAVE_CRITICAL", default_value = "5s", value_parser = parse_duration)]
-    pub iptables_save_critical: Duration,
 
     /// kube-proxy's metrics server (serves /metrics and /proxyMode).
     #[arg(
@@ -452,40 +386,6 @@ pub struct Common {
     #[arg(long = "kube-proxy.max-body-bytes", env = "PROXYWATCH_KUBE_PROXY_MAX_BODY_BYTES", default_value_t = 4 << 20)]
     pub kube_proxy_max_body_bytes: usize,
 
-    /// kube-proxy sync p99 that raises a warning (the runbook: > 1 s means rule churn).
-    #[arg(long = "kube-proxy.sync-warning", env = "PROXYWATCH_KUBE_PROXY_SYNC_WARNING", default_value = "1s", value_parser = parse_duration)]
-    pub kube_proxy_sync_warning: Duration,
-
-    /// kube-proxy sync p99 that raises a critical finding (the runbook: > 5 s after scaling).
-    #[arg(long = "kube-proxy.sync-critical", env = "PROXYWATCH_KUBE_PROXY_SYNC_CRITICAL", default_value = "5s", value_parser = parse_duration)]
-    pub kube_proxy_sync_critical: Duration,
-
-    /// Network programming p99 that raises a warning.
-    #[arg(long = "kube-proxy.programming-warning", env = "PROXYWATCH_KUBE_PROXY_PROGRAMMING_WARNING", default_value = "1s", value_parser = parse_duration)]
-    pub kube_proxy_programming_warning: Duration,
-
-    /// Network programming p99 that raises a critical finding.
-    #[arg(long = "kube-proxy.programming-critical", env = "PROXYWATCH_KUBE_PROXY_PROGRAMMING_CRITICAL", default_value = "5s", value_parser = parse_duration)]
-    pub kube_proxy_programming_critical: Duration,
-
-    /// How long changes may wait queued without a sync before a warning.
-    #[arg(long = "kube-proxy.queued-warning", env = "PROXYWATCH_KUBE_PROXY_QUEUED_WARNING", default_value = "60s", value_parser = parse_duration)]
-    pub kube_proxy_queued_warning: Duration,
-
-    /// While kube-proxy's syncs keep failing, its last successful sync older than this is critical.
-    #[arg(long = "kube-proxy.sync-failing-critical", env = "PROXYWATCH_KUBE_PROXY_SYNC_FAILING_CRITICAL", default_value = "5m", value_parser = parse_duration)]
-    pub kube_proxy_sync_failing_critical: Duration,
-
-    /// A kube-proxy restart within this long raises a warning.
-    #[arg(long = "kube-proxy.restart-window", env = "PROXYWATCH_KUBE_PROXY_RESTART_WINDOW", default_value = "15m", value_parser = parse_duration)]
-    pub kube_proxy_restart_window: Duration,
-
-    /// How long kube-proxy may be gone before kube_proxy_down is critical; `check` waits that long (0s: not at all).
-    ///
-    /// Gone: nothing on its ports, no process, where the evidence says it belongs. A restart shorter than this is not down (kubelet restarts a crashed container after 10 s, then 20 s, 40 s...). `check` (and `baseline save`) wait up to this long, re-reading kube-proxy, before they say down, and say so on stderr first.
-    #[arg(long = "kube-proxy.down-grace", env = "PROXYWATCH_KUBE_PROXY_DOWN_GRACE", default_value = "30s", value_parser = parse_duration_or_zero)]
-    pub kube_proxy_down_grace: Duration,
-
     /// Cap on one command's output (rule-set dumps), in bytes; beyond it the command is killed. Output held whole (ipvsadm, nft, conntrack -S) is capped at 16 MiB at most.
     // 64 MiB: the largest output measured, iptables-save at 10,000 services x 5 endpoints,
     // is 27,304,934 bytes (docs/benchmarks.md); streamed, it is never held whole.
@@ -503,10 +403,6 @@ pub struct Common {
     /// Watch nf_tables notifications (every family): each commit journaled with its writer (PID, name, parent, unit or pod), the iptables and nftables probes re-read 200 ms after a burst of commits, rules_changed_by_other_process raised when another process removes kube-proxy's rules. false: poll only.
     #[arg(long = "nftables-watch.enabled", env = "PROXYWATCH_NFTABLES_WATCH_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
     pub nftables_watch_enabled: bool,
-
-    /// How long rules_changed_by_other_process stands after another process's change when kube-proxy does not write its rules back (a flush that leaves KUBE-PROXY-CANARY in place never makes it resync).
-    #[arg(long = "nftables-watch.window", env = "PROXYWATCH_NFTABLES_WATCH_WINDOW", default_value = "15m", value_parser = parse_duration)]
-    pub nftables_watch_window: Duration,
 
     /// How often the kernel's per-CPU conntrack statistics are read between the conntrack probe's runs (one small read, no table dump), so that conntrack_drops and conntrack_insert_failed appear within this long of the first drop; a read whose drop counters did not move costs nothing more. 0: only at the conntrack probe's runs.
     #[arg(long = "conntrack-stats.interval", env = "PROXYWATCH_CONNTRACK_STATS_INTERVAL", default_value = "1s", value_parser = parse_interval_or_never)]
@@ -529,10 +425,11 @@ impl Common {
     }
 
     pub fn thresholds(&self) -> Result<Thresholds, String> {
-        if self.conntrack_fill_warning > self.conntrack_fill_critical {
+        let t = &self.thresholds;
+        if t.conntrack_fill_warning > t.conntrack_fill_critical {
             return Err(format!(
                 "--conntrack.fill-warning ({}) must not exceed --conntrack.fill-critical ({})",
-                self.conntrack_fill_warning, self.conntrack_fill_critical
+                t.conntrack_fill_warning, t.conntrack_fill_critical
             ));
         }
         if self.service_traffic_target.len() > crate::probe::service_traffic::MAX_TARGETS {
@@ -550,38 +447,14 @@ impl Common {
                 crate::probe::service_traffic::MAX_TARGETS + 2
             ));
         }
-        if self.conntrack_time_to_full_critical > self.conntrack_time_to_full_warning {
+        if t.conntrack_time_to_full_critical_seconds > t.conntrack_time_to_full_warning_seconds {
             return Err(format!(
                 "--conntrack.time-to-full-critical ({:?}) must not exceed --conntrack.time-to-full-warning ({:?})",
-                self.conntrack_time_to_full_critical, self.conntrack_time_to_full_warning
+                std::time::Duration::from_secs_f64(t.conntrack_time_to_full_critical_seconds),
+                std::time::Duration::from_secs_f64(t.conntrack_time_to_full_warning_seconds)
             ));
         }
-        Ok(Thresholds {
-            conntrack_fill_warning: self.conntrack_fill_warning,
-            conntrack_fill_critical: self.conntrack_fill_critical,
-            conntrack_time_to_full_warning_seconds: self.conntrack_time_to_full_warning.as_secs_f64(),
-            conntrack_time_to_full_critical_seconds: self.conntrack_time_to_full_critical.as_secs_f64(),
-            proxy_mode: self.kube_proxy_mode.clone(),
-            iptables_rules_warning: self.iptables_rules_warning,
-            iptables_rules_critical: self.iptables_rules_critical,
-            iptables_save_warning_seconds: self.iptables_save_warning.as_secs_f64(),
-            iptables_save_critical_seconds: self.iptables_save_critical.as_secs_f64(),
-            kube_proxy_sync_warning_seconds: self.kube_proxy_sync_warning.as_secs_f64(),
-            kube_proxy_sync_critical_seconds: self.kube_proxy_sync_critical.as_secs_f64(),
-            kube_proxy_programming_warning_seconds: self.kube_proxy_programming_warning.as_secs_f64(),
-            kube_proxy_programming_critical_seconds: self.kube_proxy_programming_critical.as_secs_f64(),
-            kube_proxy_queued_warning_seconds: self.kube_proxy_queued_warning.as_secs_f64(),
-            kube_proxy_restart_window_seconds: self.kube_proxy_restart_window.as_secs_f64(),
-            kube_proxy_sync_failing_critical_seconds: self.kube_proxy_sync_failing_critical.as_secs_f64(),
-            kube_proxy_down_grace_seconds: self.kube_proxy_down_grace.as_secs_f64(),
-            neighbour_table_fill_warning: self.neighbour_tables_fill_warning,
-            snat_fill_warning: self.conntrack_snat_fill_warning,
-            conntrack_drain_window_seconds: self.conntrack_stale_drain_window.as_secs_f64(),
-            service_connect_slow_seconds: self.service_traffic_slow.as_secs_f64(),
-            rules_changed_window_seconds: self.nftables_watch_window.as_secs_f64(),
-            xtables_lock_held_warning_seconds: self.xtables_lock_held_warning.as_secs_f64(),
-            ipvs_weight_zero_warning_seconds: self.ipvs_weight_zero_warning.as_secs_f64(),
-        })
+        Ok(t.clone())
     }
 
     /// How far back the history stage looks.

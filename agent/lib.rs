@@ -55,6 +55,7 @@ pub mod area;
 pub mod compare;
 pub mod config;
 pub mod deadline;
+pub mod duration;
 pub mod evaluate;
 pub mod exec;
 pub mod expose;

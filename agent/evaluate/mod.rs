@@ -23,7 +23,9 @@ mod probes;
 mod rp_filter;
 mod service_rejects;
 mod service_traffic;
+
 mod snat;
+mod thresholds;
 mod xtables_lock;
 
 use serde::{Deserialize, Serialize};
@@ -110,56 +112,7 @@ impl Finding {
 
 pub use crate::probe::kube_proxy::proxy_mode::ProxyMode;
 
-/// Limits the checks compare facts against. Every one is a flag; its default
-/// lives in one place, the flag's definition (`crate::config`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Thresholds {
-    /// conntrack entries / max at which a warning fires.
-    pub conntrack_fill_warning: f64,
-    /// conntrack entries / max at which it becomes critical.
-    pub conntrack_fill_critical: f64,
-    /// Projected seconds until the conntrack table is full (from its growth
-    /// trend) below which a warning / a critical finding fires.
-    pub conntrack_time_to_full_warning_seconds: f64,
-    pub conntrack_time_to_full_critical_seconds: f64,
-    /// The proxy mode declared by `--kube-proxy.mode`; Unknown means "auto".
-    pub proxy_mode: ProxyMode,
-    /// Rules in one nat table that raise a warning / a critical finding.
-    pub iptables_rules_warning: u64,
-    pub iptables_rules_critical: u64,
-    /// iptables-save wall time, in seconds, that raises a warning / a critical finding.
-    pub iptables_save_warning_seconds: f64,
-    pub iptables_save_critical_seconds: f64,
-    /// kube-proxy sync / network programming p99, in seconds, that raise a warning / a critical finding.
-    pub kube_proxy_sync_warning_seconds: f64,
-    pub kube_proxy_sync_critical_seconds: f64,
-    pub kube_proxy_programming_warning_seconds: f64,
-    pub kube_proxy_programming_critical_seconds: f64,
-    /// Seconds a queued change may wait without a sync.
-    pub kube_proxy_queued_warning_seconds: f64,
-    /// A restart this recent (seconds) is a warning.
-    pub kube_proxy_restart_window_seconds: f64,
-    /// While syncs keep failing, a last successful sync older than this (seconds) is critical.
-    pub kube_proxy_sync_failing_critical_seconds: f64,
-    /// Seconds kube-proxy may be gone where it belongs before kube_proxy_down is critical.
-    pub kube_proxy_down_grace_seconds: f64,
-    /// Neighbour table entries / gc_thresh3 at which a warning fires.
-    pub neighbour_table_fill_warning: f64,
-    /// SNAT ports in use / ports allowed, per group, at which a warning fires.
-    pub snat_fill_warning: f64,
-    /// Seconds TCP/SCTP entries to a removed endpoint may drain before a warning.
-    pub conntrack_drain_window_seconds: f64,
-    /// A service_traffic try slower than this (seconds) raises service_connect_slow.
-    pub service_connect_slow_seconds: f64,
-    /// Seconds rules_changed_by_other_process stands when kube-proxy does not restore its rules.
-    pub rules_changed_window_seconds: f64,
-    /// Seconds another process may hold the xtables lock, while kube-proxy's syncs suffer or a
-    /// process waits for it, before iptables_lock_held is a warning.
-    pub xtables_lock_held_warning_seconds: f64,
-    /// Seconds a TCP or firewall-mark IPVS real server may stand at weight 0 with active
-    /// connections before ipvs_real_servers_lingering is a warning.
-    pub ipvs_weight_zero_warning_seconds: f64,
-}
+pub use thresholds::Thresholds;
 
 /// One check: an id (stable, used in metrics and alerts), the part of the data plane
 /// its finding is about, and a pure function of the snapshot, the thresholds and the
