@@ -454,10 +454,16 @@ fn stale_entries(out: &mut String, doc: &Document) {
     };
     let total: u64 = f.stale_entries.values().sum();
     let draining: u64 = f.draining_entries.values().sum();
-    let _ = writeln!(
+    // Wrapped to the report's width: with a long source ("iptables-nft, nftables") the line
+    // ran past 80 columns.
+    wrap(
         out,
-        "stale conntrack entries: {total}, draining: {draining} ({} entries checked, {} service ports from {})",
-        f.examined_entries, f.service_ports, f.source
+        "stale conntrack entries: ",
+        2,
+        &format!(
+            "{total}, draining: {draining} ({} entries checked, {} service ports from {})",
+            f.examined_entries, f.service_ports, f.source
+        ),
     );
     for (g, state) in d
         .groups
@@ -465,14 +471,18 @@ fn stale_entries(out: &mut String, doc: &Document) {
         .map(|g| (g, "stale"))
         .chain(d.draining.iter().map(|g| (g, "draining")))
     {
-        let _ = writeln!(
+        wrap(
             out,
-            "  {}{} -> {} ({state}, no longer in the service's endpoints): {} entries, {} checks",
-            g.group.service,
-            if g.group.node_port { " (NodePort)" } else { "" },
-            g.group.endpoint,
-            g.group.entries,
-            g.checks
+            "  ",
+            4,
+            &format!(
+                "{}{} -> {} ({state}, no longer in the service's endpoints): {} entries, {} checks",
+                g.group.service,
+                if g.group.node_port { " (NodePort)" } else { "" },
+                g.group.endpoint,
+                g.group.entries,
+                g.checks
+            ),
         );
     }
     out.push('\n');
