@@ -354,7 +354,7 @@ pub struct Common {
     #[command(flatten)]
     pub schedule: ProbeSchedules,
 
-    /// Deadline of one run of each probe without a timeout of its own (node, modules, conntrack, sysctls, rp_filter, neighbour_tables, xtables_lock), ctnetlink or `conntrack -S` included.
+    /// Deadline of one run of each probe without a timeout of its own (node, modules, conntrack, sysctls, rp_filter, neighbour_tables, xtables_lock), ctnetlink included.
     #[arg(long = "probe.timeout", env = "PROXYWATCH_PROBE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
 
@@ -386,7 +386,7 @@ pub struct Common {
     #[arg(long = "kube-proxy.max-body-bytes", env = "PROXYWATCH_KUBE_PROXY_MAX_BODY_BYTES", default_value_t = 4 << 20)]
     pub kube_proxy_max_body_bytes: usize,
 
-    /// Cap on one command's output (rule-set dumps), in bytes; beyond it the command is killed. Output held whole (ipvsadm, nft, conntrack -S) is capped at 16 MiB at most.
+    /// Cap on one command's output (rule-set dumps), in bytes; beyond it the command is killed. Output held whole (ipvsadm) is capped at 16 MiB at most.
     // 64 MiB: the largest output measured, iptables-save at 10,000 services x 5 endpoints,
     // is 27,304,934 bytes (docs/benchmarks.md); streamed, it is never held whole.
     #[arg(long = "exec.max-output-bytes", env = "PROXYWATCH_EXEC_MAX_OUTPUT_BYTES", default_value_t = 64 << 20)]

@@ -567,6 +567,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn children_beyond_the_cap_wait() {
+        // Three commands that are not dumps, each counting the ones running at its start:
+        // never more than the cap, and exactly the cap when it is 2 (so they do overlap).
+        for cap in [1, 2] {
+            let dir = tempfile::tempdir().unwrap();
+            let (running, log) = (dir.path().join("running"), dir.path().join("log"));
+            std::fs::create_dir(&running).unwrap();
+            let r = Runner::new(cap);
+            let script = format!(
+                ": > {0}/$$; n=0; for f in {0}/*; do n=$((n + 1)); done; echo $n >> {1}; sleep 0.3; rm {0}/$$",
+                running.display(),
+                log.display()
+            );
+            let runs = (0..3).map(|_| {
+                let (r, spec) = (r.clone(), sh(&script));
+                async move { r.run_capture(&spec).await.unwrap() }
+            });
+            futures_util::future::join_all(runs).await;
+            let most = std::fs::read_to_string(&log)
+                .unwrap()
+                .lines()
+                .map(|l| l.parse::<usize>().unwrap())
+                .max();
+            assert_eq!(most, Some(cap), "--exec.max-children {cap}");
+        }
+    }
+
+    #[tokio::test]
     async fn endless_line_is_refused() {
         let r = Runner::default();
         let spec = sh("tr '\\0' x < /dev/zero");

@@ -46,11 +46,14 @@ impl Host {
         }
     }
 
-    /// The live node, every netlink exchange kept in `log` (test code only: `netlink/record.rs`).
+    /// The live kernel of the agent's network namespace, every netlink exchange kept in `log`,
+    /// with the node's files under `root`: `/` for the node itself, or a fixture node whose
+    /// files stay as they are while its netlink answers are recorded (test code only:
+    /// `netlink/record.rs`).
     #[cfg(test)]
-    pub fn recording(log: std::sync::Arc<crate::netlink::record::Log>) -> Self {
+    pub fn recording(root: impl Into<PathBuf>, log: std::sync::Arc<crate::netlink::record::Log>) -> Self {
         Host {
-            root: PathBuf::from("/"),
+            root: root.into(),
             kernel: KernelSource::Recording(log),
         }
     }

@@ -33,7 +33,6 @@ literal() {
 shopt -s nullglob globstar
 
 seed conntrack_stat $F/samples/proc-net-stat-nf_conntrack/* $F/nodes/*/proc/net/stat/nf_conntrack
-seed conntrack_s $F/samples/conntrack-S/* $F/nodes/*/exec/conntrack-S.txt
 seed proc_modules $F/samples/proc-modules/* $F/nodes/*/proc/modules $F/ipvs-nodes/*/proc/modules
 seed modules_builtin $F/samples/modules-builtin/* $F/nodes/*/lib/modules/*/modules.builtin \
     $F/ipvs-nodes/*/lib/modules/*/modules.builtin

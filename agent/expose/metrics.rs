@@ -322,9 +322,7 @@ fn conntrack(out: &Out, s: &Snapshot) {
         for (field, v) in &ct.stats {
             out.counter(
                 &format!("proxywatch_conntrack_stat_{field}_total"),
-                &format!(
-                    "Conntrack statistic `{field}` summed over CPUs (/proc/net/stat/nf_conntrack, ctnetlink or conntrack -S)."
-                ),
+                &format!("Conntrack statistic `{field}` summed over CPUs (/proc/net/stat/nf_conntrack or ctnetlink)."),
                 &[],
             )
             .with_label_values(&[] as &[&str])

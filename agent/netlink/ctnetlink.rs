@@ -4,8 +4,7 @@
 //!
 //! Counters are named as in `/proc/net/stat/nf_conntrack`'s header, so both
 //! sources give the same metric names: `error` is `icmp_error`,
-//! `clash_resolve` is `clashres`, `chain_toolong` is `chainlength` (the
-//! mapping the `conntrack -S` parser already applies).
+//! `clash_resolve` is `clashres`, `chain_toolong` is `chainlength`.
 
 use std::collections::BTreeMap;
 use std::time::Instant;

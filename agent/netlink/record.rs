@@ -4,9 +4,12 @@
 //!
 //! `record_a_fixture_node` (ignored: it asks the kernel of the namespace it runs
 //! in) runs every probe once against the live kernel with a [`Recorder`] on each
-//! socket and writes `$PROXYWATCH_RECORD_DIR/<protocol>.txt`;
-//! `tests/tools/record_netlink_node.sh` creates the namespace, fills it with
-//! kube-proxy's rules and conntrack entries, and runs it there.
+//! socket and writes `$PROXYWATCH_RECORD_DIR/<protocol>.txt`; the node's files are
+//! read under `$PROXYWATCH_RECORD_ROOT` (default `/`, the namespace's own), so that a
+//! fixture node keeps its files and the requests recorded are the ones its files make
+//! the probes send. `tests/tools/record_netlink_node.sh` creates the namespace, fills
+//! it with kube-proxy's rules and conntrack entries, and runs it there;
+//! `tests/tools/record_fixture_kernels.sh` does it for the other fixture nodes.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -106,9 +109,10 @@ mod tests {
     #[ignore = "records the kernel of the namespace it runs in; run by tests/tools/record_netlink_node.sh"]
     async fn record_a_fixture_node() {
         let out = std::env::var("PROXYWATCH_RECORD_DIR").expect("PROXYWATCH_RECORD_DIR: where to write");
+        let root = std::env::var("PROXYWATCH_RECORD_ROOT").unwrap_or_else(|_| "/".into());
         let log = std::sync::Arc::new(Log::default());
         let ctx = ProbeContext {
-            host: Host::recording(log.clone()),
+            host: Host::recording(root, log.clone()),
             runner: crate::exec::Runner::new(4),
             max_output_bytes: 64 << 20,
             kube_proxy: crate::probe::kube_proxy::Endpoints {
@@ -146,10 +150,13 @@ mod tests {
             .and_then(|c| crate::netlink::ctnetlink::read(c, at));
         eprintln!("ctnetlink statistics: {:?}", stats.map(|s| s.sums));
         std::fs::create_dir_all(&out).unwrap();
-        let header = "proxywatch netlink recording (agent/netlink/replay.rs says the format),\n\
-                      made by tests/tools/record_netlink_node.sh: requests with seq/pid zeroed, then\n\
-                      their reply datagrams (seq/pid zeroed)";
-        for (name, text) in log.files(header) {
+        let header = std::env::var("PROXYWATCH_RECORD_HEADER").unwrap_or_else(|_| {
+            "proxywatch netlink recording (agent/netlink/replay.rs says the format),\n\
+             made by tests/tools/record_netlink_node.sh: requests with seq/pid zeroed, then\n\
+             their reply datagrams (seq/pid zeroed)"
+                .into()
+        });
+        for (name, text) in log.files(&header) {
             std::fs::write(std::path::Path::new(&out).join(name), text).unwrap();
         }
     }

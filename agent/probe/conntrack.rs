@@ -5,15 +5,14 @@
 //! `/proc/net/stat/nf_conntrack` is parsed by header name: its columns differ
 //! between kernels (`searched`/`delete_list` before 5.x, `clashres`/`chainlength`
 //! after). Kernels without CONFIG_NF_CONNTRACK_PROCFS lack it; then the same
-//! counters are asked over ctnetlink on the node itself (no fork; see
-//! crate::netlink::ctnetlink), or with `conntrack -S` on a fixture host root.
+//! counters are asked over ctnetlink (no fork; see crate::netlink::ctnetlink): the node's
+//! kernel, or a fixture node's netlink recording.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::{Deadline, ProbeContext, ProbeError, Probed};
-use crate::exec::{CommandSpec, ExecError};
 use crate::host::Host;
 use crate::parse::{parse_hex_u64, parse_u64, quote, ParseError};
 
@@ -33,8 +32,9 @@ pub struct ConntrackFacts {
     /// Per-CPU statistics summed over CPUs, by the kernel's column name
     /// (drop, early_drop, insert_failed, invalid, found, ...). Counters since boot.
     pub stats: BTreeMap<String, u64>,
-    /// Where `stats` came from: `/proc/net/stat/nf_conntrack`, `ctnetlink` or `conntrack -S`; none when
-    /// none could be read (on the node, nf_conntrack_netlink not loaded: nothing is asked, to load nothing).
+    /// Where `stats` came from: `/proc/net/stat/nf_conntrack`, or `ctnetlink`; none when
+    /// none could be read (nf_conntrack_netlink not loaded: nothing is asked, to load nothing; or a
+    /// host root with no kernel to ask).
     pub stats_source: Option<String>,
 }
 
@@ -103,59 +103,6 @@ pub fn parse_stat(source: &str, text: &str) -> Result<BTreeMap<String, u64>, Par
     Ok(sums)
 }
 
-/// Sums `conntrack -S` over CPUs. Field names are mapped to the kernel's
-/// `/proc/net/stat/nf_conntrack` column names so both sources give the same metrics.
-pub fn parse_conntrack_s(source: &str, text: &str) -> Result<BTreeMap<String, u64>, ParseError> {
-    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
-    let mut rows = 0;
-    for (i, line) in text.lines().enumerate() {
-        let mut fields = line.split_whitespace();
-        let Some(first) = fields.next() else { continue };
-        if !first.starts_with("cpu=") {
-            return Err(ParseError::new(
-                source,
-                i + 1,
-                format!("expected a line starting with `cpu=N`, found {}", quote(line)),
-            ));
-        }
-        parse_u64(source, i + 1, "cpu", &first[4..])?;
-        for field in fields {
-            let Some((name, value)) = field.split_once('=') else {
-                return Err(ParseError::new(
-                    source,
-                    i + 1,
-                    format!("expected name=value, found {}", quote(field)),
-                ));
-            };
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
-                return Err(ParseError::new(
-                    source,
-                    i + 1,
-                    format!("bad field name {}", quote(name)),
-                ));
-            }
-            let n = parse_u64(source, i + 1, name, value)?;
-            let slot = sums.entry(kernel_column_name(name).to_string()).or_insert(0);
-            *slot = slot.saturating_add(n);
-        }
-        rows += 1;
-    }
-    if rows == 0 {
-        return Err(ParseError::whole(source, "no `cpu=N` lines"));
-    }
-    Ok(sums)
-}
-
-/// conntrack-tools names some counters differently from the kernel's proc header.
-fn kernel_column_name(tool_name: &str) -> &str {
-    match tool_name {
-        "error" => "icmp_error",
-        "clash_resolve" => "clashres",
-        "chaintoolong" => "chainlength",
-        other => other,
-    }
-}
-
 fn read_number(host: &Host, path: &str) -> Result<Option<u64>, ProbeError> {
     match host.read_optional(path)? {
         None => Ok(None),
@@ -169,7 +116,7 @@ fn read_number(host: &Host, path: &str) -> Result<Option<u64>, ProbeError> {
 }
 
 /// Reads the files. When the stat file is missing the facts have no
-/// `stats_source`, and the caller falls back to ctnetlink or `conntrack -S`.
+/// `stats_source`, and the caller falls back to ctnetlink.
 pub fn read_files(host: &Host) -> Result<Probed<ConntrackFacts>, ProbeError> {
     let entries = read_number(host, COUNT)?;
     let max = read_number(host, MAX)?;
@@ -202,47 +149,25 @@ pub fn read_files(host: &Host) -> Result<Probed<ConntrackFacts>, ProbeError> {
     Ok(Probed::Present(facts))
 }
 
-/// The probe: the files on the blocking pool; when the stat file is missing,
-/// ctnetlink where the host has a kernel to ask (`Host::kernel()`: the node
-/// itself, or a fixture node's netlink recording), `conntrack -S` on another fixture
-/// host root; both within what is left of the deadline.
+/// The probe: the files on the blocking pool; when the stat file is missing, ctnetlink
+/// where the host has a kernel to ask (`Host::kernel()`: the node itself, or a fixture
+/// node's netlink recording), within what is left of the deadline. Under a host root with
+/// no kernel to ask, the statistics stay unknown.
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<ConntrackFacts>, ProbeError> {
     let host = ctx.host.clone();
     let read = super::blocking(super::ProbeName::Conntrack, move || read_files(&host)).await?;
     let Probed::Present(mut facts) = read else {
         return Ok(read);
     };
-    if facts.stats_source.is_some() {
+    if facts.stats_source.is_some() || !ctx.host.kernel().netlink() {
         return Ok(Probed::Present(facts));
     }
-    if ctx.host.kernel().netlink() {
-        let (host, at) = (ctx.host.clone(), deadline.at());
-        let stats = super::blocking(super::ProbeName::Conntrack, move || read_ctnetlink(&host, at)).await?;
-        if let Some(stats) = stats {
-            facts.stats = stats;
-            facts.stats_source = Some(CTNETLINK.to_string());
-        }
-        return Ok(Probed::Present(facts));
+    let (host, at) = (ctx.host.clone(), deadline.at());
+    let stats = super::blocking(super::ProbeName::Conntrack, move || read_ctnetlink(&host, at)).await?;
+    if let Some(stats) = stats {
+        facts.stats = stats;
+        facts.stats_source = Some(CTNETLINK.to_string());
     }
-    // Elsewhere (a host root that is not this node's), `conntrack -S` on PATH. It asks
-    // nf_conntrack_netlink: where that is not loaded the kernel would load it (and
-    // nfnetlink) to answer, so the stats stay unknown.
-    let host = ctx.host.clone();
-    let would_load = super::blocking(super::ProbeName::Conntrack, move || {
-        Ok(super::modules::tool_would_load(&host, "nf_conntrack_netlink"))
-    })
-    .await?;
-    if would_load {
-        return Ok(Probed::Present(facts));
-    }
-    let spec = CommandSpec::new("conntrack", &["-S"])
-        .timeout(deadline.remaining())
-        .max_output_bytes(1 << 20)
-        .permission_hint("needs CAP_NET_ADMIN");
-    let (text, fin) = ctx.runner.run_capture(&spec).await?;
-    ExecError::check_status(&spec, &fin)?;
-    facts.stats = parse_conntrack_s("conntrack -S", &text)?;
-    facts.stats_source = Some("conntrack -S".to_string());
     Ok(Probed::Present(facts))
 }
 
@@ -341,44 +266,5 @@ mod tests {
         // An unknown but well-formed column is fine: new kernels add columns.
         let s = parse_stat("f", "entries drop future_thing\n1 2 3\n1 2 3\n").unwrap();
         assert_eq!((s["drop"], s["future_thing"]), (4, 6));
-    }
-
-    #[test]
-    fn conntrack_s_samples() {
-        let s = parse_conntrack_s(
-            "c",
-            sample!("conntrack-S/conntrack-stats-exporter-issue19-16cpu-ignore-field.txt"),
-        )
-        .unwrap();
-        let text = sample!("conntrack-S/conntrack-stats-exporter-issue19-16cpu-ignore-field.txt");
-        let want_drop: u64 = text
-            .lines()
-            .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("drop=")))
-            .map(|v| v.parse::<u64>().unwrap())
-            .sum();
-        assert_eq!(s["drop"], want_drop);
-        assert!(want_drop > 0);
-        assert!(s.contains_key("ignore") && s.contains_key("icmp_error"));
-        let deb = parse_conntrack_s(
-            "c",
-            sample!("conntrack-S/debian12-conntrack-1.4.7-kernel6.18-netns-invalid.txt"),
-        )
-        .unwrap();
-        assert_eq!(deb["invalid"], 14);
-        assert!(deb.contains_key("clashres") && deb.contains_key("chainlength"));
-        let tabs = parse_conntrack_s(
-            "c",
-            sample!("conntrack-S/debian11-kernel5.10-google-nftables-issue138-tab-expanded.txt"),
-        )
-        .unwrap();
-        assert_eq!((tabs["invalid"], tabs["search_restart"]), (112, 1));
-    }
-
-    #[test]
-    fn conntrack_s_garbage() {
-        assert!(parse_conntrack_s("c", "").is_err());
-        assert_eq!(parse_conntrack_s("c", "cpu=0 drop=1\nhello\n").unwrap_err().line, 2);
-        assert!(parse_conntrack_s("c", "cpu=0 drop=x\n").is_err());
-        assert!(parse_conntrack_s("c", "cpu=0 drop\n").is_err());
     }
 }

@@ -195,10 +195,15 @@ pub fn read(host: &Host) -> Result<ModuleFacts, ProbeError> {
 /// A tool talks to the running kernel, so `/proc/modules` and `/sys/module`
 /// are read at `/` whatever `--host-root` says (both are the same for every
 /// container on the node); `modules.builtin` is looked for under the host
-/// root, then under `/`. When nothing tells, the answer is yes: better not run
-/// the tool than load a module.
+/// root, then under `/`. Under a fixture root with a netlink recording, the kernel
+/// asked is the recorded one, which the node's own files describe: they are read
+/// there, so the answer does not depend on the machine the test runs on. When nothing
+/// tells, the answer is yes: better not run the tool than load a module.
 pub fn tool_would_load(host: &Host, module: &str) -> bool {
-    let kernel = Host::new("/");
+    let kernel = match host.kernel() {
+        crate::netlink::replay::KernelSource::Recorded(_) => host.clone(),
+        _ => Host::new("/"),
+    };
     let proc_modules = kernel.read_optional("/proc/modules").ok();
     let in_sys_module = kernel.exists(&format!("/sys/module/{module}"));
     let builtin = kernel

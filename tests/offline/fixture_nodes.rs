@@ -454,6 +454,23 @@ fn module_states(s: &Scenario) -> &serde_json::Map<String, Value> {
 }
 
 #[test]
+fn every_fixture_node_asks_a_netlink_recording() {
+    // What a live node answers over netlink, every fixture node answers from its recording
+    // (agent/netlink/replay.rs): no fixture node takes a path the live node never runs.
+    for name in SCENARIOS {
+        let dir = scenario_dir(name);
+        for f in ["netlink/netfilter.txt", "netlink/route.txt"] {
+            assert!(dir.join(f).is_file(), "{name}: no {f}");
+        }
+        let golden = read(&dir.join("expected.json"));
+        assert!(
+            golden.contains("(kernel answers from recording)"),
+            "{name}: its golden was not made from its recording"
+        );
+    }
+}
+
+#[test]
 fn every_scenario_directory_has_a_test() {
     let mut dirs: Vec<String> = std::fs::read_dir(nodes_dir())
         .unwrap()
@@ -578,7 +595,8 @@ fn ipvs_modules_loaded() {
     assert_eq!(f["severity"], "info");
     assert_eq!(f["evidence"]["schedulers"], serde_json::json!(schedulers));
     // Declared IPVS mode raises no module finding when the modules are there; it does say
-    // kube-proxy belongs here, and none answers on this fixture: that alone is critical.
+    // kube-proxy belongs here, and none answers on this fixture: that is critical. Its kernel
+    // (the netlink recording) has no kube-ipvs0, which in IPVS mode is a warning.
     let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
     let serious: Vec<(&str, &str)> = doc["findings"]
         .as_array()
@@ -587,7 +605,19 @@ fn ipvs_modules_loaded() {
         .filter(|f| f["severity"] != "info")
         .map(|f| (f["id"].as_str().unwrap(), f["severity"].as_str().unwrap()))
         .collect();
-    assert_eq!(serious, [("kube_proxy_down", "critical")], "{:#}", doc["findings"]);
+    assert_eq!(
+        serious,
+        [("kube_proxy_down", "critical"), ("ipvs_interface_out_of_sync", "warning")],
+        "{:#}",
+        doc["findings"]
+    );
+    let sync = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "ipvs_interface_out_of_sync")
+        .unwrap();
+    assert_eq!(sync["evidence"]["kube_ipvs0_exists"], false, "{sync:#}");
     assert_eq!(code, 2);
 }
 
@@ -838,8 +868,10 @@ fn old_kernel_no_stat_file() {
     s.assert_file_probes_ok();
     assert!(!scenario_dir(s.name).join(STAT).exists());
     let ct = &s.doc["facts"]["conntrack"];
-    assert_eq!(ct["stats_source"], "conntrack -S");
-    let capture = s.file("exec/conntrack-S.txt");
+    // Asked over ctnetlink, as on a live node; the recording's answer is the user's capture
+    // (tests/tools/ct_stats_answer.py), so the sums are the capture's.
+    assert_eq!(ct["stats_source"], "ctnetlink");
+    let capture = s.file("recorded/conntrack-S.txt");
     for (field, column) in [
         ("drop", "drop"),
         ("insert_failed", "insert_failed"),
@@ -858,27 +890,6 @@ fn old_kernel_no_stat_file() {
     // 16 CPUs and nf_conntrack_max = 32768 x 16: sized as kube-proxy would.
     assert_eq!(s.doc["facts"]["node"]["cpus"], 16);
     assert!(s.finding("conntrack_max_below_recommended").is_none());
-}
-
-#[test]
-fn old_kernel_stand_in_refuses_other_arguments() {
-    // The stand-in must fail loudly if the agent ever calls it differently.
-    let exec = scenario_dir("old-kernel-no-stat-file").join("exec");
-    let run = |args: &[&str]| {
-        Command::new(exec.join("conntrack"))
-            .env_clear()
-            .args(args)
-            .output()
-            .expect("run stand-in")
-    };
-    let ok = run(&["-S"]);
-    assert!(ok.status.success());
-    assert_eq!(
-        String::from_utf8(ok.stdout).unwrap(),
-        read(&exec.join("conntrack-S.txt"))
-    );
-    assert_eq!(run(&["-L"]).status.code(), Some(2));
-    assert_eq!(run(&[]).status.code(), Some(2));
 }
 
 #[test]
@@ -1134,30 +1145,35 @@ fn well_formed_unknown_stat_column_is_counted_not_refused() {
 #[test]
 fn command_that_closes_stdout_before_exiting_is_not_killed() {
     // GNU cat (and any tool using gnulib's close_stdout) closes stdout and stderr
-    // a moment before it exits; with `/bin/cat` as the stand-in, `conntrack -S` failed with
+    // a moment before it exits; with `/bin/cat` as a stand-in, a command failed with
     // "signal: 9 (SIGKILL)" in about half the runs. The sleep makes that window
-    // deterministic: the command succeeded, so the probe must too.
-    let base = scenario_dir("old-kernel-no-stat-file");
+    // deterministic: the command succeeded, so the probe must too. An IPVS node without
+    // its recording, with ipvsadm on PATH: the IPVS probe runs it.
+    let base = scenario_dir("ipvs-modules-loaded");
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("node");
     common::copy_tree(&base, &root);
-    let script = root.join("exec/conntrack");
+    std::fs::remove_dir_all(root.join("netlink")).unwrap();
+    let ipvs = common::fixtures().join("ipvs");
+    let script = root.join("exec/ipvsadm");
     std::fs::write(
         &script,
-        "#!/bin/sh\n\
-         while IFS= read -r l || [ -n \"$l\" ]; do printf '%s\\n' \"$l\"; done < \"${0%/*}/conntrack-S.txt\"\n\
-         exec >&- 2>&-\n\
-         /bin/sleep 0.3\n",
+        format!(
+            "#!/bin/sh\n\
+             case \"$*\" in *--stats*) f='{}';; *) f='{}';; esac\n\
+             while IFS= read -r l || [ -n \"$l\" ]; do printf '%s\\n' \"$l\"; done < \"$f\"\n\
+             exec >&- 2>&-\n\
+             /bin/sleep 0.3\n",
+            ipvs.join("stats-ln-kube-router-pr160-partial.txt").display(),
+            ipvs.join("ln-kube-proxy-ipvs-kind-tkng.txt").display(),
+        ),
     )
     .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let r = check(tmp.path(), &root, &root.join("exec"), "json", &[]);
     let doc: Value = serde_json::from_str(&r.stdout).unwrap();
-    assert_eq!(
-        doc["probes"]["conntrack"]["status"], "ok",
-        "{:#}",
-        doc["probes"]["conntrack"]
-    );
-    assert_eq!(doc["facts"]["conntrack"]["stats_source"], "conntrack -S");
+    assert_eq!(doc["probes"]["ipvs"]["status"], "ok", "{:#}", doc["probes"]["ipvs"]);
+    assert_eq!(doc["facts"]["ipvs"]["source"], "ipvsadm", "{:#}", doc["facts"]["ipvs"]);
 }
 
 // ---------------------------------------------------------------------------
