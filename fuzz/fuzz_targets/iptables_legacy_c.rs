@@ -18,7 +18,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use proxywatch::netlink::nft::Family;
-use proxywatch::netlink::nft_snat::{NF_NAT_RANGE_PROTO_RANDOM_FULLY, NF_NAT_RANGE_PROTO_SPECIFIED};
+use proxywatch::netlink::nft_uapi::{NF_NAT_RANGE_PROTO_RANDOM_FULLY, NF_NAT_RANGE_PROTO_SPECIFIED};
 use proxywatch::probe::rule_counters::{self, nat, LegacyLines, Reason};
 use proxywatch::probe::service_endpoints::iptables::SaveText;
 use proxywatch::probe::snat::{self, LegacySnatText};
