@@ -416,6 +416,42 @@ pub fn finding_ids(list: &serde_json::Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
+/// A copy of a fixture node without its netlink recording: a host root with files only and no
+/// kernel to ask, for a test that brings its own stand-ins (an `iptables-nft-save` on PATH, a
+/// fake kube-proxy) and must not have them contradicted by the recorded kernel. Deleted on drop.
+pub struct FilesOnlyNode {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl std::ops::Deref for FilesOnlyNode {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl AsRef<Path> for FilesOnlyNode {
+    fn as_ref(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl AsRef<OsStr> for FilesOnlyNode {
+    fn as_ref(&self) -> &OsStr {
+        self.root.as_os_str()
+    }
+}
+
+/// The fixture node `name` as a [`FilesOnlyNode`].
+pub fn files_only_node(name: &str) -> FilesOnlyNode {
+    let dir = tempfile::Builder::new().prefix("pwnode-").tempdir().unwrap();
+    let root = dir.path().join(name);
+    copy_tree(&fixtures().join("nodes").join(name), &root);
+    let _ = std::fs::remove_dir_all(root.join("netlink"));
+    FilesOnlyNode { _dir: dir, root }
+}
+
 /// Copies a directory tree (a fixture node) to `to`.
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -225,13 +225,15 @@ fn assert_global_stats(facts: &Value) {
 
 /// A host root: the ipvs-modules-loaded fixture node (so the file probes are
 /// ok), with `proc/net/ip_vs` and `proc/net/ip_vs_stats` from the given
-/// fixtures, and an empty `exec/` for stand-ins.
+/// fixtures, an empty `exec/` for stand-ins, and no netlink recording.
 fn ipvs_root(tmp: &Path, proc_ip_vs: &str) -> PathBuf {
     let root = tmp.join("root");
     common::copy_tree(&common::fixtures().join("nodes/ipvs-modules-loaded"), &root);
     for golden in ["expected.json", "expected.txt"] {
         let _ = std::fs::remove_file(root.join(golden));
     }
+    // Files only: no netlink recording, so no kernel to ask (kube-ipvs0 is not read).
+    std::fs::remove_dir_all(root.join("netlink")).unwrap();
     std::fs::copy(ipvs_fixture(proc_ip_vs), root.join("proc/net/ip_vs")).unwrap();
     std::fs::copy(
         ipvs_fixture("ip_vs_stats-node_exporter.txt"),

@@ -41,8 +41,10 @@ fn fixture(name: &str) -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-fn healthy_node() -> PathBuf {
-    common::fixtures().join("nodes").join("healthy-iptables")
+/// healthy-iptables without its netlink recording: the tests' fake kube-proxy reports rules that
+/// the recorded kernel (a namespace without rules) does not hold.
+fn healthy_node() -> common::FilesOnlyNode {
+    common::files_only_node("healthy-iptables")
 }
 
 // ---------------------------------------------------------------------------
@@ -313,8 +315,10 @@ fn run_hostile(what: &str, body: Vec<u8>) -> Outcome {
     let fake = FakeKubeProxy::start();
     fake.set("/metrics", 200, body);
     let url = fake.url();
+    // Kept for the agent's life: its root is deleted on drop.
+    let root = healthy_node();
     let (agent, _path) = serve(
-        &healthy_node(),
+        &root,
         &url,
         &url,
         &[

@@ -15,7 +15,7 @@
 use crate::common;
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,8 +30,10 @@ const FILE_PROBES: &[&str] = &["conntrack", "modules", "node", "sysctls"];
 /// How long a poll waits for the agent to reach a state (generous: CI machines are slow).
 const DEADLINE: Duration = Duration::from_secs(30);
 
-fn node(name: &str) -> PathBuf {
-    common::fixtures().join("nodes").join(name)
+/// The fixture node without its netlink recording: the tests' fake kube-proxy reports rules
+/// that the recorded kernel (a namespace without rules) does not hold.
+fn node(name: &str) -> common::FilesOnlyNode {
+    common::files_only_node(name)
 }
 
 // ---------------------------------------------------------------------------
@@ -241,12 +243,9 @@ fn serve_follows_a_fake_kube_proxy() {
     let base = buckets(&fixture, SYNC);
     let fake = FakeKubeProxy::start();
     let url = fake.url();
-    let mut agent = Agent::serve(
-        &node("healthy-iptables"),
-        &url,
-        &url,
-        &["--kube-proxy.interval", "300ms"],
-    );
+    // Kept for the agent's life: its root is deleted on drop.
+    let root = node("healthy-iptables");
+    let mut agent = Agent::serve(&root, &url, &url, &["--kube-proxy.interval", "300ms"]);
 
     // Steady state: the fixture as served.
     let doc = poll("kube_proxy probe ok in iptables mode", || {
@@ -453,12 +452,9 @@ fn serve_raises_kube_proxy_sync_stale() {
     let fixture = kube_proxy_fixture(METRICS_FIXTURE);
     let fake = FakeKubeProxy::start();
     let url = fake.url();
-    let mut agent = Agent::serve(
-        &node("healthy-iptables"),
-        &url,
-        &url,
-        &["--kube-proxy.interval", "300ms"],
-    );
+    // Kept for the agent's life: its root is deleted on drop.
+    let root = node("healthy-iptables");
+    let mut agent = Agent::serve(&root, &url, &url, &["--kube-proxy.interval", "300ms"]);
     // The fixture as served: its last queued change is older than its last sync, nothing waits.
     poll("nothing queued", || {
         let d = agent.snapshot()?;
@@ -513,12 +509,9 @@ fn serve_raises_kube_proxy_network_programming_slow() {
     let fixture = kube_proxy_fixture(METRICS_FIXTURE);
     let fake = FakeKubeProxy::start();
     let url = fake.url();
-    let mut agent = Agent::serve(
-        &node("healthy-iptables"),
-        &url,
-        &url,
-        &["--kube-proxy.interval", "300ms"],
-    );
+    // Kept for the agent's life: its root is deleted on drop.
+    let root = node("healthy-iptables");
+    let mut agent = Agent::serve(&root, &url, &url, &["--kube-proxy.interval", "300ms"]);
     // The fixture as served again and again: an empty window, no finding.
     poll("an empty programming window", || {
         let d = agent.snapshot()?;

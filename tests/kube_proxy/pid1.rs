@@ -87,6 +87,9 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
     // The agent runs under unshare, so the harness's Serve (whose child is the agent) does
     // not fit: this test starts and stops it itself, and only scrapes with common::http_get.
     let addr = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    // Files only: the iptables probe runs the stand-in save each time (a recording would count
+    // over netlink and run the save only as its cross-check).
+    let node = common::files_only_node("healthy-iptables");
     let mut guard = Guard {
         unshare: Command::new(common::which("unshare").unwrap())
             // --kill-child: the agent dies with unshare even if this test is killed.
@@ -95,7 +98,7 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
             .arg("serve")
             .arg(format!("--listen={addr}"))
             .arg("--host-root")
-            .arg(common::fixtures().join("nodes/healthy-iptables"))
+            .arg(&node)
             .args(common::NO_KUBE_PROXY)
             .args(["--iptables.interval", "200ms"])
             .env_clear()

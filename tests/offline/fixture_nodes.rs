@@ -607,7 +607,10 @@ fn ipvs_modules_loaded() {
         .collect();
     assert_eq!(
         serious,
-        [("kube_proxy_down", "critical"), ("ipvs_interface_out_of_sync", "warning")],
+        [
+            ("kube_proxy_down", "critical"),
+            ("ipvs_interface_out_of_sync", "warning")
+        ],
         "{:#}",
         doc["findings"]
     );
