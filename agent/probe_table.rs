@@ -12,6 +12,7 @@
 //! | `json` | the slot's serde attributes in `/snapshot` (`null` or left out while empty) | `snapshot.rs` |
 //! | `interval`, `timeout` | the flags `--<name>.interval` and `--<name>.timeout` (`None`: `--probe.timeout`) | `config/probe_flags.rs` |
 //! | `metrics` | the functions of `expose/metrics.rs` (or its files) that render its facts | `expose::metrics::render` |
+//! | `memory` | what it keeps between runs to make the next one cheaper (`()`: nothing), its field of `probe::Memory` | the probe |
 //!
 //! Each stage reads the table in its own module by calling `probe_table!(stage)`, which writes
 //! that stage's part there: `probe` makes `ProbeName`, `PROBES`, `Reading` and `run`; `facts`
@@ -39,6 +40,7 @@ macro_rules! probe_table {
                     "How often the node probe (CPUs, kernel release) runs"),
                 timeout: None,
                 metrics: [node],
+                memory: (),
             }
             /// The kernel modules kube-proxy's modes need, loaded or built in.
             Modules => modules {
@@ -51,6 +53,7 @@ macro_rules! probe_table {
                     "How often the kernel modules probe runs"),
                 timeout: None,
                 metrics: [modules],
+                memory: (),
             }
             /// The conntrack table's fill and the kernel's conntrack statistics.
             Conntrack => conntrack {
@@ -63,6 +66,7 @@ macro_rules! probe_table {
                     "How often the conntrack probe runs"),
                 timeout: None,
                 metrics: [conntrack],
+                memory: (),
             }
             /// NATed conntrack entries whose endpoint is gone, and the source-NAT port use.
             ConntrackStale => conntrack_stale {
@@ -78,6 +82,7 @@ macro_rules! probe_table {
                     "Deadline of one conntrack_stale run (rules and conntrack dump)")
                     .was("conntrack.stale-timeout")),
                 metrics: [conntrack_stale, snat::snat],
+                memory: conntrack_stale::StaleMemory,
             }
             /// The sysctls kube-proxy's data plane depends on.
             Sysctls => sysctls {
@@ -90,6 +95,7 @@ macro_rules! probe_table {
                     "How often the sysctls probe runs"),
                 timeout: None,
                 metrics: [sysctls],
+                memory: (),
             }
             /// Reverse-path filtering on the interfaces of the node's routes, and its drops.
             RpFilter => rp_filter {
@@ -102,6 +108,7 @@ macro_rules! probe_table {
                     "How often the rp_filter probe reads rp_filter on the interfaces of the node's network routes and the IPReversePathFilter drop counter (/proc/net/netstat); 0: never"),
                 timeout: None,
                 metrics: [rp_filter],
+                memory: (),
             }
             /// The NodePorts the data plane serves against the ephemeral port range.
             NodePorts => node_ports {
@@ -115,6 +122,7 @@ macro_rules! probe_table {
                 timeout: Some(Flag::duration("node-ports.timeout", "PROXYWATCH_NODE_PORTS_TIMEOUT", "10s",
                     "Deadline of one node_ports run (its NodePort chains and maps over netlink, /proc/net/ip_vs)")),
                 metrics: [node_ports],
+                memory: node_ports::Memory,
             }
             /// The ARP and NDP tables against their gc thresholds.
             NeighbourTables => neighbour_tables {
@@ -127,6 +135,7 @@ macro_rules! probe_table {
                     "How often the neighbour_tables probe reads the kernel's ARP and NDP tables (entries, gc_thresh1-3, counters) over rtnetlink; 0: never"),
                 timeout: None,
                 metrics: [neighbour_tables],
+                memory: (),
             }
             /// iptables: backends, rule counts, kube-proxy's chains, the save cross-check.
             Iptables => iptables {
@@ -140,6 +149,7 @@ macro_rules! probe_table {
                 timeout: Some(Flag::duration("iptables.timeout", "PROXYWATCH_IPTABLES_TIMEOUT", "30s",
                     "Deadline of one iptables probe run: its netlink counts and every iptables-save it runs share it")),
                 metrics: [iptables],
+                memory: iptables::Memory,
             }
             /// Who holds the xtables lock (/proc/locks against /run/xtables.lock), and who waits.
             XtablesLock => xtables_lock {
@@ -152,6 +162,7 @@ macro_rules! probe_table {
                     "How often the xtables_lock probe reads who holds /run/xtables.lock (/proc/locks; the file is only stat'ed, the lock never taken); 0: never"),
                 timeout: None,
                 metrics: [xtables_lock],
+                memory: (),
             }
             /// kube-proxy's nftables tables, counted over netlink.
             Nftables => nftables {
@@ -165,6 +176,7 @@ macro_rules! probe_table {
                 timeout: Some(Flag::duration("nftables.timeout", "PROXYWATCH_NFTABLES_TIMEOUT", "30s",
                     "Deadline of one nftables probe run (both families)")),
                 metrics: [nftables],
+                memory: nftables::Memory,
             }
             /// IPVS: virtual servers, real servers, kube-ipvs0.
             Ipvs => ipvs {
@@ -178,6 +190,7 @@ macro_rules! probe_table {
                 timeout: Some(Flag::duration("ipvs.timeout", "PROXYWATCH_IPVS_TIMEOUT", "10s",
                     "Deadline of one IPVS probe run (both ipvsadm commands, /proc, kube-ipvs0)")),
                 metrics: [ipvs],
+                memory: (),
             }
             /// Service traffic tried for real: the API server's and DNS's ClusterIPs, and named Services.
             ServiceTraffic => service_traffic {
@@ -191,6 +204,7 @@ macro_rules! probe_table {
                 timeout: Some(Flag::duration("service-traffic.timeout", "PROXYWATCH_SERVICE_TRAFFIC_TIMEOUT", "10s",
                     "Deadline of one service_traffic run (the rules, every try, the conntrack lookups)")),
                 metrics: [service_traffic],
+                memory: service_traffic::TrafficMemory,
             }
             /// kube-proxy itself: its mode, health, sync metrics, process and cgroup.
             KubeProxy => kube_proxy {
@@ -204,6 +218,7 @@ macro_rules! probe_table {
                 timeout: Some(Flag::duration("kube-proxy.timeout", "PROXYWATCH_KUBE_PROXY_TIMEOUT", "2s",
                     "Deadline of one kube-proxy probe run: its requests (in parallel) and the process scan")),
                 metrics: [kube_proxy],
+                memory: (),
             }
         }
     };
@@ -221,15 +236,16 @@ macro_rules! probe_table {
             interval: $interval:expr,
             timeout: $timeout:expr,
             metrics: [$($section:path),* $(,)?],
+            memory: $memory:ty,
         }
     )*) => {
         probe_table! { @$stage $(
-            [$(#[doc = $doc])* $variant $name ($run) ($facts_mod $facts [$($boxed)?]) (#[$json]) ($interval) ($timeout) [$($section),*] [$($reads),*] $area]
+            [$(#[doc = $doc])* $variant $name ($run) ($facts_mod $facts [$($boxed)?]) (#[$json]) ($interval) ($timeout) [$($section),*] [$($reads),*] $area ($memory)]
         )* }
     };
 
     // probe/mod.rs: the names, the readings and the dispatcher.
-    (@probe $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) $json:tt $interval:tt $timeout:tt $sections:tt [$($reads:ident),*] $area:ident])*) => {
+    (@probe $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) $json:tt $interval:tt $timeout:tt $sections:tt [$($reads:ident),*] $area:ident ($memory:ty)])*) => {
         /// Every probe, in the order reports list them (the probe table, `agent/probe_table.rs`).
         /// The name is the probe's `probe` label, its JSON key and its flag prefix.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -239,6 +255,17 @@ macro_rules! probe_table {
         }
 
         pub const PROBES: &[ProbeName] = &[$(ProbeName::$variant,)*];
+
+        /// What the agent keeps between runs of each probe, only to make its next reading
+        /// cheaper (its row's `memory`; `()`: nothing): each entry is served only to a run that
+        /// has just checked it still holds (the ruleset generation it was read at, the hash of
+        /// the text it was decoded from, the cross-check's interval), so it never changes what a
+        /// reading says. What one probe needs of another's reading is never here: it comes from
+        /// the snapshot (the row's `reads`, [`Given`]).
+        #[derive(Debug, Default)]
+        pub struct Memory {
+            $(pub $name: $memory,)*
+        }
 
         impl ProbeName {
             pub fn as_str(self) -> &'static str {
@@ -321,7 +348,7 @@ macro_rules! probe_table {
     (@unbox $f:ident boxed) => { *$f };
 
     // snapshot.rs: one slot per probe in `Facts`.
-    (@facts $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) (#[$json:meta]) $interval:tt $timeout:tt $sections:tt $reads:tt $area:tt])*) => {
+    (@facts $([$(#[doc = $doc:literal])* $variant:ident $name:ident ($run:path) ($facts_mod:ident $facts:ident [$($boxed:ident)?]) (#[$json:meta]) $interval:tt $timeout:tt $sections:tt $reads:tt $area:tt $memory:tt])*) => {
         /// Everything the probes found, one slot per probe (the probe table, `agent/probe_table.rs`).
         /// A probe that found its source absent leaves its slot empty; one that failed keeps its
         /// last good reading for a while, with that reading's time in its outcome
@@ -355,7 +382,7 @@ macro_rules! probe_table {
     };
 
     // config/probe_flags.rs: each probe's interval and timeout flags.
-    (@flags $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt ($interval:expr) ($timeout:expr) $sections:tt $reads:tt $area:tt])*) => {
+    (@flags $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt ($interval:expr) ($timeout:expr) $sections:tt $reads:tt $area:tt $memory:tt])*) => {
         /// Each probe's schedule flags, in the table's order.
         pub const TABLE: &[ProbeFlags] = &[$(ProbeFlags {
             probe: ProbeName::$variant,
@@ -365,7 +392,7 @@ macro_rules! probe_table {
     };
 
     // expose/metrics.rs: the sections that render each probe's facts.
-    (@metrics $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt $interval:tt $timeout:tt [$($section:path),*] $reads:tt $area:tt])*) => {
+    (@metrics $([$(#[doc = $doc:literal])* $variant:ident $name:ident $run:tt $facts:tt $json:tt $interval:tt $timeout:tt [$($section:path),*] $reads:tt $area:tt $memory:tt])*) => {
         /// Each probe's sections, in the table's order (the encoder sorts the families by name).
         fn probe_sections(out: &Out, s: &Snapshot) {
             $($($section(out, s);)*)*

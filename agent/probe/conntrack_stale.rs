@@ -671,7 +671,7 @@ pub async fn probe(
             ));
         }
         let run = Run {
-            memory: &memory.stale,
+            memory: &memory.conntrack_stale,
             legacy: &legacy,
             legacy_failed: legacy_failed.as_deref(),
             host: &host,

@@ -137,32 +137,6 @@ pub struct ProbeContext {
     pub conntrack_stats_interval: Option<Duration>,
 }
 
-/// What the agent keeps between runs of a probe, only to make its next reading cheaper: each
-/// entry is served only to a run that has just checked it still holds (the ruleset
-/// generation it was read at, the hash of the text it was decoded from, the cross-check's
-/// interval), so it never changes what a reading says. What one probe needs of another's
-/// reading is never here: it comes from the snapshot (the probe table's `reads`, [`Given`]).
-#[derive(Debug, Default)]
-pub struct Memory {
-    /// iptables-nft's tables per family (the iptables probe).
-    pub iptables: counted::CountCache<iptables::SaveCounts>,
-    /// kube-proxy's nftables table per family; None: no such table at that generation.
-    pub nftables: counted::CountCache<Option<nftables::NftTableCounts>>,
-    /// The nat chains holding kube-proxy's older eTP=Local drop, per family, learned by the iptables count.
-    pub nat_drop_chains: counted::CountCache<Vec<String>>,
-    /// The node_ports probe's NodePorts per family, by generation.
-    pub node_ports: counted::CountCache<node_ports::Found>,
-    /// The conntrack_stale probe's service table, by generation.
-    pub stale: conntrack_stale::StaleMemory,
-    /// The service_traffic probe's targets, by generation.
-    pub service_traffic: service_traffic::TrafficMemory,
-    /// The iptables probe's tables decoded from its legacy saves, by the text's hash.
-    pub legacy_tables: service_endpoints::iptables::LegacyTables,
-    /// When the iptables-nft-save cross-check last ran, and what it found (reused until the
-    /// next is due).
-    cross_check: std::sync::Mutex<Option<(std::time::Instant, iptables::CrossCheck)>>,
-}
-
 /// The kube-proxy process the kube_proxy probe found last (None: none), for the event source
 /// that watches its exit (`crate::watch::process_exit`), which must open it at once rather than
 /// at the next publication: what the probe found is in its reading too.
@@ -217,32 +191,6 @@ pub struct WatchedProcess {
 }
 
 impl Memory {
-    /// Whether the cross-check is due: never with no interval, at once the
-    /// first time (so `check` runs it once), then every `interval`.
-    pub fn cross_check_due(&self, interval: Option<Duration>, now: std::time::Instant) -> bool {
-        let Some(interval) = interval else {
-            return false;
-        };
-        match self.cross_check.lock() {
-            Ok(last) => last.as_ref().is_none_or(|(at, _)| now.duration_since(*at) >= interval),
-            Err(_) => false,
-        }
-    }
-
-    /// The latest cross-check, whatever run made it (it says when).
-    pub fn last_cross_check(&self) -> Option<iptables::CrossCheck> {
-        self.cross_check
-            .lock()
-            .ok()
-            .and_then(|l| l.as_ref().map(|(_, c)| c.clone()))
-    }
-
-    pub fn record_cross_check(&self, at: std::time::Instant, check: iptables::CrossCheck) {
-        if let Ok(mut l) = self.cross_check.lock() {
-            *l = Some((at, check));
-        }
-    }
-
     /// Carries the iptables and nftables probes' counts of the generation before `generation`
     /// to it through that commit's notifications (`deltas`, per family it touched; a family it
     /// did not touch keeps its counts), at `at_seconds`: their next runs, at this generation,
@@ -272,13 +220,7 @@ impl Memory {
                 self.nftables
                     .advance(family, before, generation, at_seconds, |c| Some(c.clone()));
             }
-            let carried = d.uncounted.is_none()
-                && self
-                    .nat_drop_chains
-                    .advance(family, before, generation, at_seconds, |c| Some(c.clone()))
-                && self.iptables.advance(family, before, generation, at_seconds, |c| {
-                    iptables::node::advance(c, d)
-                });
+            let carried = d.uncounted.is_none() && self.iptables.advance(family, before, generation, at_seconds, d);
             all &= carried;
         }
         all
@@ -360,8 +302,8 @@ mod tests {
         nat.tables
             .insert("nat".into(), iptables::TableCounts { chains: 5, rules: 2 });
         for f in [Family::Ip, Family::Ip6] {
-            m.iptables.put(f, nat.clone(), at(41));
-            m.nat_drop_chains.put(f, vec!["KUBE-SVL-X".into()], at(41));
+            m.iptables.counts.put(f, nat.clone(), at(41));
+            m.iptables.nat_drop_chains.put(f, vec!["KUBE-SVL-X".into()], at(41));
             m.nftables.put(f, None, at(41));
         }
         let ip = CountDelta {
@@ -375,13 +317,16 @@ mod tests {
             ..Default::default()
         };
         assert!(m.advance(42, &[ip], 1000.0));
-        assert_eq!(m.iptables.get(Family::Ip, 42).unwrap().0.tables["nat"].rules, 5);
+        assert_eq!(m.iptables.counts.get(Family::Ip, 42).unwrap().0.tables["nat"].rules, 5);
         assert_eq!(
-            m.iptables.get(Family::Ip6, 42).unwrap().0,
+            m.iptables.counts.get(Family::Ip6, 42).unwrap().0,
             nat,
             "ip6 untouched, carried"
         );
-        assert_eq!(m.nat_drop_chains.get(Family::Ip, 42).unwrap().0, ["KUBE-SVL-X"]);
+        assert_eq!(
+            m.iptables.nat_drop_chains.get(Family::Ip, 42).unwrap().0,
+            ["KUBE-SVL-X"]
+        );
         assert!(
             m.nftables.get(Family::Ip, 42).is_none(),
             "kube-proxy's ip table changed: dumped"
@@ -393,8 +338,8 @@ mod tests {
             ..Default::default()
         };
         assert!(!m.advance(43, &[uncounted], 1001.0));
-        assert!(m.iptables.get(Family::Ip, 43).is_some());
-        assert!(m.iptables.get(Family::Ip6, 43).is_none() && m.iptables.get(Family::Ip6, 42).is_some());
+        assert!(m.iptables.counts.get(Family::Ip, 43).is_some());
+        assert!(m.iptables.counts.get(Family::Ip6, 43).is_none() && m.iptables.counts.get(Family::Ip6, 42).is_some());
         assert!(!m.advance(45, &[], 1002.0), "a commit missed (44): nothing carried");
     }
 
@@ -425,13 +370,13 @@ mod tests {
     fn cross_check_schedule() {
         let m = Memory::default();
         let t0 = std::time::Instant::now();
-        assert!(!m.cross_check_due(None, t0), "0 = never");
+        assert!(!m.iptables.cross_check_due(None, t0), "0 = never");
         let every = Some(Duration::from_secs(600));
-        assert!(m.cross_check_due(every, t0), "the first run checks");
-        m.record_cross_check(t0, iptables::CrossCheck::default());
-        assert!(!m.cross_check_due(every, t0 + Duration::from_secs(599)));
-        assert!(m.cross_check_due(every, t0 + Duration::from_secs(600)));
-        assert!(m.last_cross_check().is_some());
+        assert!(m.iptables.cross_check_due(every, t0), "the first run checks");
+        m.iptables.record_cross_check(t0, iptables::CrossCheck::default());
+        assert!(!m.iptables.cross_check_due(every, t0 + Duration::from_secs(599)));
+        assert!(m.iptables.cross_check_due(every, t0 + Duration::from_secs(600)));
+        assert!(m.iptables.last_cross_check().is_some());
     }
 
     #[tokio::test]

@@ -204,6 +204,10 @@ pub struct NftablesFacts {
     pub tables: Vec<NftTable>,
 }
 
+/// What the probe keeps between runs (its row's `memory`): kube-proxy's table per family by
+/// ruleset generation; None: no such table at that generation.
+pub type Memory = super::counted::CountCache<Option<NftTableCounts>>;
+
 const NO_TABLE: &str = "no kube-proxy nftables table (kube-proxy is not in nftables mode)";
 
 /// Reads kube-proxy's table in each family over netlink (the node's kernel, or

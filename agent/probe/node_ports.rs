@@ -567,6 +567,10 @@ fn read(
     }))
 }
 
+/// What the probe keeps between runs (its row's `memory`): the NodePorts found per family, by
+/// ruleset generation.
+pub type Memory = super::counted::CountCache<Found>;
+
 pub async fn probe(ctx: &ProbeContext, deadline: Deadline) -> Result<Probed<NodePortFacts>, ProbeError> {
     if !ctx.host.kernel().netlink() {
         return Ok(Probed::Absent(

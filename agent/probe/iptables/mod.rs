@@ -4,8 +4,10 @@
 //! in [`delta`], the counts carried by the change watcher's notifications.
 
 pub mod delta;
+mod memory;
 pub mod node;
 pub mod save;
+pub use memory::Memory;
 pub use node::probe;
 pub use save::*;
 

@@ -223,7 +223,7 @@ fn count_families(
     families: &[Family],
     deadline: Instant,
 ) -> Result<Vec<(SaveCounts, NetlinkCount)>, ProbeError> {
-    super::super::counted::counts_now(host, &memory.iptables, families, deadline, |family| {
+    super::super::counted::counts_now(host, &memory.iptables.counts, families, deadline, |family| {
         let plan = Plan { family, sets: false };
         let c = nft_count::count(
             &mut || host.netlink(NETLINK_NETFILTER),
@@ -237,6 +237,7 @@ fn count_families(
             ..Default::default()
         };
         memory
+            .iptables
             .nat_drop_chains
             .put(family, std::mem::take(&mut tally.nat_drops), how);
         Ok((tally.finish(), c.generation, c.attempts, c.bytes))
@@ -344,7 +345,7 @@ async fn read_node(
             saves.push(run);
             decoded.0[usize::from(*label == "ipv6")] = Some(save);
         } else {
-            ctx.memory.legacy_tables.put(*label == "ipv6", None);
+            ctx.memory.iptables.legacy_tables.put(*label == "ipv6", None);
         }
     }
     if !nft && saves.is_empty() {
@@ -380,7 +381,7 @@ fn nft_rule_counters(
             .zip(families)
             .find(|(_, g)| **g == f)
             .map(|(c, _)| c.1.generation);
-        gen.and_then(|g| memory.nat_drop_chains.get(f, g))
+        gen.and_then(|g| memory.iptables.nat_drop_chains.get(f, g))
             .map(|(c, _)| c)
             .unwrap_or_default()
     };
@@ -440,7 +441,7 @@ async fn legacy_save_and_services(
         }
     }
     let run = run?;
-    let cache = &ctx.memory.legacy_tables;
+    let cache = &ctx.memory.iptables.legacy_tables;
     let (services, named) = match bad {
         Some(e) => (Err(e), Vec::new()),
         None => {
@@ -462,8 +463,8 @@ async fn legacy_save_and_services(
 /// the netlink counts stand.
 async fn cross_check(ctx: &ProbeContext, runs: &[SaveRun], deadline: Deadline) -> Option<CrossCheck> {
     let now = Instant::now();
-    if !ctx.memory.cross_check_due(ctx.iptables_save_interval, now) {
-        return ctx.memory.last_cross_check();
+    if !ctx.memory.iptables.cross_check_due(ctx.iptables_save_interval, now) {
+        return ctx.memory.iptables.last_cross_check();
     }
     let mut check = CrossCheck {
         at_seconds: unix_now(),
@@ -502,7 +503,7 @@ async fn cross_check(ctx: &ProbeContext, runs: &[SaveRun], deadline: Deadline) -
             }
         }
     }
-    ctx.memory.record_cross_check(now, check.clone());
+    ctx.memory.iptables.record_cross_check(now, check.clone());
     Some(check)
 }
 
