@@ -174,6 +174,9 @@ pub enum ExecError {
     Spawn { command: String, source: std::io::Error },
     #[error("{command}: timed out after {after:?}; killed")]
     Timeout { command: String, after: Duration },
+    /// Its deadline passed while another rule-set dump ran (one runs at a time): never started.
+    #[error("{command}: not run: another rule-set dump held the node for all of its {after:?} (one runs at a time)")]
+    DumpBusy { command: String, after: Duration },
     #[error("{command}: output exceeds {limit} bytes; killed")]
     OutputTooLarge { command: String, limit: u64 },
     #[error("{command}: an output line exceeds {limit} bytes; killed")]
@@ -223,13 +226,24 @@ impl Runner {
     where
         F: FnMut(&str) -> Result<(), String>,
     {
-        // A dump waits for the other dumps before it takes a child slot.
+        // A dump waits for the other dumps before it takes a child slot, within its timeout:
+        // the wait is part of its deadline, and a dump that never got its turn says so.
+        let asked = Instant::now();
+        let command = spec.display();
         let _dump = match spec.dump {
-            true => Some(self.dumps.acquire().await.expect("semaphore never closed")),
+            true => match tokio::time::timeout(spec.timeout, self.dumps.acquire()).await {
+                Ok(permit) => Some(permit.expect("semaphore never closed")),
+                Err(_) => {
+                    return Err(ExecError::DumpBusy {
+                        command,
+                        after: spec.timeout,
+                    })
+                }
+            },
             false => None,
         };
         let _slot = self.slots.acquire().await.expect("semaphore never closed");
-        let command = spec.display();
+        let timeout = spec.timeout.saturating_sub(asked.elapsed());
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .env("LC_ALL", "C")
@@ -272,7 +286,7 @@ impl Runner {
             let status = child.wait().await;
             (out, err, status)
         };
-        let outcome = tokio::time::timeout(spec.timeout, work).await;
+        let outcome = tokio::time::timeout(timeout, work).await;
         // Whatever happened, nothing of the group may outlive the run: kill
         // leftovers (double-forked grandchildren), then reap the child if the
         // timeout interrupted the wait.
@@ -283,7 +297,7 @@ impl Runner {
                 let _ = child.wait().await;
                 return Err(ExecError::Timeout {
                     command,
-                    after: spec.timeout,
+                    after: timeout,
                 });
             }
         };
@@ -564,6 +578,28 @@ mod tests {
         futures_util::future::join_all(runs).await;
         let text = std::fs::read_to_string(&log).unwrap();
         assert_eq!(text, "start\nend\n".repeat(3), "dumps overlapped");
+    }
+
+    #[tokio::test]
+    async fn a_dump_that_never_gets_its_turn_says_so() {
+        // A hung dump holds the dump slot; another dump with a shorter deadline is not run,
+        // and its error names the wait, not a timeout of its own.
+        let r = Runner::new(4);
+        let hung = {
+            let r = r.clone();
+            tokio::spawn(async move { r.run_capture(&sh("sleep 1").dump()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("ran");
+        let waiting = sh(&format!("touch {}", mark.display()))
+            .dump()
+            .timeout(Duration::from_millis(300));
+        let e = r.run_capture(&waiting).await.unwrap_err();
+        assert!(matches!(e, ExecError::DumpBusy { .. }), "{e}");
+        assert!(e.to_string().contains("another rule-set dump"), "{e}");
+        assert!(!mark.exists(), "the waiting dump ran");
+        hung.await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -4,7 +4,9 @@
 //! fixture node without its netlink recording (so the iptables probe runs its
 //! save command): the iptables probe (`iptables-nft-save`) and the IPVS probe
 //! (`ipvsadm -Ln`, then `-Ln --stats --exact`); the conntrack probe's /proc
-//! files are attacked directly.
+//! files are attacked directly. Both commands are rule-set dumps, run one at a
+//! time, so the probe not under attack gets a deadline long enough to outwait a
+//! hung one ([`Agent::start_with`]).
 //!
 //! For each fault the test polls /snapshot until the faulty probe reports the
 //! expected error, checks that every other probe reports what it reports on the
@@ -249,16 +251,30 @@ struct Agent(common::Agent);
 impl Agent {
     /// `proxywatch serve` on `node` with nothing from this machine's environment.
     fn start(node: &Node, as_nobody: bool) -> Agent {
+        Agent::start_with(node, as_nobody, Target::Iptables)
+    }
+
+    /// Both command probes run rule-set dumps, one at a time (`crate::exec`'s dump slot): a
+    /// hung dump holds the slot until its timeout, and the other probe's command waits for it
+    /// within its own deadline. So the probe under attack (`faulty`) gets TIMEOUT_MS and the
+    /// other four times that, enough to outwait it (its two commands may each wait once) and
+    /// still report ok.
+    fn start_with(node: &Node, as_nobody: bool, faulty: Target) -> Agent {
         let interval = format!("{INTERVAL_MS}ms");
         let timeout = format!("{TIMEOUT_MS}ms");
+        let outwait = format!("{}ms", 4 * TIMEOUT_MS);
+        let (iptables_timeout, ipvs_timeout) = match faulty {
+            Target::Iptables => (&timeout, &outwait),
+            Target::Ipvs => (&outwait, &timeout),
+        };
         let mut serve = Serve::new()
             .env_clear()
             .env("PATH", &node.bin)
             .args(["--node-name", "faults", "--host-root"])
             .arg(&node.root)
             .args(["--conntrack.interval", &interval, "--probe.timeout", &timeout])
-            .args(["--iptables.interval", &interval, "--iptables.timeout", &timeout])
-            .args(["--ipvs.interval", &interval, "--ipvs.timeout", &timeout])
+            .args(["--iptables.interval", &interval, "--iptables.timeout", iptables_timeout])
+            .args(["--ipvs.interval", &interval, "--ipvs.timeout", ipvs_timeout])
             .args(["--exec.max-output-bytes", &MAX_OUTPUT.to_string()])
             .args(common::NO_KUBE_PROXY)
             .args(["--log.level", "error"])
@@ -398,7 +414,7 @@ fn assert_clean(node: &Node, agent: &Agent, what: &str) {
 /// The whole scenario for one command fault; `want` is what the error must contain.
 fn command_fault(case: u32, target: Target, fault: Fault, want_status: &str, want: &[&str]) {
     let node = Node::new(case);
-    let agent = Agent::start(&node, false);
+    let agent = Agent::start_with(&node, false, target);
     let probe = target.probe();
     let what = format!("{probe} {fault:?}");
     agent.wait_for(10, &format!("{what}: healthy start"), |d| {
