@@ -267,9 +267,10 @@ mod tests {
             "the conntrack probe cannot be turned off"
         );
         assert!(parse(&["--node-ports.interval", "0"]).is_ok());
-        assert_eq!(
-            schedules(&["--kube-proxy.interval", "1m30s"])[12].1,
-            Duration::from_secs(90)
-        );
+        let kube_proxy = schedules(&["--kube-proxy.interval", "1m30s"])
+            .into_iter()
+            .find(|(p, _, _)| p == "kube_proxy")
+            .expect("the kube_proxy probe is scheduled");
+        assert_eq!(kube_proxy.1, Duration::from_secs(90));
     }
 }
