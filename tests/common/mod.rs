@@ -955,7 +955,9 @@ impl Serve {
     /// Starts the agent through a launcher: `launcher... proxywatch serve ...` (inside the
     /// netns when there is one). Each program of the launcher must exec the next, as
     /// `unshare`, `setpriv` and `sh -c '... exec "$@"'` do, so that the child's PID stays
-    /// the agent's (stopped, signalled and read in /proc by that PID).
+    /// the agent's (stopped, signalled and read in /proc by that PID); or, as
+    /// `unshare --pid --fork --kill-child` does, take the agent down with it, and then the
+    /// child's PID is the launcher's (the test finds the agent under it).
     pub fn wrap<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, launcher: I) -> Serve {
         self.wrap.extend(launcher.into_iter().map(|a| a.as_ref().to_owned()));
         self

@@ -5,29 +5,7 @@
 //! first `ORPHANS` runs: once they are all made, none may stay a zombie.
 use crate::common;
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// unshare and the agent it forked (PID 1 of the new namespace): killing
-/// unshare alone would leave the agent running, so both are killed by pid.
-struct Guard {
-    unshare: Child,
-    agent: Option<u32>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(pid) = self.agent {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = self.unshare.kill();
-        let _ = self.unshare.wait();
-    }
-}
 
 /// Pids of zombie processes whose parent is `parent` (host pid numbers).
 fn zombies_of(parent: u32) -> Vec<u32> {
@@ -84,35 +62,31 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
     )
     .unwrap();
     std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    // The agent runs under unshare, so the harness's Serve (whose child is the agent) does
-    // not fit: this test starts and stops it itself, and only scrapes with common::http_get.
-    let addr = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     // Files only: the iptables probe runs the stand-in save each time (a recording would count
     // over netlink and run the save only as its cross-check).
     let node = common::files_only_node("healthy-iptables");
-    let mut guard = Guard {
-        unshare: Command::new(common::which("unshare").unwrap())
-            // --kill-child: the agent dies with unshare even if this test is killed.
-            .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-            .arg(common::binary())
-            .arg("serve")
-            .arg(format!("--listen={addr}"))
-            .arg("--host-root")
-            .arg(&node)
-            .args(common::NO_KUBE_PROXY)
-            .args(["--iptables.interval", "200ms"])
-            .env_clear()
-            .env("PATH", bin.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-        agent: None,
-    };
+    // The harness's agent under unshare: its child is unshare, and the agent unshare's child
+    // (--kill-child: the agent dies with unshare, which the harness stops by PID).
+    let unshare = common::which("unshare").unwrap();
+    let serve = common::Serve::new()
+        .wrap([
+            unshare.as_os_str(),
+            "--pid".as_ref(),
+            "--fork".as_ref(),
+            "--mount-proc".as_ref(),
+            "--kill-child".as_ref(),
+        ])
+        .arg("--host-root")
+        .arg(&node)
+        .args(common::NO_KUBE_PROXY)
+        .args(["--iptables.interval", "200ms"])
+        .env_clear()
+        .env("PATH", bin.path())
+        .ready("/healthz")
+        .start();
     let deadline = Instant::now() + Duration::from_secs(20);
     let agent = loop {
-        if let Some(pid) = only_child(guard.unshare.id()) {
-            guard.agent = Some(pid);
+        if let Some(pid) = only_child(serve.pid()) {
             break pid;
         }
         assert!(Instant::now() < deadline, "agent did not start under unshare");
@@ -138,7 +112,7 @@ fn as_pid_1_the_agent_reaps_orphans_of_its_commands() {
             runs(),
             ORPHANS + 1
         );
-        if let Ok((_, json)) = common::http_get(addr, "/snapshot") {
+        if let Ok((_, json)) = serve.get("/snapshot") {
             let doc: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
             probe_ok |= doc["probes"]["iptables"]["status"] == "ok";
         }
