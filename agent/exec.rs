@@ -219,6 +219,26 @@ impl Runner {
         }
     }
 
+    /// A dump waits for the other dumps before it takes a child slot, within its timeout: the
+    /// wait is part of its deadline, and a dump that never got its turn says so. None for a
+    /// command that is not a dump.
+    async fn dump_turn(
+        &self,
+        spec: &CommandSpec,
+        command: &str,
+    ) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, ExecError> {
+        if !spec.dump {
+            return Ok(None);
+        }
+        match tokio::time::timeout(spec.timeout, self.dumps.acquire()).await {
+            Ok(permit) => Ok(Some(permit.expect("semaphore never closed"))),
+            Err(_) => Err(ExecError::DumpBusy {
+                command: command.to_string(),
+                after: spec.timeout,
+            }),
+        }
+    }
+
     /// Runs `spec`, passing each stdout line (without its newline) to `on_line`.
     /// Returns how the command ended; a non-zero exit is not an error here:
     /// callers decide (some tools exit 1 for "nothing to show").
@@ -226,22 +246,9 @@ impl Runner {
     where
         F: FnMut(&str) -> Result<(), String>,
     {
-        // A dump waits for the other dumps before it takes a child slot, within its timeout:
-        // the wait is part of its deadline, and a dump that never got its turn says so.
         let asked = Instant::now();
         let command = spec.display();
-        let _dump = match spec.dump {
-            true => match tokio::time::timeout(spec.timeout, self.dumps.acquire()).await {
-                Ok(permit) => Some(permit.expect("semaphore never closed")),
-                Err(_) => {
-                    return Err(ExecError::DumpBusy {
-                        command,
-                        after: spec.timeout,
-                    })
-                }
-            },
-            false => None,
-        };
+        let _dump = self.dump_turn(spec, &command).await?;
         let _slot = self.slots.acquire().await.expect("semaphore never closed");
         let timeout = spec.timeout.saturating_sub(asked.elapsed());
         let mut cmd = Command::new(&spec.program);

@@ -494,29 +494,7 @@ impl<'a, F: FnMut(&str) -> bool> Parser<'a, '_, F> {
         }
         let value = parse_float(value_token)
             .ok_or_else(|| self.err(line_no, format!("{shown}: invalid sample value {}", quote(value_token))))?;
-        let after_value = skip_blanks(after_value);
-        let timestamp_ms = if after_value.is_empty() {
-            None
-        } else {
-            let (ts, trailing) = split_token(after_value);
-            let ts = ts.parse::<i64>().map_err(|_| {
-                self.err(
-                    line_no,
-                    format!(
-                        "{shown}: expected an integer timestamp in milliseconds, found {}",
-                        quote(ts)
-                    ),
-                )
-            })?;
-            let trailing = skip_blanks(trailing);
-            if !trailing.is_empty() {
-                return Err(self.err(
-                    line_no,
-                    format!("{shown}: unexpected text after the timestamp: {}", quote(trailing)),
-                ));
-            }
-            Some(ts)
-        };
+        let timestamp_ms = self.timestamp(line_no, &shown, skip_blanks(after_value))?;
 
         let (family, declared) = self.resolve(line_no, name)?;
         match declared {
@@ -553,6 +531,32 @@ impl<'a, F: FnMut(&str) -> bool> Parser<'a, '_, F> {
             });
         }
         Ok(())
+    }
+
+    /// The optional timestamp after a sample's value (`after_value`, blanks skipped): an
+    /// integer of milliseconds and nothing after it.
+    fn timestamp(&self, line_no: usize, shown: &str, after_value: &str) -> Result<Option<i64>, ParseError> {
+        if after_value.is_empty() {
+            return Ok(None);
+        }
+        let (ts, trailing) = split_token(after_value);
+        let ts = ts.parse::<i64>().map_err(|_| {
+            self.err(
+                line_no,
+                format!(
+                    "{shown}: expected an integer timestamp in milliseconds, found {}",
+                    quote(ts)
+                ),
+            )
+        })?;
+        let trailing = skip_blanks(trailing);
+        if !trailing.is_empty() {
+            return Err(self.err(
+                line_no,
+                format!("{shown}: unexpected text after the timestamp: {}", quote(trailing)),
+            ));
+        }
+        Ok(Some(ts))
     }
 
     fn check_bound_label(
