@@ -246,24 +246,24 @@ pub struct ExprAttrs<'a>([Option<Attr<'a>>; 10]);
 
 impl<'a> ExprAttrs<'a> {
     pub fn of(data: Attr<'a>) -> Result<Self, NlError> {
+        Self::collect(data.nested())
+    }
+
+    /// Attributes already split out, as a test builds them.
+    #[cfg(test)]
+    pub fn from_attrs(attrs: impl IntoIterator<Item = Attr<'a>>) -> Self {
+        Self::collect(attrs.into_iter().map(Ok)).expect("no error to meet")
+    }
+
+    fn collect(attrs: impl Iterator<Item = Result<Attr<'a>, NlError>>) -> Result<Self, NlError> {
         let mut at: [Option<Attr<'a>>; 10] = [None; 10];
-        for a in data.nested() {
+        for a in attrs {
             let a = a?;
             if let Some(slot) = at.get_mut(a.kind as usize) {
                 *slot = Some(a);
             }
         }
         Ok(ExprAttrs(at))
-    }
-
-    /// Attributes already split out, as a test builds them.
-    #[cfg(test)]
-    pub fn from_attrs(attrs: impl IntoIterator<Item = Attr<'a>>) -> Self {
-        let mut at: [Option<Attr<'a>>; 10] = [None; 10];
-        for a in attrs {
-            at[a.kind as usize] = Some(a);
-        }
-        ExprAttrs(at)
     }
 
     /// The attribute of that type, when it is there.
