@@ -72,6 +72,17 @@ impl Host {
         &self.kernel
     }
 
+    /// Where the files that describe the kernel this host's tools and netlink requests reach
+    /// (`/proc/modules`, `/sys/module`) are read: `/` for a live kernel (the tools talk to the
+    /// running kernel, whatever `--host-root` says), the host root itself for a recorded one,
+    /// which the fixture node's own files describe.
+    pub fn kernel_files(&self) -> Host {
+        match self.kernel {
+            KernelSource::Recorded(_) => self.clone(),
+            _ => Host::new("/"),
+        }
+    }
+
     /// A netlink connection to this host's kernel (live or recorded) for `protocol`.
     pub fn netlink(&self, protocol: isize) -> Result<NodeConn, NlError> {
         self.kernel.open(protocol)

@@ -193,17 +193,13 @@ pub fn read(host: &Host) -> Result<ModuleFacts, ProbeError> {
 /// `nf_conntrack_netlink`, `ipvsadm` `ip_vs`: a read-only agent must not.
 ///
 /// A tool talks to the running kernel, so `/proc/modules` and `/sys/module`
-/// are read at `/` whatever `--host-root` says (both are the same for every
-/// container on the node); `modules.builtin` is looked for under the host
-/// root, then under `/`. Under a fixture root with a netlink recording, the kernel
-/// asked is the recorded one, which the node's own files describe: they are read
-/// there, so the answer does not depend on the machine the test runs on. When nothing
+/// are read where [`Host::kernel_files`] says: at `/` whatever `--host-root` says
+/// (both are the same for every container on the node), or a recorded fixture node's
+/// own, so that the answer does not depend on the machine the test runs on;
+/// `modules.builtin` is looked for under the host root, then there. When nothing
 /// tells, the answer is yes: better not run the tool than load a module.
 pub fn tool_would_load(host: &Host, module: &str) -> bool {
-    let kernel = match host.kernel() {
-        crate::netlink::replay::KernelSource::Recorded(_) => host.clone(),
-        _ => Host::new("/"),
-    };
+    let kernel = host.kernel_files();
     let proc_modules = kernel.read_optional("/proc/modules").ok();
     let in_sys_module = kernel.exists(&format!("/sys/module/{module}"));
     let builtin = kernel
