@@ -150,12 +150,13 @@ mod tests {
             .and_then(|c| crate::netlink::ctnetlink::read(c, at));
         eprintln!("ctnetlink statistics: {:?}", stats.map(|s| s.sums));
         std::fs::create_dir_all(&out).unwrap();
-        let header = std::env::var("PROXYWATCH_RECORD_HEADER").unwrap_or_else(|_| {
+        // The script that made the namespace, for the file's first lines.
+        let by = std::env::var("PROXYWATCH_RECORD_BY").unwrap_or_else(|_| "tests/tools/record_netlink_node.sh".into());
+        let header = format!(
             "proxywatch netlink recording (agent/netlink/replay.rs says the format),\n\
-             made by tests/tools/record_netlink_node.sh: requests with seq/pid zeroed, then\n\
+             made by {by}: requests with seq/pid zeroed, then\n\
              their reply datagrams (seq/pid zeroed)"
-                .into()
-        });
+        );
         for (name, text) in log.files(&header) {
             std::fs::write(std::path::Path::new(&out).join(name), text).unwrap();
         }

@@ -26,6 +26,7 @@ if [ ${#nodes[@]} -eq 0 ]; then
     done
 fi
 ns=pwrec-$$
+source "$repo/tests/tools/record_ns.sh"
 cleanup() { ip netns del "$ns" 2>/dev/null || true; }
 trap cleanup EXIT
 # Build first: a compile error must not leave a node half rewritten.
@@ -33,18 +34,11 @@ trap cleanup EXIT
 for n in "${nodes[@]}"; do
     node=$repo/tests/fixtures/nodes/$n
     [ -d "$node/proc" ] || { echo "$n: not a fixture node" >&2; exit 2; }
-    ip netns add "$ns"
-    nse() { ip netns exec "$ns" "$@"; }
-    nse ip link set lo up
-    nse ip link add eth0 type veth peer name eth1
-    nse ip addr add 192.168.50.10/24 dev eth0
-    nse ip link set eth0 up
+    make_record_ns
     rm -rf "$node/netlink"
     mkdir -p "$node/netlink"
     (cd "$repo" && nse env PROXYWATCH_RECORD_DIR="$node/netlink" PROXYWATCH_RECORD_ROOT="$node" \
-        PROXYWATCH_RECORD_HEADER="proxywatch netlink recording (agent/netlink/replay.rs says the format),
-made by tests/tools/record_fixture_kernels.sh: requests with seq/pid zeroed, then
-their reply datagrams (seq/pid zeroed)" \
+        PROXYWATCH_RECORD_BY=tests/tools/record_fixture_kernels.sh \
         cargo test -q --lib netlink::record::tests::record_a_fixture_node -- --ignored --exact --nocapture)
     if [ -f "$node/recorded/conntrack-S.txt" ]; then
         python3 "$repo/tests/tools/ct_stats_answer.py" "$node/netlink/netfilter.txt" "$node/recorded/conntrack-S.txt"

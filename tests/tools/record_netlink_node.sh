@@ -22,13 +22,8 @@ cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 # Build first: a compile error must not leave the node half rewritten.
 (cd "$repo" && cargo test --lib --no-run)
-ip netns add "$ns"
-nse() { ip netns exec "$ns" "$@"; }
-
-nse ip link set lo up
-nse ip link add eth0 type veth peer name eth1
-nse ip addr add 192.168.50.10/24 dev eth0
-nse ip link set eth0 up
+source "$repo/tests/tools/record_ns.sh"
+make_record_ns
 # As kube-proxy (and kubeadm's preflight) set them; all per namespace.
 nse sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.route_localnet=1 \
     net.netfilter.nf_conntrack_tcp_timeout_established=86400 net.netfilter.nf_conntrack_tcp_timeout_close_wait=3600
