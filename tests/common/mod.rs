@@ -447,9 +447,15 @@ impl AsRef<OsStr> for FilesOnlyNode {
 pub fn files_only_node(name: &str) -> FilesOnlyNode {
     let dir = tempfile::Builder::new().prefix("pwnode-").tempdir().unwrap();
     let root = dir.path().join(name);
-    copy_tree(&fixtures().join("nodes").join(name), &root);
-    let _ = std::fs::remove_dir_all(root.join("netlink"));
+    copy_files_only(name, &root);
     FilesOnlyNode { _dir: dir, root }
+}
+
+/// Copies the fixture node `name` to `to` without its netlink recording (see
+/// [`FilesOnlyNode`]), for a test that owns the directory it copies into.
+pub fn copy_files_only(name: &str, to: &Path) {
+    copy_tree(&fixtures().join("nodes").join(name), to);
+    std::fs::remove_dir_all(to.join("netlink")).unwrap_or_else(|e| panic!("{name}: its netlink/: {e}"));
 }
 
 /// Copies a directory tree (a fixture node) to `to`.

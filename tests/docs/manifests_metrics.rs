@@ -103,10 +103,9 @@ fn alert_rules_and_dashboard_use_only_what_the_agent_serves() {
     std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     // The IPVS node with its /proc/net/ip_vs_stats (the IPVS connection panels).
     let root = tempfile::tempdir().unwrap();
-    common::copy_tree(&fixtures.join("nodes/ipvs-modules-loaded"), root.path());
     // Without its netlink recording (of a namespace without rules), so that the iptables
     // probe reads the stand-in's save.
-    std::fs::remove_dir_all(root.path().join("netlink")).unwrap();
+    common::copy_files_only("ipvs-modules-loaded", root.path());
     std::fs::copy(
         fixtures.join("ipvs/ip_vs_stats-node_exporter.txt"),
         root.path().join("proc/net/ip_vs_stats"),

@@ -171,11 +171,10 @@ impl Node {
     fn new(case: u32) -> Node {
         let dir = tempfile::Builder::new().prefix("pwfault-").tempdir().unwrap();
         let root = dir.path().join("node");
-        common::copy_tree(&common::fixtures().join("nodes").join(NODE), &root);
+        // Files only: without the recording the iptables probe runs iptables-nft-save.
+        common::copy_files_only(NODE, &root);
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
-        // Files only: without the recording the iptables probe runs iptables-nft-save.
-        std::fs::remove_dir_all(root.join("netlink")).unwrap();
         let ipvs = common::fixtures().join("ipvs");
         std::fs::copy(
             ipvs.join("ln-kube-proxy-ipvs-kind-tkng.txt"),

@@ -337,10 +337,9 @@ fn status_page_charts_equal_the_snapshot_history_in_chromium() {
     }
     let root = tempfile::tempdir().unwrap();
     let node = root.path().join(NODE);
-    common::copy_tree(&common::fixtures().join("nodes").join(NODE), &node);
     // Files only (no netlink recording): the conntrack_stale probe is absent, and the page
     // must say so rather than draw zeros.
-    std::fs::remove_dir_all(node.join("netlink")).unwrap();
+    common::copy_files_only(NODE, &node);
     let fake = Arc::new(FakeKubeProxy::start());
     let _feeders = Feeders::start(node.join("proc/sys/net/netfilter/nf_conntrack_count"), fake.clone());
     let agent = Serve::new()

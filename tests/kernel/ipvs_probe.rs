@@ -228,12 +228,11 @@ fn assert_global_stats(facts: &Value) {
 /// fixtures, an empty `exec/` for stand-ins, and no netlink recording.
 fn ipvs_root(tmp: &Path, proc_ip_vs: &str) -> PathBuf {
     let root = tmp.join("root");
-    common::copy_tree(&common::fixtures().join("nodes/ipvs-modules-loaded"), &root);
+    // Files only: no netlink recording, so no kernel to ask (kube-ipvs0 is not read).
+    common::copy_files_only("ipvs-modules-loaded", &root);
     for golden in ["expected.json", "expected.txt"] {
         let _ = std::fs::remove_file(root.join(golden));
     }
-    // Files only: no netlink recording, so no kernel to ask (kube-ipvs0 is not read).
-    std::fs::remove_dir_all(root.join("netlink")).unwrap();
     std::fs::copy(ipvs_fixture(proc_ip_vs), root.join("proc/net/ip_vs")).unwrap();
     std::fs::copy(
         ipvs_fixture("ip_vs_stats-node_exporter.txt"),

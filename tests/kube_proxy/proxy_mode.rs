@@ -86,9 +86,8 @@ fn check_fixture(root: &Path, extra: &[String]) -> Run {
 
 fn fixture_node(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    common::copy_tree(&common::fixtures().join("nodes").join(name), dir.path());
     // Files only: the tests bring the rule sets (stand-in saves), the recording would not.
-    let _ = std::fs::remove_dir_all(dir.path().join("netlink"));
+    common::copy_files_only(name, dir.path());
     dir
 }
 

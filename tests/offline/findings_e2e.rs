@@ -303,8 +303,7 @@ fn iptables_save_slow_from_a_slow_save() {
     let bin = tempfile::tempdir().unwrap();
     save_stand_in(bin.path(), &save, None);
     // Without its netlink recording, the iptables probe runs the save each time.
-    let (_dir, node) = node_copy("healthy-iptables");
-    std::fs::remove_dir_all(node.join("netlink")).unwrap();
+    let node = common::files_only_node("healthy-iptables");
     let agent = serve(
         &node,
         bin.path(),

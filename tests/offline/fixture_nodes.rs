@@ -127,9 +127,19 @@ struct Scenario {
     code: i32,
 }
 
+/// The finding `id` of a `check --format json` document, if it is active.
+fn finding_in<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
+    doc["findings"].as_array().unwrap().iter().find(|f| f["id"] == id)
+}
+
+/// The finding `id` of a document, which must be active.
+fn must_find_in<'a>(doc: &'a Value, id: &str) -> &'a Value {
+    finding_in(doc, id).unwrap_or_else(|| panic!("no finding {id} in {:#}", doc["findings"]))
+}
+
 impl Scenario {
     fn finding(&self, id: &str) -> Option<&Value> {
-        self.doc["findings"].as_array().unwrap().iter().find(|f| f["id"] == id)
+        finding_in(&self.doc, id)
     }
 
     fn must_find(&self, id: &str) -> &Value {
@@ -614,12 +624,7 @@ fn ipvs_modules_loaded() {
         "{:#}",
         doc["findings"]
     );
-    let sync = doc["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "ipvs_interface_out_of_sync")
-        .unwrap();
+    let sync = must_find_in(&doc, "ipvs_interface_out_of_sync");
     assert_eq!(sync["evidence"]["kube_ipvs0_exists"], false, "{sync:#}");
     assert_eq!(code, 2);
 }
@@ -664,15 +669,7 @@ fn ipvs_mode_sysctls_off() {
     // ...and are with IPVS declared.
     let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
     assert_eq!(code, 2, "{:#}", doc["findings"]);
-    let find = |id: &str| {
-        doc["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == id)
-            .unwrap_or_else(|| panic!("no {id} in {:#}", doc["findings"]))
-            .clone()
-    };
+    let find = |id: &str| must_find_in(&doc, id).clone();
     assert_eq!(s.number("proc/sys/net/ipv4/vs/conntrack"), 0);
     let f = find("ipvs_vs_conntrack");
     assert_eq!(f["severity"], "critical");
@@ -958,12 +955,7 @@ fn builtin_modules_no_proc_modules() {
     // Declared IPVS mode makes the missing modules critical.
     let (doc, code) = run_json(s.name, &["--kube-proxy.mode", "ipvs"]);
     assert_eq!(code, 2, "{:#}", doc["findings"]);
-    let f = doc["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "ipvs_modules_missing")
-        .unwrap();
+    let f = must_find_in(&doc, "ipvs_modules_missing");
     assert_eq!(f["severity"], "critical");
 }
 
@@ -1111,11 +1103,7 @@ fn bad_input_fails_only_the_affected_probe() {
                 assert_eq!(o["status"], baseline["probes"][p]["status"], "{what}: {p}: {o:#}");
             }
         }
-        let failed = doc["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == "probe_failed");
+        let failed = finding_in(&doc, "probe_failed");
         assert!(
             failed.is_some_and(|f| f["severity"] == "warning"),
             "{what}: probe_failed finding"
@@ -1152,11 +1140,9 @@ fn command_that_closes_stdout_before_exiting_is_not_killed() {
     // "signal: 9 (SIGKILL)" in about half the runs. The sleep makes that window
     // deterministic: the command succeeded, so the probe must too. An IPVS node without
     // its recording, with ipvsadm on PATH: the IPVS probe runs it.
-    let base = scenario_dir("ipvs-modules-loaded");
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("node");
-    common::copy_tree(&base, &root);
-    std::fs::remove_dir_all(root.join("netlink")).unwrap();
+    common::copy_files_only("ipvs-modules-loaded", &root);
     let ipvs = common::fixtures().join("ipvs");
     let script = root.join("exec/ipvsadm");
     std::fs::write(
