@@ -483,10 +483,11 @@ pub fn spawn(
         tokio::spawn(probe_loop(s, ctx.clone(), given_rx, tx.clone(), wake));
     }
     drop(tx);
+    let shared = crate::watch::Shared::new();
     for source in sources {
         let wakes: Vec<Arc<Notify>> = source.wakes.iter().filter_map(|p| wakers.get(p).cloned()).collect();
         let (tx, rx) = mpsc::channel::<Event>(256);
-        (source.start)(ctx.clone(), tx);
+        (source.start)(ctx.clone(), shared.clone(), tx);
         tokio::spawn(source_loop(
             source.debounce,
             source.debounce_max,
@@ -1124,7 +1125,7 @@ mod tests {
     /// A churn's commits, queued (as behind a slow render).
     const CHURN: u32 = 60;
 
-    fn churn_source(_: Arc<ProbeContext>, tx: mpsc::Sender<Event>) {
+    fn churn_source(_: Arc<ProbeContext>, _: Arc<crate::watch::Shared>, tx: mpsc::Sender<Event>) {
         for generation in 1..=CHURN {
             let commit = crate::watch::Commit {
                 at_seconds: 1000.0 + f64::from(generation),

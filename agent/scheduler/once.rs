@@ -25,9 +25,10 @@ pub async fn run_once(
     notice: &mut dyn FnMut(&str),
 ) -> Publication {
     let mut events = Vec::new();
+    let shared = crate::watch::Shared::new();
     for source in sources {
         let (tx, rx) = mpsc::channel::<Event>(256);
-        (source.start)(ctx.clone(), tx);
+        (source.start)(ctx.clone(), shared.clone(), tx);
         events.push(rx);
     }
     let origin = Instant::now();

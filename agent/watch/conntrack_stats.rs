@@ -23,7 +23,7 @@ use crate::timefmt::unix_seconds;
 pub const WATCHED: &[&str] = &["drop", "early_drop", "insert_failed"];
 
 /// Starts the reader's thread, unless `--conntrack-stats.interval` is 0.
-pub fn start(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
+pub fn start(ctx: Arc<ProbeContext>, _shared: Arc<super::Shared>, tx: Sender<Event>) {
     let Some(every) = ctx.conntrack_stats_interval else {
         let _ = tx.try_send(Event::StatsUnavailable("--conntrack-stats.interval 0: off".into()));
         return;
@@ -170,7 +170,7 @@ mod tests {
         let mut ctx = crate::probe::test_context(crate::host::Host::new(dir.path()));
         ctx.conntrack_stats_interval = Some(Duration::from_secs(1));
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-        start(Arc::new(ctx), tx);
+        start(Arc::new(ctx), crate::watch::Shared::new(), tx);
         let Some(Event::StatsUnavailable(why)) = rx.recv().await else {
             panic!()
         };

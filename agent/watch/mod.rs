@@ -14,7 +14,12 @@
 //! - [`conntrack_stats`]: the per-CPU conntrack statistics every second (a timer, not a
 //!   kernel event), reported only when a drop counter moved.
 //! - [`process_exit`]: kube-proxy's exit, from a pidfd on the process the kube_proxy probe
-//!   found; wakes that probe, and starts kube-proxy's absence at the exit.
+//!   found; wakes that probe, and starts kube-proxy's absence at the exit, timed by the
+//!   kernel's own exit event where the process events can be listened to.
+//!
+//! What two sources share ([`Shared`]): the process events, followed once while the kube_proxy
+//! probe names a process (the nftables watcher names an exited writer's parent from them, the
+//! exit watch takes kube-proxy's exit time from them).
 
 pub mod attribute;
 pub mod conntrack_stats;
@@ -27,8 +32,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc::Sender;
 
 use crate::probe::{ProbeContext, ProbeName};
+use proc_events::KubeProxyChildren;
 
 pub use attribute::Writer;
 pub use nft_decode::{CommitFacts, TableChange};
@@ -44,7 +51,89 @@ pub struct Source {
     pub debounce: Duration,
     pub debounce_max: Duration,
     /// Starts it: it reports on the sender until the receiver is gone.
-    pub start: fn(Arc<ProbeContext>, tokio::sync::mpsc::Sender<Event>),
+    pub start: fn(Arc<ProbeContext>, Arc<Shared>, tokio::sync::mpsc::Sender<Event>),
+}
+
+/// What the sources of one agent share: kube-proxy's process events, followed by one task (and
+/// one socket) however many sources ask.
+#[derive(Default)]
+pub struct Shared {
+    children: Arc<KubeProxyChildren>,
+    following: std::sync::OnceLock<()>,
+}
+
+/// Said once per agent: the process events cannot be listened to.
+static SAID_NO_PROC_EVENTS: std::sync::Once = std::sync::Once::new();
+
+impl Shared {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// kube-proxy's children (and exit) as the process events tell them; the first call (with a
+    /// live kernel and a runtime) starts the task that follows the process the kube_proxy probe
+    /// names, until `tx`'s receiver is gone.
+    pub fn follow_kube_proxy(&self, ctx: &Arc<ProbeContext>, tx: &Sender<Event>) -> Arc<KubeProxyChildren> {
+        if matches!(ctx.host.kernel(), crate::netlink::replay::KernelSource::Live) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                self.following.get_or_init(|| {
+                    rt.spawn(follow(ctx.clone(), self.children.clone(), tx.clone()));
+                });
+            }
+        }
+        self.children.clone()
+    }
+}
+
+/// Listens to process events while the kube_proxy probe names a process, and drains them as
+/// they come (a busy node forks a lot: the socket must not fill up between commits).
+async fn follow(ctx: Arc<ProbeContext>, children: Arc<KubeProxyChildren>, tx: Sender<Event>) {
+    let mut found = ctx.kube_proxy_found.subscribe();
+    let mut refused = false;
+    loop {
+        let pid = found.borrow_and_update().map(|p| p.pid);
+        let fd = match children.follow(pid.filter(|_| !refused)) {
+            Ok(fd) => fd,
+            Err(why) => {
+                refused = true;
+                SAID_NO_PROC_EVENTS.call_once(|| {
+                    tracing::info!(
+                        "kube-proxy's children cannot be followed through process events ({why}): a commit whose writer exited before it was looked at keeps its parent unknown, and kube-proxy's exit is timed when its pidfd is seen readable"
+                    )
+                });
+                None
+            }
+        };
+        // Deprecated for a raw fd closed while still registered (tokio#8587): this one is
+        // closed only by `follow`, called after this AsyncFd is dropped.
+        #[allow(deprecated)]
+        let readable =
+            fd.and_then(|fd| tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok());
+        loop {
+            let ready = async {
+                match &readable {
+                    Some(r) => r.readable().await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                guard = ready => {
+                    children.drain();
+                    if let Some(mut g) = guard {
+                        g.clear_ready();
+                    }
+                }
+                changed = found.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                _ = tx.closed() => return,
+            }
+        }
+        drop(readable);
+    }
 }
 
 /// nf_tables commits.

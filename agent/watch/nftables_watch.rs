@@ -25,7 +25,7 @@ use tokio::sync::mpsc::Sender;
 
 use super::nft_decode::Pending;
 use super::proc_events::KubeProxyChildren;
-use super::{attribute, Commit, Event, Writer};
+use super::{attribute, Commit, Event, Shared, Writer};
 use crate::host::Host;
 use crate::netlink::nft_uapi::NFNLGRP_NFTABLES;
 use crate::netlink::replay::KernelSource;
@@ -41,75 +41,15 @@ const MODULE_RECHECK: Duration = Duration::from_secs(60);
 /// `MSG_TRUNC`: recv returns the datagram's real length, so a cut one is seen.
 const MSG_TRUNC: i32 = 0x20;
 
-/// Starts the watcher's thread, and the task that follows kube-proxy's children
-/// ([`super::proc_events`]) for it.
-pub fn start(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
-    let children = KubeProxyChildren::new();
-    if matches!(ctx.host.kernel(), KernelSource::Live) {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(follow_kube_proxy(ctx.clone(), children.clone(), tx.clone()));
-        }
-    }
+/// Starts the watcher's thread; kube-proxy's children are followed through `shared`.
+pub fn start(ctx: Arc<ProbeContext>, shared: Arc<Shared>, tx: Sender<Event>) {
+    let children = shared.follow_kube_proxy(&ctx, &tx);
     let spawned = std::thread::Builder::new().name("nftables-watch".into()).spawn({
         let tx = tx.clone();
         move || run(&ctx, &children, &tx)
     });
     if let Err(e) = spawned {
         let _ = tx.try_send(Event::Unavailable(format!("starting its thread: {e}")));
-    }
-}
-
-/// Said once per agent: the process events cannot be listened to.
-static SAID_NO_PROC_EVENTS: std::sync::Once = std::sync::Once::new();
-
-/// Listens to process events while the kube_proxy probe names a process, and drains them as
-/// they come (a busy node forks a lot: the socket must not fill up between commits).
-async fn follow_kube_proxy(ctx: Arc<ProbeContext>, children: Arc<KubeProxyChildren>, tx: Sender<Event>) {
-    let mut found = ctx.kube_proxy_found.subscribe();
-    let mut refused = false;
-    loop {
-        let pid = found.borrow_and_update().map(|p| p.pid);
-        let fd = match children.follow(pid.filter(|_| !refused)) {
-            Ok(fd) => fd,
-            Err(why) => {
-                refused = true;
-                SAID_NO_PROC_EVENTS.call_once(|| {
-                    tracing::info!(
-                        "kube-proxy's children cannot be followed through process events ({why}): a commit whose writer exited before it was looked at keeps its parent unknown"
-                    )
-                });
-                None
-            }
-        };
-        // Deprecated for a raw fd closed while still registered (tokio#8587): this one is
-        // closed only by `follow`, called after this AsyncFd is dropped.
-        #[allow(deprecated)]
-        let readable =
-            fd.and_then(|fd| tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok());
-        loop {
-            let ready = async {
-                match &readable {
-                    Some(r) => r.readable().await.ok(),
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                guard = ready => {
-                    children.drain();
-                    if let Some(mut g) = guard {
-                        g.clear_ready();
-                    }
-                }
-                changed = found.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    break;
-                }
-                _ = tx.closed() => return,
-            }
-        }
-        drop(readable);
     }
 }
 

@@ -64,8 +64,10 @@ pub enum ProcEvent {
     Exec {
         tgid: i32,
     },
+    /// A thread of `tgid` exited, at `timestamp_ns` (the kernel's `ktime_get_ns()`: CLOCK_MONOTONIC).
     Exit {
         tgid: i32,
+        timestamp_ns: u64,
     },
     /// The answer to a subscription: 0, or the errno that refused it.
     Ack {
@@ -128,7 +130,14 @@ pub fn decode_one(payload: &[u8]) -> Result<ProcEvent, DecodeError> {
             }
         }
         PROC_EVENT_EXEC => ProcEvent::Exec { tgid: field(1)? },
-        PROC_EVENT_EXIT => ProcEvent::Exit { tgid: field(1)? },
+        PROC_EVENT_EXIT => ProcEvent::Exit {
+            tgid: field(1)?,
+            timestamp_ns: ev
+                .get(8..16)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_ne_bytes)
+                .ok_or_else(cut)?,
+        },
         what => ProcEvent::Other { what },
     })
 }
@@ -163,6 +172,10 @@ pub struct Children {
     order: VecDeque<i32>,
     forks: HashMap<i32, i32>,
     fork_order: VecDeque<i32>,
+    /// The last exit of a thread of the followed kube-proxy (CLOCK_MONOTONIC ns): the last one
+    /// is the process's end, told before its pidfd becomes readable (`do_exit` sends the event
+    /// before `exit_notify` wakes the pidfd).
+    kube_proxy_exit_ns: Option<u64>,
 }
 
 impl Children {
@@ -179,6 +192,12 @@ impl Children {
     /// Takes one event. Every new process has its fork told, so a PID reused by a process
     /// that is not kube-proxy's is forgotten at its fork.
     pub fn take(&mut self, e: ProcEvent) {
+        if let ProcEvent::Exit { tgid, timestamp_ns } = e {
+            if Some(tgid) == self.kube_proxy {
+                self.kube_proxy_exit_ns = self.kube_proxy_exit_ns.max(Some(timestamp_ns));
+            }
+            return;
+        }
         let ProcEvent::Fork {
             parent_tgid,
             child_tgid,
@@ -223,6 +242,11 @@ impl Children {
     /// The kube-proxy `pid` descends from, if it was seen forked from it.
     pub fn root_of(&self, pid: i32) -> Option<i32> {
         self.of.get(&pid).copied()
+    }
+
+    /// When the followed kube-proxy `pid` exited (its last thread), if that was seen.
+    pub fn exit_of(&self, pid: i32) -> Option<u64> {
+        self.kube_proxy_exit_ns.filter(|_| self.kube_proxy == Some(pid))
     }
 
     /// The parent `pid` was seen forked from, among the recent forks.
@@ -369,6 +393,14 @@ impl KubeProxyChildren {
         inner.children.root_of(pid).or_else(|| inner.children.forked_by(pid))
     }
 
+    /// When the followed kube-proxy `pid` exited (CLOCK_MONOTONIC ns), once what is queued has
+    /// been read; None where it was not seen (not listening, another process, events lost).
+    pub fn exit_of(&self, pid: i32) -> Option<u64> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.drain();
+        inner.children.exit_of(pid)
+    }
+
     /// Events lost to overflows so far.
     pub fn lost(&self) -> u64 {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).lost
@@ -454,7 +486,10 @@ mod tests {
                     thread: true
                 },
                 ProcEvent::Exec { tgid: 11 },
-                ProcEvent::Exit { tgid: 11 },
+                ProcEvent::Exit {
+                    tgid: 11,
+                    timestamp_ns: 123
+                },
                 ProcEvent::Ack { err: 1 },
                 ProcEvent::Other { what: 0x200 },
             ]
@@ -503,6 +538,29 @@ mod tests {
         // Another kube-proxy: the previous one's children are forgotten.
         c.follow(Some(200));
         assert!(c.is_empty());
+    }
+
+    /// The exit time is the followed kube-proxy's last thread's, and only its.
+    #[test]
+    fn the_followed_kube_proxy_s_exit_time_is_its_last_thread_s() {
+        let exit = |tgid: i32, pid: i32, ns: u64| {
+            let mut d = event(PROC_EVENT_EXIT, &[pid, tgid, 9, 9]);
+            d[16 + CN_MSG_LEN + 8..16 + CN_MSG_LEN + 16].copy_from_slice(&ns.to_ne_bytes());
+            d
+        };
+        let take = |c: &mut Children, d: Vec<u8>| decode(&d).into_iter().flatten().for_each(|e| c.take(e));
+        let mut c = Children::default();
+        take(&mut c, exit(100, 100, 5));
+        assert_eq!(c.exit_of(100), None, "not followed: not remembered");
+        c.follow(Some(100));
+        take(&mut c, exit(7, 7, 6));
+        assert_eq!(c.exit_of(100), None, "another process's exit");
+        take(&mut c, exit(100, 101, 2_000)); // a thread
+        take(&mut c, exit(100, 100, 1_500)); // the leader, before the last thread
+        assert_eq!(c.exit_of(100), Some(2_000));
+        assert_eq!(c.exit_of(7), None);
+        c.follow(Some(200));
+        assert_eq!(c.exit_of(200), None, "a new kube-proxy has not exited");
     }
 
     #[test]

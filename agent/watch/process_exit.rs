@@ -1,9 +1,16 @@
 //! kube-proxy's exit at its instant: a pidfd (`pidfd_open(2)`) on the process the kube_proxy
 //! probe found (`ProbeContext::kube_proxy_found`), polled by the runtime's reactor. A pidfd becomes
 //! readable when its process exits, so the watch costs nothing until then: no timer, no read of
-//! `/proc`. At the exit it reports [`Event::ProcessExited`] with the time it saw it; the
+//! `/proc`. At the exit it reports [`Event::ProcessExited`] with the exit's time; the
 //! scheduler wakes the kube_proxy probe, and the history stage starts kube-proxy's absence (and
 //! so `--kube-proxy.down-grace`) at that time, not at the probe's next run.
+//!
+//! The time is the kernel's: the exit event of the process's last thread, from the process
+//! events the sources share ([`super::Shared`]; `do_exit` sends it before it wakes the pidfd, so
+//! it is queued by the time the pidfd is readable). On a loaded node the agent may get a CPU
+//! a while after the exit; the kernel's timestamp does not move with that. Where the process
+//! events cannot be listened to (outside the initial network namespace, without
+//! CAP_NET_ADMIN), the time is when the pidfd was seen readable.
 //!
 //! The agent does not wait on the process (it is not its parent: the container runtime reaps
 //! kube-proxy), so nothing is left behind. A PID is opened only after the probe found it, and
@@ -20,7 +27,8 @@ use std::time::SystemTime;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::Sender;
 
-use super::Event;
+use super::proc_events::KubeProxyChildren;
+use super::{Event, Shared};
 use crate::netlink::replay::KernelSource;
 use crate::probe::{ProbeContext, WatchedProcess};
 use crate::timefmt::unix_seconds;
@@ -30,10 +38,11 @@ use crate::timefmt::unix_seconds;
 const SAME_START_SECONDS: f64 = 0.5;
 
 /// Starts the watch as a task of the current runtime.
-pub fn start(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
+pub fn start(ctx: Arc<ProbeContext>, shared: Arc<Shared>, tx: Sender<Event>) {
     match tokio::runtime::Handle::try_current() {
         Ok(rt) => {
-            rt.spawn(run(ctx, tx));
+            let children = shared.follow_kube_proxy(&ctx, &tx);
+            rt.spawn(run(ctx, children, tx));
         }
         Err(e) => {
             let _ = tx.try_send(Event::ExitUnavailable(format!("no runtime to run in: {e}")));
@@ -65,7 +74,7 @@ fn open(ctx: &ProbeContext, p: WatchedProcess) -> Option<AsyncFd<OwnedFd>> {
     AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok()
 }
 
-async fn run(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
+async fn run(ctx: Arc<ProbeContext>, children: Arc<KubeProxyChildren>, tx: Sender<Event>) {
     if !matches!(ctx.host.kernel(), KernelSource::Live) {
         let _ = tx
             .send(Event::ExitUnavailable(format!(
@@ -101,10 +110,11 @@ async fn run(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
             },
             Some((t, fd)) => tokio::select! {
                 ready = fd.readable() => {
-                    let at_seconds = unix_seconds(SystemTime::now());
+                    let seen = SystemTime::now();
                     if ready.is_err() {
                         return;
                     }
+                    let at_seconds = exit_time(children.exit_of(t.pid), seen);
                     reported = Some(t);
                     if tx.send(Event::ProcessExited { pid: t.pid, at_seconds }).await.is_err() {
                         return;
@@ -115,6 +125,21 @@ async fn run(ctx: Arc<ProbeContext>, tx: Sender<Event>) {
             },
         }
     }
+}
+
+/// The exit's Unix time: the kernel's CLOCK_MONOTONIC `exit_ns` carried to the wall clock, or,
+/// without it (or from a clock that disagrees), `seen`.
+pub fn exit_time(exit_ns: Option<u64>, seen: SystemTime) -> f64 {
+    let seen_unix = unix_seconds(seen);
+    let Some(exit_ns) = exit_ns else { return seen_unix };
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let now_ns = (now.tv_sec as u128 * 1_000_000_000 + now.tv_nsec as u128) as f64;
+    let ago = (now_ns - exit_ns as f64) / 1e9;
+    // An exit seen before it happened, or an hour before: not this exit's time.
+    if !(0.0..3600.0).contains(&ago) {
+        return seen_unix;
+    }
+    (unix_seconds(SystemTime::now()) - ago).min(seen_unix)
 }
 
 #[cfg(test)]
@@ -137,7 +162,7 @@ mod tests {
     ) {
         let ctx = live_ctx();
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-        start(ctx.clone(), tx);
+        start(ctx.clone(), Shared::new(), tx);
         assert_eq!(rx.recv().await, Some(Event::ExitWatching));
         let child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id() as i32;
@@ -198,7 +223,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = Arc::new(crate::probe::test_context(crate::host::Host::new(dir.path())));
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-        start(ctx, tx);
+        start(ctx, Shared::new(), tx);
         let Some(Event::ExitUnavailable(why)) = rx.recv().await else {
             panic!()
         };

@@ -852,3 +852,39 @@ fn counts_carried_by_the_notifications_equal_iptables_nft_save_commit_after_comm
     assert_eq!(carried, counted);
     agent.stop_cleanly();
 }
+
+/// kube-proxy's exit time is the kernel's, not when the agent got round to it: a process (the
+/// stand-in) is followed through the process events, SIGKILLed, and looked at only 400 ms
+/// later, as a loaded node's agent may be; the exit time told is within 100 ms of the kill
+/// (the bound), where the time the exit was seen is 400 ms off. Needs root and the
+/// initial user, PID and network namespaces (the connector exists there only).
+#[test]
+fn kube_proxy_s_exit_time_is_the_kernel_s_when_the_agent_looks_late_in_the_initial_namespaces() {
+    use proxywatch::watch::proc_events::KubeProxyChildren;
+    use proxywatch::watch::process_exit::exit_time;
+    use std::time::SystemTime;
+    if !common::can_run(&["sleep"]) {
+        return;
+    }
+    let children = KubeProxyChildren::new();
+    let mut p = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = p.id() as i32;
+    children
+        .follow(Some(pid))
+        .expect("process events in the initial namespaces");
+    let unix = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs_f64();
+    let killed = unix(SystemTime::now());
+    p.kill().unwrap();
+    p.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let seen = SystemTime::now();
+    let at = exit_time(children.exit_of(pid), seen);
+    assert!(unix(seen) - killed >= 0.4);
+    assert!(
+        (killed..killed + 0.1).contains(&at),
+        "the exit told {:.3} s after the kill (seen {:.3} s after)",
+        at - killed,
+        unix(seen) - killed
+    );
+    assert_eq!(children.exit_of(pid + 1), None, "only the followed process's exit");
+}
