@@ -6,9 +6,18 @@
 # One throwaway namespace (pwcd-<pid>, deleted on exit, everything started in it
 # stopped by its PID) with kube-proxy's iptables-nft rule set
 # (tests/tools/gen_kube_rules.py, SERVICES x ENDPOINTS, 2000 x 3), a stand-in
-# kube-proxy (bash under the name kube-proxy-cd, rewriting its own chains every
-# second through a child `iptables-nft-restore --noflush`, as kube-proxy does;
-# its jumps from the built-in chains written once), and two agents:
+# kube-proxy (bash under the name kube-proxy-cd, writing every second through a
+# child `iptables-nft-restore --noflush`, as kube-proxy does; its jumps from the
+# built-in chains written once), and two agents. What the stand-in writes, SYNC:
+#   partial  (the default) kube-proxy's partial sync (MinimizeIPTablesRestore, on by
+#            default since Kubernetes 1.27): the chains it always writes (filter's
+#            KUBE-* chains, nat's KUBE-SERVICES, KUBE-NODEPORTS, KUBE-POSTROUTING,
+#            KUBE-MARK-MASQ) and one changed Service's SVC/EXT/SEP chains, the next
+#            Service each time (pkg/proxy/iptables/proxier.go skips the chains of
+#            Services unchanged since the last sync)
+#   full     every chain of kube-proxy's, flushed and rewritten: its full sync, done at
+#            start, after a failed sync and periodically (proxyutil.FullSyncPeriod)
+# The agents:
 #   watch  the defaults: nf_tables notifications, conntrack statistics every 1 s
 #   poll   --nftables-watch.enabled false --conntrack-stats.interval 0: what the
 #          agent was before issue 36, the iptables probe every 60 s (its default)
@@ -32,7 +41,10 @@
 #          a new one, once the watching agent's kube_proxy probe has found it) is
 #          SIGKILLed; the time from the kill to kube_proxy_down in the watching agent's
 #          /findings naming that PID, and how far the exit time in its evidence is
-#          from the kill. No poll row: both agents watch kube-proxy's exit (there is
+#          from the kill; the same for a third agent, "host", started for these trials
+#          in the initial network namespace (the DaemonSet's: hostNetwork), where the
+#          kernel's process events time the exit; in the bench's namespace they cannot
+#          be listened to and the exit is timed when the pidfd is seen. No poll row: both agents watch kube-proxy's exit (there is
 #          no flag to turn the pidfd off); without it the agent learns of a death
 #          at its kube_proxy probe's next run, every 15 s by default.
 # Prints one table: latency p50 / p99 / max per row, the CPU ms and RSS KiB per
@@ -50,6 +62,7 @@ IDLE=${IDLE:-600}
 WATCH_TRIALS=${WATCH_TRIALS:-20}
 POLL_TRIALS=${POLL_TRIALS:-5}
 KILL_TRIALS=${KILL_TRIALS:-5}
+SYNC=${SYNC:-partial}
 source "$ROOT/tests/bench/lib.sh"
 need_root_and ip iptables-nft-restore python3
 pw_bin
@@ -86,9 +99,48 @@ print("*nat\n" + "".join(out) + "COMMIT")
 EOF
 ip netns exec "$NS" iptables-nft-restore <"$WORK/full.rules"
 
+# kube-proxy's partial syncs: sync.<i>.rules writes the chains it always writes and
+# Service i's chains (16 files, taken in turn); a full sync writes kube.rules.
+python3 - "$WORK/kube.rules" "$WORK" <<'PY'
+import re, sys
+kube, work = sys.argv[1], sys.argv[2]
+per_service = re.compile(r"^KUBE-(SVC|SVL|EXT|FW|SEP)-")
+tables, order, table = {}, [], None
+for l in open(kube):
+    if l.startswith("*"):
+        table = l.strip()[1:]
+        tables[table] = {"decl": [], "rules": {}}
+        order.append(table)
+    elif l.startswith(":"):
+        tables[table]["decl"].append(l)
+    elif l.startswith("-A "):
+        tables[table]["rules"].setdefault(l.split()[1], []).append(l)
+def service_of(chain, rules):
+    m = re.search(r"ns\d+/svc-(\d+):", "".join(rules.get(chain, [])))
+    return int(m.group(1)) if m else None
+for i in range(16):
+    out = []
+    for t in order:
+        if t not in ("filter", "nat"):
+            continue
+        d, rules = tables[t], tables[t]["rules"]
+        keep = [c.split()[0][1:] for c in d["decl"]
+                if not per_service.match(c[1:]) or service_of(c.split()[0][1:], rules) == i]
+        out.append(f"*{t}\n")
+        out += [f":{c} - [0:0]\n" for c in keep]
+        for c in keep:
+            out += rules.get(c, [])
+        out.append("COMMIT\n")
+    open(f"{work}/sync.{i}.rules", "w").write("".join(out))
+PY
+case $SYNC in
+partial) LOOP="i=0; while :; do iptables-nft-restore --noflush < '$WORK/sync.'\$((i % 16))'.rules'; i=\$((i + 1)); sleep 1; done" ;;
+full) LOOP="while :; do iptables-nft-restore --noflush < '$WORK/kube.rules'; sleep 1; done" ;;
+*) echo "SYNC is partial or full, not $SYNC" >&2; exit 2 ;;
+esac
+echo "SYNC=$SYNC: $(grep -c '^-A' "$WORK/sync.0.rules") rules per partial sync, $(grep -c '^-A' "$WORK/kube.rules") per full one"
 ln -s "$(command -v bash)" "$WORK/kube-proxy-cd"
-ip netns exec "$NS" "$WORK/kube-proxy-cd" -c "while :; do iptables-nft-restore --noflush < '$WORK/kube.rules'; sleep 1; done" \
-	>/dev/null 2>&1 &
+ip netns exec "$NS" "$WORK/kube-proxy-cd" -c "$LOOP" >/dev/null 2>&1 &
 PIDS+=($!)
 KP=$!
 common=(--log.level warn --node-name bench-cd --kube-proxy.process-name kube-proxy-cd --kube-proxy.down-grace 0s)
@@ -101,13 +153,13 @@ PIDS+=($!)
 POLL=$!
 
 ip netns exec "$NS" python3 - "$WATCH" "$POLL" "$KP" "$BUSY" "$IDLE" "$WATCH_TRIALS" "$POLL_TRIALS" \
-	"$WORK/portals.rules" "$SERVICES" "$ENDPOINTS" "$KILL_TRIALS" "$WORK/kube-proxy-cd" "$WORK/kube.rules" <<'EOF'
+	"$WORK/portals.rules" "$SERVICES" "$ENDPOINTS" "$KILL_TRIALS" "$WORK/kube-proxy-cd" "$LOOP" "$PW_BIN" "/proc/$$/ns/net" <<'EOF'
 import json, os, signal, subprocess, sys, time, urllib.request
 
 watch_pid, poll_pid, kp_pid = (int(a) for a in sys.argv[1:4])
 busy, idle, n_watch, n_poll = (int(a) for a in sys.argv[4:8])
 portals, services, endpoints = sys.argv[8], sys.argv[9], sys.argv[10]
-n_kill, kp_path, kube_rules = int(sys.argv[11]), sys.argv[12], sys.argv[13]
+n_kill, kp_path, loop, pw_bin, host_net = int(sys.argv[11]), sys.argv[12], sys.argv[13], sys.argv[14], sys.argv[15]
 TICK = os.sysconf("SC_CLK_TCK")
 
 def get(port, path):
@@ -240,34 +292,64 @@ names = {r[2] for r in res if r[2]}
 def kp_seen(port):
     return ((get(port, "/snapshot")["facts"].get("kube_proxy") or {}).get("process") or {}).get("pid")
 
-def down_finding(pid):
-    f = next((f for f in get(19881, "/findings") if f["id"] == "kube_proxy_down"), None)
+def down_finding(port, pid):
+    f = next((f for f in get(port, "/findings") if f["id"] == "kube_proxy_down"), None)
+    return f if f and f["evidence"].get("exited_pid") == pid else None
+
+# The host agent, in the network namespace the bench was started in (the initial one, on a
+# node; this python runs in the bench's: the agent and its HTTP client enter the bench
+# script's through nsenter). It only reads, as every agent does. Its namespace holds none of
+# the stand-in's rules: `--kube-proxy.mode iptables` says kube-proxy belongs there.
+NSENTER = ["nsenter", f"--net={host_net}"]
+host = None
+if n_kill:
+    host = subprocess.Popen(NSENTER + [pw_bin, "serve", "--listen", "127.0.0.1:19883", "--log.level", "warn",
+                                       "--node-name", "bench-cd-host", "--kube-proxy.process-name", "kube-proxy-cd",
+                                       "--kube-proxy.down-grace", "0s", "--kube-proxy.mode", "iptables"],
+                            stderr=subprocess.DEVNULL)
+def host_get(path):
+    code = ("import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
+            f"'http://127.0.0.1:19883{path}', timeout=10).read().decode())")
+    return json.loads(subprocess.run(NSENTER + ["python3", "-c", code], capture_output=True, text=True,
+                                     timeout=20).stdout)
+def host_kp_seen():
+    return ((host_get("/snapshot")["facts"].get("kube_proxy") or {}).get("process") or {}).get("pid")
+def host_down(pid):
+    f = next((f for f in host_get("/findings") if f["id"] == "kube_proxy_down"), None)
     return f if f and f["evidence"].get("exited_pid") == pid else None
 
 kills = []
-for i in range(n_kill):
-    child = None
-    if i > 0:
-        child = subprocess.Popen([kp_path, "-c", f"while :; do iptables-nft-restore --noflush < '{kube_rules}'; sleep 1; done"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pid = child.pid if child else kp_pid
-    try:
-        wait("the watching agent's kube_proxy probe finds the stand-in", lambda: kp_seen(19881) == pid, 60, 0.2)
-        time.sleep(1)  # the exit watch opens its pidfd once a publication names the process
-        t_kill = time.time()
-    finally:
-        os.kill(pid, signal.SIGKILL)  # also when the wait failed: a stand-in of this script never outlives it
-        if child:
-            child.wait()
-    f = wait("kube_proxy_down naming the killed PID", lambda: down_finding(pid), 30, 0.005)
-    kills.append((time.time() - t_kill, abs(f["evidence"]["exited_timestamp_seconds"] - t_kill), f["severity"]))
+try:
+    for i in range(n_kill):
+        child = None
+        if i > 0:
+            child = subprocess.Popen([kp_path, "-c", loop], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pid = child.pid if child else kp_pid
+        try:
+            wait("the watching agent's kube_proxy probe finds the stand-in", lambda: kp_seen(19881) == pid, 60, 0.2)
+            wait("the host agent's kube_proxy probe finds the stand-in", lambda: host_kp_seen() == pid, 60, 0.2)
+            time.sleep(1)  # the exit watch opens its pidfd once a publication names the process
+            t_kill = time.time()
+        finally:
+            os.kill(pid, signal.SIGKILL)  # also when the wait failed: a stand-in of this script never outlives it
+            if child:
+                child.wait()
+        f = wait("kube_proxy_down naming the killed PID", lambda: down_finding(19881, pid), 30, 0.005)
+        t_f = time.time()
+        h = wait("the host agent's kube_proxy_down naming the killed PID", lambda: host_down(pid), 30, 0.05)
+        kills.append((t_f - t_kill, abs(f["evidence"]["exited_timestamp_seconds"] - t_kill), f["severity"],
+                      abs(h["evidence"]["exited_timestamp_seconds"] - t_kill)))
+finally:
+    if host:
+        host.terminate()
+        host.wait()
 
 def stats(v):
     v = sorted(v)
     q = lambda x: v[min(len(v) - 1, max(0, int(-(-x * len(v) // 1)) - 1))]
     return f"{q(0.5) * 1000:9.0f} {q(0.99) * 1000:9.0f} {v[-1] * 1000:9.0f}"
 
-print(f"rules: {services} x {endpoints} services, nat {full} rules ({n_portals} portals removed per trial)")
+print(f"rules: {services} x {endpoints} services, nat {full} rules ({n_portals} portals removed per trial); stand-in: {loop}")
 print(f"{'latency, ms (commit seen ->)':52} {'trials':>6} {'p50':>9} {'p99':>9} {'max':>9}")
 named = [r[0] for r in res if r[0] is not None]
 print(f"{'watch: finding in /findings naming the writer':52} {len(named):6d} {stats(named)}")
@@ -278,6 +360,7 @@ print(f"{'poll:  its iptables reading shows the removal':52} {n_poll:6d} {stats(
 if kills:
     print(f"{'watch: kube_proxy_down in /findings after a SIGKILL':52} {len(kills):6d} {stats([k[0] for k in kills])}")
     print(f"{'watch: exit time in its evidence, off the kill by':52} {len(kills):6d} {stats([k[1] for k in kills])}")
+    print(f"{'host:  exit time in its evidence, off the kill by':52} {len(kills):6d} {stats([k[3] for k in kills])}")
     print(f"kube_proxy_down severity at once (--kube-proxy.down-grace 0s): {', '.join(sorted({k[2] for k in kills}))}")
 print(f"writer named by the watching agent: {', '.join(sorted(names))}; the polling agent names none")
 print(f"busy phase: {busy} s, {kp_commits} commits journaled as kube-proxy's, 0 as another's, the finding never raised")
