@@ -156,10 +156,10 @@ async fn check(format: Format, common: &Common, try_services: bool) -> anyhow::R
     let schedules = common.schedules_trying(try_services);
     let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
     let publication = scheduler::run_once(ctx, &schedules, &common.sources(), aggregator, &mut say).await;
-    let doc = &publication.document;
+    let doc = publication.document();
     let mut stdout = std::io::stdout().lock();
     match format {
-        Format::Json => stdout.write_all(&publication.snapshot_json),
+        Format::Json => stdout.write_all(&publication.snapshot_json().map_err(anyhow::Error::msg)?),
         Format::Text => stdout.write_all(report::render(doc).as_bytes()),
     }
     .context("writing the report")?;
@@ -175,7 +175,7 @@ async fn snapshot_now(common: &Common, try_services: bool) -> anyhow::Result<byt
     let schedules = common.schedules_trying(try_services);
     let Setup { ctx, aggregator, .. } = setup(common, &schedules)?;
     let publication = scheduler::run_once(ctx, &schedules, &common.sources(), aggregator, &mut say).await;
-    Ok(publication.snapshot_json)
+    publication.snapshot_json().map_err(anyhow::Error::msg)
 }
 
 async fn baseline_save(file: &std::path::Path, common: &Common, try_services: bool) -> anyhow::Result<ExitCode> {
@@ -260,7 +260,7 @@ async fn npd_findings(args: &NpdArgs) -> anyhow::Result<Vec<proxywatch::evaluate
         let schedules = args.common.schedules();
         let Setup { ctx, aggregator, .. } = setup(&args.common, &schedules)?;
         let publication = scheduler::run_once(ctx, &schedules, &args.common.sources(), aggregator, &mut say).await;
-        return Ok(publication.document.findings);
+        return Ok(publication.findings().to_vec());
     };
     let (url, agent) = match proxywatch::fetch::split_url(from) {
         Some((authority, "/")) => (proxywatch::fetch::join(from, "/findings"), authority),

@@ -177,8 +177,8 @@ impl Aggregator {
     }
 
     /// Records a batch of events (what was queued when the aggregator looked): each one goes into
-    /// the history stage's journal, and the verdict is made and rendered once for the batch, not
-    /// once per event (a rule churn is hundreds of commits; rendering is the costly part).
+    /// the history stage's journal, and the verdict is made once for the batch, not
+    /// once per event (a rule churn is hundreds of commits).
     pub fn record_events(&mut self, events: &[crate::watch::Event], now: f64, mono: f64) -> Option<Publication> {
         let kube_proxy_pid = self
             .snapshot
@@ -377,7 +377,7 @@ pub fn step(
 }
 
 /// What the aggregator folds in: a probe run's report, or a batch of event sources' events
-/// (rendered once).
+/// (judged once).
 #[derive(Debug)]
 pub enum Input {
     /// Boxed: a report carries its probe's reading, much larger than an event.
@@ -386,7 +386,7 @@ pub enum Input {
 }
 
 /// `first` and the events queued behind it when the aggregator looks: one batch, folded in
-/// and rendered once. What is queued now, not what keeps coming: under a churn faster than
+/// and judged once. What is queued now, not what keeps coming: under a churn faster than
 /// the aggregator, draining until empty would never publish.
 fn batch(first: Event, rx: &mut mpsc::Receiver<Event>) -> Vec<Event> {
     let queued = rx.len();
@@ -693,11 +693,16 @@ mod tests {
                 1.0,
             )
             .expect("all probes reported");
-        assert_eq!(p.document.probes["sysctls"].status, ProbeStatus::Failed);
-        assert!(p.document.findings.iter().any(|f| f.id == "probe_failed"));
+        assert_eq!(p.document().probes["sysctls"].status, ProbeStatus::Failed);
+        assert!(p.document().findings.iter().any(|f| f.id == "probe_failed"));
         // Drops since the first reading make the drop finding critical.
         let p = a.record(ok(ProbeName::Conntrack, ct(10, 9)), 105.0, 5.0).unwrap();
-        let f = p.document.findings.iter().find(|f| f.id == "conntrack_drops").unwrap();
+        let f = p
+            .document()
+            .findings
+            .iter()
+            .find(|f| f.id == "conntrack_drops")
+            .unwrap();
         assert_eq!(f.evidence["drop_increase"], 4);
         assert!(p.readiness().is_err());
     }
@@ -718,7 +723,7 @@ mod tests {
             })
         };
         let p = a.record(ok(ProbeName::Conntrack, ct(10_000)), 1000.0, 0.0).unwrap();
-        assert!(p.document.derived.conntrack.is_none(), "one reading: no trend");
+        assert!(p.document().derived.conntrack.is_none(), "one reading: no trend");
         // 100 entries/s for 10 minutes, with one reading spiking: 70 000 at t = 600 s,
         // 30 000 to go, so about 300 s to full: critical (< 10 min).
         let mut last = None;
@@ -728,17 +733,17 @@ mod tests {
             last = a.record(ok(ProbeName::Conntrack, ct(entries)), 1000.0 + t, t);
         }
         let p = last.unwrap();
-        let tr = p.document.derived.conntrack.as_ref().unwrap().trend.clone().unwrap();
+        let tr = p.document().derived.conntrack.as_ref().unwrap().trend.clone().unwrap();
         assert!((tr.slope_per_second - 100.0).abs() < 0.5, "{tr:?}");
         assert!((tr.seconds_to_full.unwrap() - 300.0).abs() < 5.0, "{tr:?}");
         let f = p
-            .document
+            .document()
             .findings
             .iter()
             .find(|f| f.id == "conntrack_time_to_full")
             .unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Critical);
-        assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_conntrack_seconds_to_full 300"));
+        assert!(String::from_utf8_lossy(&p.metrics().unwrap()).contains("proxywatch_conntrack_seconds_to_full 300"));
     }
 
     #[test]
@@ -784,8 +789,8 @@ mod tests {
         a.render = Publication::new;
         let p = step(&mut a, ok(ProbeName::Conntrack, ct(20, 0)), 105.0, 5.0, &live).expect("published");
         assert!(live.check().is_ok(), "a report went through: healthy again");
-        assert_eq!(p.document.facts.conntrack.as_ref().unwrap().entries, 20);
-        assert!(String::from_utf8_lossy(&p.metrics).contains("proxywatch_pipeline_panics_total 1"));
+        assert_eq!(p.document().facts.conntrack.as_ref().unwrap().entries, 20);
+        assert!(String::from_utf8_lossy(&p.metrics().unwrap()).contains("proxywatch_pipeline_panics_total 1"));
     }
 
     #[test]
@@ -805,7 +810,7 @@ mod tests {
             })
         };
         let since = |p: &Publication| {
-            let f = p.document.findings.iter().find(|f| f.id == "conntrack_table_fill");
+            let f = p.document().findings.iter().find(|f| f.id == "conntrack_table_fill");
             f.map(|f| (f.severity, f.since))
         };
         let p = a.record(ok(ProbeName::Conntrack, fill(850)), 100.0, 0.0).unwrap();
@@ -821,20 +826,20 @@ mod tests {
         let p = a.record(ok(ProbeName::Conntrack, fill(970)), 120.0, 20.0).unwrap();
         assert_eq!(since(&p), Some((crate::evaluate::Severity::Critical, Some(120.0))));
         // Rendered where users read it.
-        let json = String::from_utf8_lossy(&p.findings_json);
+        let json = String::from_utf8_lossy(&p.findings_json().unwrap()).into_owned();
         assert!(json.contains("\"since\": \"1970-01-01T00:02:00.000Z\""), "{json}");
-        let metrics = String::from_utf8_lossy(&p.metrics);
+        let metrics = String::from_utf8_lossy(&p.metrics().unwrap()).into_owned();
         assert!(metrics.contains("proxywatch_finding_active_since_timestamp_seconds{id=\"conntrack_table_fill\"} 120"));
-        assert!(String::from_utf8_lossy(&p.page_html)
+        assert!(String::from_utf8_lossy(&p.page_html().unwrap())
             .contains("critical since <time datetime=\"1970-01-01T00:02:00.000Z\">"));
-        let report = crate::expose::report::render(&p.document);
+        let report = crate::expose::report::render(p.document());
         assert!(
             report.contains("       since: 1970-01-01T00:02:00.000Z (0 seconds at critical)"),
             "{report}"
         );
         let p = a.record(ok(ProbeName::Conntrack, fill(100)), 130.0, 30.0).unwrap();
         assert_eq!(since(&p), None);
-        assert!(!String::from_utf8_lossy(&p.metrics)
+        assert!(!String::from_utf8_lossy(&p.metrics().unwrap())
             .contains("proxywatch_finding_active_since_timestamp_seconds{id=\"conntrack_table_fill\"}"));
     }
 
@@ -848,21 +853,21 @@ mod tests {
         );
         a.record(ok(ProbeName::Conntrack, ct(10, 0)), 95.0, 0.0).unwrap();
         let p = a.record(ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 5.0).unwrap();
-        assert!(p.document.derived.conntrack.is_some(), "two readings: a window");
+        assert!(p.document().derived.conntrack.is_some(), "two readings: a window");
         let fail = || RunReport {
             probe: ProbeName::Conntrack,
             result: Err(ProbeError::Timeout(Duration::from_secs(1))),
             duration: Duration::from_secs(1),
         };
-        let metrics = |p: &Publication| String::from_utf8_lossy(&p.metrics).into_owned();
+        let metrics = |p: &Publication| String::from_utf8_lossy(&p.metrics().unwrap()).into_owned();
         // A transient failure: the reading of t = 100 stays, said to be of t = 100.
         let p = a.record(fail(), 110.0, 10.0).unwrap();
-        assert_eq!(p.document.facts.conntrack.as_ref().map(|c| c.entries), Some(10));
+        assert_eq!(p.document().facts.conntrack.as_ref().map(|c| c.entries), Some(10));
         assert!(
-            p.document.derived.conntrack.is_some(),
+            p.document().derived.conntrack.is_some(),
             "nor are the values derived from it cleared"
         );
-        let o = &p.document.probes["conntrack"];
+        let o = &p.document().probes["conntrack"];
         assert_eq!((o.last_success_seconds, o.reading_seconds), (Some(100.0), Some(100.0)));
         assert_eq!(o.last_run_seconds, 110.0);
         assert!(o.error.as_deref().unwrap().contains("timed out"));
@@ -875,11 +880,11 @@ mod tests {
         );
         // Still failing past the hold: the facts go, with their time.
         let p = a.record(fail(), 100.0 + HOLD_SECONDS, 5.0 + HOLD_SECONDS).unwrap();
-        assert!(p.document.facts.conntrack.is_some(), "held up to {HOLD_SECONDS} s");
+        assert!(p.document().facts.conntrack.is_some(), "held up to {HOLD_SECONDS} s");
         let p = a.record(fail(), 101.0 + HOLD_SECONDS, 6.0 + HOLD_SECONDS).unwrap();
-        assert!(p.document.facts.conntrack.is_none(), "no old numbers past the hold");
-        assert!(p.document.derived.conntrack.is_none(), "nor values derived from them");
-        let o = &p.document.probes["conntrack"];
+        assert!(p.document().facts.conntrack.is_none(), "no old numbers past the hold");
+        assert!(p.document().derived.conntrack.is_none(), "nor values derived from them");
+        let o = &p.document().probes["conntrack"];
         assert_eq!((o.last_success_seconds, o.reading_seconds), (Some(100.0), None));
         let m = metrics(&p);
         assert!(!m.contains("proxywatch_conntrack_entries "), "{m}");
@@ -889,17 +894,17 @@ mod tests {
         );
         // A success brings them back, and an absent source clears them at once.
         let p = a.record(ok(ProbeName::Conntrack, ct(12, 0)), 500.0, 400.0).unwrap();
-        assert_eq!(p.document.probes["conntrack"].reading_seconds, Some(500.0));
+        assert_eq!(p.document().probes["conntrack"].reading_seconds, Some(500.0));
         let absent = RunReport {
             probe: ProbeName::Conntrack,
             result: Ok(Probed::Absent("gone".into())),
             duration: Duration::ZERO,
         };
         let p = a.record(absent, 505.0, 405.0).unwrap();
-        assert!(p.document.facts.conntrack.is_none());
+        assert!(p.document().facts.conntrack.is_none());
         let p = a.record(fail(), 510.0, 410.0).unwrap();
         assert!(
-            p.document.facts.conntrack.is_none(),
+            p.document().facts.conntrack.is_none(),
             "nothing to hold after an absent run"
         );
     }
@@ -941,14 +946,14 @@ mod tests {
             duration: Duration::from_millis(5),
         };
         let severity = |p: &Publication| {
-            p.document
+            p.document()
                 .findings
                 .iter()
                 .find(|f| f.id == "conntrack_stale_endpoint_entries")
                 .map(|f| f.severity)
         };
         let gauge = |p: &Publication| {
-            let m = String::from_utf8_lossy(&p.metrics).into_owned();
+            let m = String::from_utf8_lossy(&p.metrics().unwrap()).into_owned();
             m.lines()
                 .find_map(|l| l.strip_prefix("proxywatch_conntrack_stale_entries{protocol=\"udp\"} "))
                 .map(|v| v.to_string())
@@ -964,7 +969,7 @@ mod tests {
             "the finding holds"
         );
         let p = a.record(stale(), 280.0, 180.0).unwrap();
-        let f = p.document.derived.conntrack_stale.as_ref().unwrap();
+        let f = p.document().derived.conntrack_stale.as_ref().unwrap();
         assert_eq!(
             f.groups[0].first_seen_seconds, 100.0,
             "the pair's history survived the failure"
@@ -996,17 +1001,17 @@ mod tests {
         a.record(ok(ProbeName::Conntrack, ct(10, 0)), 100.0, 0.0).unwrap();
         let p = a.record(fail(), 3710.0, 10.0).unwrap();
         assert!(
-            p.document.facts.conntrack.is_some(),
+            p.document().facts.conntrack.is_some(),
             "10 s old, whatever the wall clock says"
         );
         assert_eq!(
-            p.document.probes["conntrack"].reading_seconds,
+            p.document().probes["conntrack"].reading_seconds,
             Some(100.0),
             "shown as read"
         );
         let p = a.record(fail(), 50.0, 1.0 + HOLD_SECONDS).unwrap();
         assert!(
-            p.document.facts.conntrack.is_none(),
+            p.document().facts.conntrack.is_none(),
             "past the hold, wall clock set back or not"
         );
     }
@@ -1036,7 +1041,12 @@ mod tests {
             })
         };
         let down = |p: &Publication| {
-            let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+            let f = p
+                .document()
+                .findings
+                .iter()
+                .find(|f| f.id == "kube_proxy_down")
+                .unwrap();
             (
                 f.severity,
                 f.evidence["absent_since_timestamp_seconds"].as_f64().unwrap(),
@@ -1102,7 +1112,12 @@ mod tests {
             duration: Duration::ZERO,
         };
         let down = |p: &Publication| {
-            let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+            let f = p
+                .document()
+                .findings
+                .iter()
+                .find(|f| f.id == "kube_proxy_down")
+                .unwrap();
             (f.severity, f.evidence.clone())
         };
         // Woken by the exit, the probe finds nothing: info, absent since the exit.
@@ -1145,7 +1160,7 @@ mod tests {
         }
     }
 
-    /// `serve` under a rule churn: every commit is journaled, but the snapshot is rendered once
+    /// `serve` under a rule churn: every commit is journaled, but the snapshot is judged once
     /// per batch of queued events, not once per commit (counted by `proxywatch_publications_total`).
     #[tokio::test]
     async fn a_churn_of_commits_is_journaled_whole_and_rendered_per_batch() {
@@ -1170,12 +1185,12 @@ mod tests {
         let publication = loop {
             latest.changed().await.unwrap();
             let p = latest.borrow().clone().unwrap();
-            let w = p.document.derived.nftables_watch.as_ref().unwrap();
+            let w = p.document().derived.nftables_watch.as_ref().unwrap();
             if w.commits_other_total == u64::from(CHURN) {
                 break p;
             }
         };
-        let w = publication.document.derived.nftables_watch.as_ref().unwrap();
+        let w = publication.document().derived.nftables_watch.as_ref().unwrap();
         let generations: Vec<u32> = w
             .journal
             .iter()
@@ -1187,7 +1202,7 @@ mod tests {
             (1..=CHURN).collect::<Vec<_>>(),
             "every commit journaled, in order"
         );
-        let metrics = String::from_utf8_lossy(&publication.metrics).into_owned();
+        let metrics = String::from_utf8_lossy(&publication.metrics().unwrap()).into_owned();
         let renders: u64 = metrics
             .lines()
             .find_map(|l| l.strip_prefix("proxywatch_publications_total "))
@@ -1221,7 +1236,12 @@ mod tests {
         };
         a.record(ok(ProbeName::Iptables, rules), 100.0, 0.0);
         let p = a.record(absent(), 100.0, 0.0).unwrap();
-        let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+        let f = p
+            .document()
+            .findings
+            .iter()
+            .find(|f| f.id == "kube_proxy_down")
+            .unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Info);
         assert_eq!(a.recheck(), Some((ProbeName::KubeProxy, Duration::from_secs(30))));
         let notice = a
@@ -1253,7 +1273,12 @@ mod tests {
             duration: Duration::from_secs(2),
         };
         let p = a.record(failed, 145.0, 45.0).unwrap();
-        let f = p.document.findings.iter().find(|f| f.id == "kube_proxy_down").unwrap();
+        let f = p
+            .document()
+            .findings
+            .iter()
+            .find(|f| f.id == "kube_proxy_down")
+            .unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Critical);
         assert!(f.evidence["latest_run_failed"].as_str().unwrap().contains("timed out"));
         assert_eq!(a.recheck(), None);
@@ -1263,6 +1288,6 @@ mod tests {
             ..Default::default()
         }));
         let p = a.record(ok(ProbeName::KubeProxy, back), 160.0, 60.0).unwrap();
-        assert!(p.document.findings.iter().all(|f| f.id != "kube_proxy_down"));
+        assert!(p.document().findings.iter().all(|f| f.id != "kube_proxy_down"));
     }
 }

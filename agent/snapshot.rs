@@ -62,8 +62,8 @@ pub struct Snapshot {
     pub probes: BTreeMap<ProbeName, ProbeOutcome>,
     /// Panics caught in the pipeline (history, evaluation, rendering) since the agent started.
     pub pipeline_panics: u64,
-    /// Verdicts made and rendered since the agent started: one per probe report, one per batch
-    /// of events (not one per event).
+    /// Verdicts made since the agent started: one per probe report, one per batch of events
+    /// (not one per event); each rendered only when asked for.
     pub publications: u64,
 }
 

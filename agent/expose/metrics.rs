@@ -198,7 +198,7 @@ fn probes(out: &Out, s: &Snapshot) {
     .inc_by(s.pipeline_panics);
     out.counter(
         "proxywatch_publications_total",
-        "Verdicts made and rendered since the agent started: one per probe report, one per batch of queued events (a burst of nf_tables commits is rendered once, not once per commit).",
+        "Verdicts made since the agent started: one per probe report, one per batch of queued events (a burst of nf_tables commits is judged once, not once per commit); each is rendered only when first asked for (a scrape, /snapshot, the page).",
         &[],
     )
     .with_label_values(&[] as &[&str])

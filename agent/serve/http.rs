@@ -68,6 +68,14 @@ fn not_yet() -> Response {
         .into_response()
 }
 
+/// A rendering's body, or a 500 saying it failed (a bug; the next request tries again).
+fn rendered(content_type: &'static str, r: Result<bytes::Bytes, &'static str>) -> Response {
+    match r {
+        Ok(b) => body(content_type, b),
+        Err(why) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, TEXT)], why).into_response(),
+    }
+}
+
 fn current(latest: &Latest) -> Option<Arc<Publication>> {
     latest.borrow().clone()
 }
@@ -89,17 +97,17 @@ const NOT_YET_HTML: &str = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta c
 async fn index(State(latest): State<Latest>, headers: HeaderMap) -> Response {
     let html = wants_html(&headers);
     let (content_type, bytes) = match (current(&latest), html) {
-        (Some(p), true) => (HTML, p.page_html.clone()),
-        (Some(p), false) => (TEXT, p.index_text.clone()),
-        (None, true) => (HTML, bytes::Bytes::from_static(NOT_YET_HTML.as_bytes())),
+        (Some(p), true) => (HTML, p.page_html()),
+        (Some(p), false) => (TEXT, p.index_text()),
+        (None, true) => (HTML, Ok(bytes::Bytes::from_static(NOT_YET_HTML.as_bytes()))),
         (None, false) => (
             TEXT,
-            bytes::Bytes::from(format!(
+            Ok(bytes::Bytes::from(format!(
                 "status: no snapshot yet: the first probe round is still running\n\n{INDEX}"
-            )),
+            ))),
         ),
     };
-    let mut resp = body(content_type, bytes);
+    let mut resp = rendered(content_type, bytes);
     let h = resp.headers_mut();
     h.insert(header::VARY, HeaderValue::from_static("Accept"));
     if html {
@@ -114,21 +122,21 @@ async fn index(State(latest): State<Latest>, headers: HeaderMap) -> Response {
 
 async fn metrics(State(latest): State<Latest>) -> Response {
     match current(&latest) {
-        Some(p) => body(PROMETHEUS, p.metrics.clone()),
+        Some(p) => rendered(PROMETHEUS, p.metrics()),
         None => not_yet(),
     }
 }
 
 async fn snapshot(State(latest): State<Latest>) -> Response {
     match current(&latest) {
-        Some(p) => body(JSON, p.snapshot_json.clone()),
+        Some(p) => rendered(JSON, p.snapshot_json()),
         None => not_yet(),
     }
 }
 
 async fn findings(State(latest): State<Latest>) -> Response {
     match current(&latest) {
-        Some(p) => body(JSON, p.findings_json.clone()),
+        Some(p) => rendered(JSON, p.findings_json()),
         None => not_yet(),
     }
 }

@@ -538,7 +538,7 @@ fn full_node_metrics() -> String {
     // As the scheduler does: the history stage stamps since when each finding is active.
     proxywatch::history::findings::FindingTracker::default().stamp(&mut verdict.findings, s.collected_at);
     let p = proxywatch::expose::Publication::new(&s, verdict);
-    String::from_utf8(p.metrics.to_vec()).unwrap()
+    String::from_utf8(p.metrics().unwrap().to_vec()).unwrap()
 }
 
 // --- docs/npd.md: the one NPD table ------------------------------------------------------------
