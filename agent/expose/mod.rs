@@ -140,7 +140,7 @@ impl Publication {
     /// `/findings` body.
     pub fn findings_json(&self) -> Result<Bytes, &'static str> {
         once(&self.findings_json, || {
-            Bytes::from(serde_json::to_vec_pretty(&self.document().findings).expect("findings serialize"))
+            Bytes::from(serde_json::to_vec_pretty(&self.verdict.findings).expect("findings serialize"))
         })
     }
 
