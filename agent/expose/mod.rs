@@ -86,13 +86,10 @@ pub struct Publication {
 /// request tries again. The panic itself is in the agent's log (the panic hook).
 pub const RENDER_FAILED: &str = "proxywatch: rendering this publication failed (a bug: see the agent's log)\n";
 
-/// `cell`'s rendering, made by `f` the first time; a panic in `f` is an error, nothing kept.
+/// `cell`'s rendering, made by `f` the first time (requests that come meanwhile wait for it
+/// rather than render again); a panic in `f` is an error and leaves the cell empty.
 fn once(cell: &OnceLock<Bytes>, f: impl FnOnce() -> Bytes) -> Result<Bytes, &'static str> {
-    if let Some(b) = cell.get() {
-        return Ok(b.clone());
-    }
-    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| RENDER_FAILED)?;
-    Ok(cell.get_or_init(|| made).clone())
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cell.get_or_init(f).clone())).map_err(|_| RENDER_FAILED)
 }
 
 impl Publication {
