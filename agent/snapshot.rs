@@ -60,7 +60,7 @@ pub struct Snapshot {
     pub derived: Derived,
     /// Outcome of every probe that has run at least once.
     pub probes: BTreeMap<ProbeName, ProbeOutcome>,
-    /// Panics caught in the pipeline (history, evaluation, rendering) since the agent started.
+    /// Panics caught in the pipeline (history, evaluation) since the agent started.
     pub pipeline_panics: u64,
     /// Verdicts made since the agent started: one per probe report, one per batch of events
     /// (not one per event); each rendered only when asked for.

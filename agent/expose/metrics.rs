@@ -191,7 +191,7 @@ fn probes(out: &Out, s: &Snapshot) {
     );
     out.counter(
         "proxywatch_pipeline_panics_total",
-        "Panics caught while folding a probe report into history, evaluation and rendering (each one logged; /healthz fails when no report goes through for longer than its bound).",
+        "Panics caught while folding a probe report into history and evaluation (each one logged; /healthz fails when no report goes through for longer than its bound); a rendering that panics answers its request 500 and is logged, not counted here.",
         &[],
     )
     .with_label_values(&[] as &[&str])
