@@ -602,6 +602,11 @@ mod tests {
     use super::*;
     use crate::probe::conntrack::ConntrackFacts;
 
+    /// The active finding `id` of a publication.
+    fn finding<'a>(p: &'a Publication, id: &str) -> Option<&'a crate::evaluate::Finding> {
+        p.findings().iter().find(|f| f.id == id)
+    }
+
     fn history(window: f64, trend_window: f64) -> HistoryConfig {
         HistoryConfig {
             conntrack_window_seconds: window,
@@ -697,12 +702,7 @@ mod tests {
         assert!(p.document().findings.iter().any(|f| f.id == "probe_failed"));
         // Drops since the first reading make the drop finding critical.
         let p = a.record(ok(ProbeName::Conntrack, ct(10, 9)), 105.0, 5.0).unwrap();
-        let f = p
-            .document()
-            .findings
-            .iter()
-            .find(|f| f.id == "conntrack_drops")
-            .unwrap();
+        let f = finding(&p, "conntrack_drops").unwrap();
         assert_eq!(f.evidence["drop_increase"], 4);
         assert!(p.readiness().is_err());
     }
@@ -736,12 +736,7 @@ mod tests {
         let tr = p.document().derived.conntrack.as_ref().unwrap().trend.clone().unwrap();
         assert!((tr.slope_per_second - 100.0).abs() < 0.5, "{tr:?}");
         assert!((tr.seconds_to_full.unwrap() - 300.0).abs() < 5.0, "{tr:?}");
-        let f = p
-            .document()
-            .findings
-            .iter()
-            .find(|f| f.id == "conntrack_time_to_full")
-            .unwrap();
+        let f = finding(&p, "conntrack_time_to_full").unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Critical);
         assert!(String::from_utf8_lossy(&p.metrics().unwrap()).contains("proxywatch_conntrack_seconds_to_full 300"));
     }
@@ -810,7 +805,7 @@ mod tests {
             })
         };
         let since = |p: &Publication| {
-            let f = p.document().findings.iter().find(|f| f.id == "conntrack_table_fill");
+            let f = finding(p, "conntrack_table_fill");
             f.map(|f| (f.severity, f.since))
         };
         let p = a.record(ok(ProbeName::Conntrack, fill(850)), 100.0, 0.0).unwrap();
@@ -945,13 +940,7 @@ mod tests {
             result: Err(ProbeError::RulesMoved("the rules changed".into())),
             duration: Duration::from_millis(5),
         };
-        let severity = |p: &Publication| {
-            p.document()
-                .findings
-                .iter()
-                .find(|f| f.id == "conntrack_stale_endpoint_entries")
-                .map(|f| f.severity)
-        };
+        let severity = |p: &Publication| finding(p, "conntrack_stale_endpoint_entries").map(|f| f.severity);
         let gauge = |p: &Publication| {
             let m = String::from_utf8_lossy(&p.metrics().unwrap()).into_owned();
             m.lines()
@@ -1041,12 +1030,7 @@ mod tests {
             })
         };
         let down = |p: &Publication| {
-            let f = p
-                .document()
-                .findings
-                .iter()
-                .find(|f| f.id == "kube_proxy_down")
-                .unwrap();
+            let f = finding(p, "kube_proxy_down").unwrap();
             (
                 f.severity,
                 f.evidence["absent_since_timestamp_seconds"].as_f64().unwrap(),
@@ -1112,12 +1096,7 @@ mod tests {
             duration: Duration::ZERO,
         };
         let down = |p: &Publication| {
-            let f = p
-                .document()
-                .findings
-                .iter()
-                .find(|f| f.id == "kube_proxy_down")
-                .unwrap();
+            let f = finding(p, "kube_proxy_down").unwrap();
             (f.severity, f.evidence.clone())
         };
         // Woken by the exit, the probe finds nothing: info, absent since the exit.
@@ -1236,12 +1215,7 @@ mod tests {
         };
         a.record(ok(ProbeName::Iptables, rules), 100.0, 0.0);
         let p = a.record(absent(), 100.0, 0.0).unwrap();
-        let f = p
-            .document()
-            .findings
-            .iter()
-            .find(|f| f.id == "kube_proxy_down")
-            .unwrap();
+        let f = finding(&p, "kube_proxy_down").unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Info);
         assert_eq!(a.recheck(), Some((ProbeName::KubeProxy, Duration::from_secs(30))));
         let notice = a
@@ -1273,12 +1247,7 @@ mod tests {
             duration: Duration::from_secs(2),
         };
         let p = a.record(failed, 145.0, 45.0).unwrap();
-        let f = p
-            .document()
-            .findings
-            .iter()
-            .find(|f| f.id == "kube_proxy_down")
-            .unwrap();
+        let f = finding(&p, "kube_proxy_down").unwrap();
         assert_eq!(f.severity, crate::evaluate::Severity::Critical);
         assert!(f.evidence["latest_run_failed"].as_str().unwrap().contains("timed out"));
         assert_eq!(a.recheck(), None);
