@@ -4,7 +4,8 @@
 //! writer is looked up in `/proc` at once ([`super::attribute`]), before anything else, since
 //! kube-proxy's `iptables-restore` children exit right after their commit; one gone already is
 //! looked up among kube-proxy's children the process events saw forked ([`super::proc_events`],
-//! followed by a task while the kube_proxy probe names a process, and drained here first).
+//! followed by the task the sources share ([`super::Shared`]) while the kube_proxy probe names
+//! a process, and drained here first).
 //! Then, for a commit whose every notification was read and decoded, it carries the iptables
 //! and nftables probes' counts of the generation before to the commit's
 //! ([`crate::probe::Memory::advance`]): the probes the scheduler wakes after the debounce find
