@@ -148,7 +148,10 @@ pub fn attribute(host: &Host, pid: Option<u32>, name: Option<String>) -> Writer 
         w.gone = true;
         return w;
     };
-    let Some((_, ppid)) = stat(host, pid.into()) else {
+    // A process being reaped still has its /proc/<pid>/stat a moment, with its parent as 0
+    // (the kernel reports no parent once the task is no longer alive, fs/proc/array.c): that is
+    // a writer gone, not one without a parent. Only PID 1 (and kernel threads' 2) have none.
+    let Some((_, ppid)) = stat(host, pid.into()).filter(|&(_, ppid)| ppid != 0 || pid <= 2) else {
         w.gone = true;
         return w;
     };
@@ -245,5 +248,24 @@ mod tests {
             w.describe(),
             "iptables (PID 4242), parent firewalld (PID 880), unit firewalld.service"
         );
+    }
+
+    /// Read while it is being reaped, a writer's stat names parent 0: it is gone, and the
+    /// process events or its name decide whose it was, not "no parent".
+    #[test]
+    fn a_writer_read_while_reaped_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("proc/4242")).unwrap();
+        std::fs::write(dir.path().join("proc/4242/stat"), "4242 (iptables-nft-re) X 0 0 0 0").unwrap();
+        let w = attribute(&host, Some(4242), Some("iptables-nft-re".into()));
+        assert!(w.gone, "{w:?}");
+        assert_eq!(w.parent_pid, None);
+        // PID 1 has no parent and is there.
+        std::fs::create_dir_all(dir.path().join("proc/1")).unwrap();
+        std::fs::write(dir.path().join("proc/1/stat"), "1 (systemd) S 0 1 1 0").unwrap();
+        let w = attribute(&host, Some(1), Some("systemd".into()));
+        assert!(!w.gone);
+        assert_eq!(w.parent_pid, Some(0));
     }
 }
