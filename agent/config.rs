@@ -404,6 +404,14 @@ pub struct Common {
     #[arg(long = "nftables-watch.enabled", env = "PROXYWATCH_NFTABLES_WATCH_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
     pub nftables_watch_enabled: bool,
 
+    /// Drop kube-proxy's own commits' notifications in the kernel, their NEWGEN kept (a socket filter on the PIDs of kube-proxy and the children the process events saw it fork, so hostNetwork in the initial namespaces only): its journal entries then say who committed but no rule counts, and its counts are re-read at the probes' polls. Every notification is read again for --nftables-watch.window after another process changes kube-proxy's rules, to see kube-proxy write them back. false: read every notification.
+    #[arg(long = "nftables-watch.skip-kube-proxy", env = "PROXYWATCH_NFTABLES_WATCH_SKIP_KUBE_PROXY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub nftables_watch_skip_kube_proxy: bool,
+
+    /// The network namespace (a path such as /proc/1/ns/net) where kube-proxy's process events are listened to, for an agent run in a namespace of its own (the benchmarks): the kernel's proc connector exists in the initial one only, the DaemonSet's (hostNetwork). Not in --help.
+    #[arg(long = "proc-events.netns", env = "PROXYWATCH_PROC_EVENTS_NETNS", hide = true)]
+    pub proc_events_netns: Option<std::path::PathBuf>,
+
     /// How often the kernel's per-CPU conntrack statistics are read between the conntrack probe's runs (one small read, no table dump), so that conntrack_drops and conntrack_insert_failed appear within this long of the first drop; a read whose drop counters did not move costs nothing more. 0: only at the conntrack probe's runs.
     #[arg(long = "conntrack-stats.interval", env = "PROXYWATCH_CONNTRACK_STATS_INTERVAL", default_value = "1s", value_parser = parse_interval_or_never)]
     pub conntrack_stats_interval: Every,
@@ -470,6 +478,14 @@ impl Common {
             neighbour_tables_window_seconds: self.neighbour_tables_window.as_secs_f64(),
             rp_filter_window_seconds: self.rp_filter_window.as_secs_f64(),
         }
+    }
+
+    /// How long the nftables watcher reads kube-proxy's commits whole after another process
+    /// changed its rules, where it drops them otherwise; None: it never drops them.
+    pub fn nftables_skip_kube_proxy(&self) -> Option<Duration> {
+        self.nftables_watch_skip_kube_proxy.then(|| {
+            Duration::try_from_secs_f64(self.thresholds.rules_changed_window_seconds.max(0.0)).unwrap_or(Duration::MAX)
+        })
     }
 
     /// What the service_traffic probe tries.

@@ -135,6 +135,9 @@ fn setup(common: &Common, schedules: &[scheduler::Schedule]) -> anyhow::Result<S
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "unknown".to_string()),
     };
+    if let Some(ns) = &common.proc_events_netns {
+        let _ = proxywatch::watch::proc_events::NETNS.set(ns.clone());
+    }
     let ctx = Arc::new(ProbeContext {
         host,
         runner: Runner::new(common.max_children),
@@ -146,6 +149,7 @@ fn setup(common: &Common, schedules: &[scheduler::Schedule]) -> anyhow::Result<S
         snat: common.conntrack_snat,
         service_traffic: common.service_traffic(),
         conntrack_stats_interval: common.conntrack_stats_interval.0,
+        nftables_skip_kube_proxy: common.nftables_skip_kube_proxy(),
     });
     let probes: Vec<_> = schedules.iter().map(|s| s.probe).collect();
     let aggregator = Aggregator::new(&node, thresholds, &probes, common.history());

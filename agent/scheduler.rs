@@ -193,6 +193,11 @@ impl Aggregator {
         }
         self.snapshot.collected_at = now;
         self.snapshot.collected_mono = mono;
+        // kube-proxy's own commits dropped in the kernel change no verdict: the journal takes
+        // them, and the next publication (a probe's report) shows them.
+        if events.iter().all(crate::watch::Event::quiet) {
+            return None;
+        }
         self.publish(now, mono)
     }
 
@@ -201,6 +206,7 @@ impl Aggregator {
         if !self.waiting_for.is_empty() {
             return None;
         }
+        self.history.settle(&mut self.snapshot.derived);
         self.snapshot.publications += 1;
         let mut verdict = evaluate::evaluate(&self.snapshot, &self.thresholds);
         let transitions = self.findings.stamp(&mut verdict.findings, now);
@@ -1134,9 +1140,51 @@ mod tests {
                 more_tables: 0,
                 notifications: 3,
                 undecoded: 0,
+                filtered: false,
             };
             tx.try_send(Event::Commit(commit)).unwrap();
         }
+    }
+
+    /// A commit of kube-proxy's whose changes the socket filter dropped is journaled but makes no
+    /// publication of its own (it changes no verdict); the next one shows it.
+    #[test]
+    fn a_dropped_commit_of_kube_proxy_s_is_journaled_and_shown_by_the_next_publication() {
+        let mut a = Aggregator::new("n", crate::config::default_thresholds(), &[], history(60.0, 900.0));
+        let commit = |generation, filtered| {
+            Event::Commit(crate::watch::Commit {
+                at_seconds: 1000.0 + f64::from(generation),
+                generation,
+                writer: crate::watch::Writer {
+                    pid: Some(4242),
+                    name: Some("iptables-restor".into()),
+                    parent_pid: Some(10),
+                    parent_from_fork: true,
+                    ..Default::default()
+                },
+                named_kube_proxy: true,
+                tables: vec![],
+                more_tables: 0,
+                notifications: 1,
+                undecoded: 0,
+                filtered,
+            })
+        };
+        assert!(
+            a.record_event(&commit(1, true), 1001.0, 1.0).is_none(),
+            "published a dropped commit"
+        );
+        let p = a.record_event(&commit(2, false), 1002.0, 2.0).expect("published");
+        let w = p.document().derived.nftables_watch.as_ref().unwrap();
+        let seen: Vec<(u32, bool)> = w
+            .journal
+            .iter()
+            .filter_map(|e| e.commit.as_ref())
+            .map(|c| (c.generation, c.filtered))
+            .collect();
+        assert_eq!(seen, vec![(1, true), (2, false)]);
+        assert_eq!(w.commits_kube_proxy_total, 2);
+        assert!(!commit(1, true).wakes() && commit(2, false).wakes());
     }
 
     /// `serve` under a rule churn: every commit is journaled, but the snapshot is judged once

@@ -173,6 +173,7 @@ mod tests {
             more_tables: 0,
             notifications: 13,
             undecoded: 0,
+            filtered: false,
         })
     }
 

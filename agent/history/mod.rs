@@ -154,6 +154,8 @@ pub struct History {
     service_rejects: service_rejects::ServiceRejectHistory,
     service_traffic: service_traffic::ServiceTrafficHistory,
     nftables_watch: nftables_watch::WatchHistory,
+    /// Quiet events were taken since `derived.nftables_watch` was last set ([`Self::settle`]).
+    nftables_unsettled: bool,
     xtables_lock: xtables_lock::XtablesLockHistory,
     /// Where the conntrack probe's latest statistics came from (`stats_source`).
     conntrack_source: Option<String>,
@@ -180,6 +182,7 @@ impl History {
             service_rejects: Default::default(),
             service_traffic: Default::default(),
             nftables_watch: Default::default(),
+            nftables_unsettled: false,
             xtables_lock: Default::default(),
             conntrack_source: None,
             rp_filter: rp_filter::RpFilterHistory::new(c.rp_filter_window_seconds),
@@ -279,9 +282,24 @@ impl History {
                 }
             }
             Event::StatsReading | Event::StatsUnavailable(_) => {}
+            // A quiet one (kube-proxy's commit dropped in the kernel) is published with the
+            // next publication, which settles it first.
+            Event::Commit(_) if event.quiet() => {
+                self.nftables_watch.take(event, kube_proxy_pid, mono);
+                self.nftables_unsettled = true;
+            }
             Event::Watching | Event::Unavailable(_) | Event::Commit(_) | Event::Lost { .. } => {
                 derived.nftables_watch = Some(self.nftables_watch.observe(event, kube_proxy_pid, mono).clone());
+                self.nftables_unsettled = false;
             }
+        }
+    }
+
+    /// Brings into `derived` what quiet events were taken since it was last set: called before
+    /// each verdict.
+    pub fn settle(&mut self, derived: &mut Derived) {
+        if std::mem::take(&mut self.nftables_unsettled) {
+            derived.nftables_watch = Some(self.nftables_watch.settled().clone());
         }
     }
 

@@ -117,7 +117,7 @@ impl Pending {
     fn of(c: &Commit) -> Vec<Pending> {
         c.tables
             .iter()
-            .filter(|t| concerns_kube(t).is_some())
+            .filter(|t| t.concerns_kube().is_some())
             .map(|t| {
                 let own = t.kube_rules_removed.saturating_sub(t.base_kube_rules_removed);
                 let rules = if own == 0 && t.base_kube_rules_removed == 0 {
@@ -225,7 +225,9 @@ impl Entry {
             c.generation,
             c.writer.describe(),
             self.writer_class.map_or("?", WriterClass::as_str),
-            if tables.is_empty() {
+            if c.filtered {
+                "changes not read (dropped in the kernel: kube-proxy's own, re-read at the polls)".into()
+            } else if tables.is_empty() {
                 "no table changed".into()
             } else {
                 tables.join(", ")
@@ -277,17 +279,6 @@ pub fn classify(c: &Commit, kube_proxy_pid: Option<i32>) -> (WriterClass, &'stat
     }
 }
 
-/// Whether another process's change to `t` concerns kube-proxy: its own rules, chains or table
-/// removed (true), or rules of the built-in chains where its jump rules live, or the table,
-/// removed in an iptables table it hooks (false); none otherwise.
-fn concerns_kube(t: &TableChange) -> Option<bool> {
-    if t.removed_kube() {
-        return Some(true);
-    }
-    let iptables = matches!(t.family.as_str(), "ip" | "ip6") && matches!(t.table.as_str(), "nat" | "filter" | "mangle");
-    (iptables && (t.base_rules_removed > 0 || t.table_deleted)).then_some(false)
-}
-
 impl WatchHistory {
     pub fn derived(&self) -> &NftablesWatch {
         &self.derived
@@ -295,6 +286,19 @@ impl WatchHistory {
 
     /// Takes one event at `mono` (monotonic seconds).
     pub fn observe(&mut self, event: &Event, kube_proxy_pid: Option<i32>, mono: f64) -> &NftablesWatch {
+        self.take(event, kube_proxy_pid, mono);
+        self.settled()
+    }
+
+    /// What the events taken so far derive, the journal copied in.
+    pub fn settled(&mut self) -> &NftablesWatch {
+        self.derived.journal = self.journal.iter().cloned().collect();
+        &self.derived
+    }
+
+    /// Takes one event, the derived journal left as it was until [`Self::settled`] (a churn of
+    /// kube-proxy's dropped commits copies it once per publication, not once per commit).
+    pub fn take(&mut self, event: &Event, kube_proxy_pid: Option<i32>, mono: f64) {
         let d = &mut self.derived;
         match event {
             Event::Watching => {
@@ -344,7 +348,7 @@ impl WatchHistory {
                     }
                     WriterClass::Other => {
                         d.commits_other_total += 1;
-                        let concern = c.tables.iter().filter_map(concerns_kube).max();
+                        let concern = c.tables.iter().filter_map(TableChange::concerns_kube).max();
                         if let Some(removed_kube_rules) = concern {
                             let (first, commits, worse) = match &d.changed_by_other {
                                 Some(o) => (
@@ -385,8 +389,6 @@ impl WatchHistory {
         while self.journal.len() > JOURNAL {
             self.journal.pop_front();
         }
-        self.derived.journal = self.journal.iter().cloned().collect();
-        &self.derived
     }
 }
 
@@ -421,6 +423,7 @@ mod tests {
             more_tables: 0,
             notifications: 1,
             undecoded: 0,
+            filtered: false,
         }
     }
 

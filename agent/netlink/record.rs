@@ -128,6 +128,7 @@ mod tests {
             snat: true,
             service_traffic: Default::default(),
             conntrack_stats_interval: None,
+            nftables_skip_kube_proxy: None,
         };
         for p in PROBES {
             if *p == probe::ProbeName::KubeProxy {

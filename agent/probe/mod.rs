@@ -135,6 +135,11 @@ pub struct ProbeContext {
     /// How often the conntrack statistics are read between the conntrack probe's runs
     /// (`--conntrack-stats.interval`, `crate::watch::conntrack_stats`); None: never.
     pub conntrack_stats_interval: Option<Duration>,
+    /// The nftables watcher drops kube-proxy's own commits' notifications in the kernel but
+    /// their NEWGEN (`--nftables-watch.skip-kube-proxy`, [`crate::watch::socket_filter`]), and
+    /// reads every one for this long after another process changed kube-proxy's rules
+    /// (`--nftables-watch.window`); None: it reads every notification.
+    pub nftables_skip_kube_proxy: Option<Duration>,
 }
 
 /// The kube-proxy process the kube_proxy probe found last (None: none), for the event source
@@ -178,6 +183,7 @@ pub fn test_context(host: Host) -> ProbeContext {
         snat: true,
         service_traffic: Default::default(),
         conntrack_stats_interval: None,
+        nftables_skip_kube_proxy: None,
     }
 }
 

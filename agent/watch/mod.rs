@@ -27,6 +27,7 @@ pub mod nft_decode;
 pub mod nftables_watch;
 pub mod proc_events;
 pub mod process_exit;
+pub mod socket_filter;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -210,8 +211,15 @@ impl Event {
     pub fn wakes(&self) -> bool {
         matches!(
             self,
-            Event::Commit(_) | Event::Lost { .. } | Event::ProcessExited { .. }
+            Event::Commit(Commit { filtered: false, .. }) | Event::Lost { .. } | Event::ProcessExited { .. }
         )
+    }
+
+    /// Whether it changes no verdict, so needs no publication of its own: a commit of
+    /// kube-proxy's whose changes the socket filter dropped (its NEWGEN only: the journal and
+    /// its counter take it, the next publication shows it).
+    pub fn quiet(&self) -> bool {
+        matches!(self, Event::Commit(Commit { filtered: true, .. }))
     }
 }
 
@@ -235,6 +243,11 @@ pub struct Commit {
     /// Notifications since the previous commit that could not be decoded (left out of the counts).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub undecoded: u32,
+    /// Its changes were (or may have been) dropped in the kernel by the socket filter on
+    /// kube-proxy's children ([`socket_filter`]): only its NEWGEN was read, `tables` is empty,
+    /// and it wakes no probe (kube-proxy's own counts are re-read at the probes' polls).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub filtered: bool,
 }
 
 fn is_zero(n: &u32) -> bool {

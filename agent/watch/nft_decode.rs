@@ -104,6 +104,18 @@ impl TableChange {
     pub fn removed_kube(&self) -> bool {
         self.kube_rules_removed > 0 || self.kube_chains_deleted > 0 || (self.table_deleted && self.holds_kube())
     }
+
+    /// Whether another process's change here concerns kube-proxy: its own rules, chains or table
+    /// removed (true), or rules of the built-in chains where its jump rules live, or the table,
+    /// removed in an iptables table it hooks (false); none otherwise.
+    pub fn concerns_kube(&self) -> Option<bool> {
+        if self.removed_kube() {
+            return Some(true);
+        }
+        let iptables =
+            matches!(self.family.as_str(), "ip" | "ip6") && matches!(self.table.as_str(), "nat" | "filter" | "mangle");
+        (iptables && (self.base_rules_removed > 0 || self.table_deleted)).then_some(false)
+    }
 }
 
 /// One commit as its NEWGEN closes it.

@@ -107,6 +107,9 @@ fn run(ctx: &ProbeContext, children: &Arc<KubeProxyChildren>, tx: &Sender<Event>
     }
     let mut watcher = Watcher::new(ctx.host.clone(), sock, children.clone(), &ctx.kube_proxy.process_name)
         .carrying(ctx.memory.clone());
+    if let Some(window) = ctx.nftables_skip_kube_proxy {
+        watcher = watcher.skipping_kube_proxy(window);
+    }
     loop {
         match watcher.read() {
             Ok(events) => {
@@ -142,6 +145,9 @@ pub struct Watcher {
     memory: Option<(Arc<crate::probe::Memory>, u32)>,
     /// Notifications were lost since the last NEWGEN: its commit carries no count.
     gap: bool,
+    /// kube-proxy's commits are dropped in the kernel (the socket filter [`KubeProxyChildren`]
+    /// keeps) but for this long after another process changed its rules; None: read whole.
+    skip_window: Option<Duration>,
     buf: Vec<u8>,
 }
 
@@ -157,6 +163,7 @@ impl Watcher {
             undecoded: 0,
             memory: None,
             gap: false,
+            skip_window: None,
             buf: vec![0u8; RECV_BUFFER],
         }
     }
@@ -173,6 +180,18 @@ impl Watcher {
             .netlink(crate::netlink::NETLINK_NETFILTER)
             .and_then(|c| crate::netlink::nft_count::generation(c, deadline));
         self.memory = now.ok().map(|g| (memory, g));
+        self
+    }
+
+    /// Drops kube-proxy's own commits' notifications in the kernel, their NEWGEN kept, but for
+    /// `window` after another process changed kube-proxy's rules ([`super::socket_filter`]):
+    /// the filter follows kube-proxy's children as the process events tell them forked, so
+    /// where they cannot be listened to nothing is dropped.
+    pub fn skipping_kube_proxy(mut self, window: Duration) -> Self {
+        match self.children.filter(std::os::fd::AsFd::as_fd(&self.sock)) {
+            Ok(()) => self.skip_window = Some(window),
+            Err(why) => tracing::info!("kube-proxy's commits are read whole: {why}"),
+        }
         self
     }
 
@@ -216,8 +235,24 @@ impl Watcher {
                 Ok(Some(c)) => {
                     // Before anything else but the writer's lookup (kube-proxy's children exit at
                     // once): the probes woken after the debounce find their counts carried.
-                    let writer = self.writer(c.pid, c.name.clone());
-                    let whole = !std::mem::take(&mut self.gap) && self.undecoded == 0;
+                    let pid = c.pid.and_then(|p| i32::try_from(p).ok());
+                    // Only its NEWGEN may have come: nothing to carry, and one not kube-proxy's
+                    // (a PID just reused) is a loss, its rules re-read.
+                    let (dropped, kube_proxys, root) = match pid {
+                        Some(p) => self.children.writer_facts(p),
+                        None => (false, false, None),
+                    };
+                    let filtered = self.skip_window.is_some() && dropped;
+                    // kube-proxy's child, dropped: named from its NEWGEN and its fork, without
+                    // reading /proc (what it would tell is the same each commit).
+                    let writer = match (filtered && kube_proxys, pid) {
+                        (true, Some(p)) => self.forked_writer(p, root, c.name.clone()),
+                        _ => self.writer(c.pid, c.name.clone()),
+                    };
+                    if filtered && !kube_proxys {
+                        events.extend(lost());
+                    }
+                    let whole = !std::mem::take(&mut self.gap) && self.undecoded == 0 && !filtered;
                     if let (true, Some((memory, joined))) = (whole, &self.memory) {
                         // Generations wrap: "later" is a positive distance.
                         if (c.generation.wrapping_sub(*joined) as i32) > 0 {
@@ -227,6 +262,14 @@ impl Watcher {
                     let named = [&writer.name, &writer.parent_name]
                         .iter()
                         .any(|n| n.as_deref() == Some(self.kube_proxy_name.as_str()));
+                    if let Some(window) = self.skip_window {
+                        // Another process changed kube-proxy's rules: read kube-proxy's commits
+                        // whole, to see it write them back.
+                        let other = !kube_proxys && !named;
+                        if !filtered && other && c.tables.iter().any(|t| t.concerns_kube().is_some()) {
+                            self.children.suspend_filter(window);
+                        }
+                    }
                     events.push(Event::Commit(Commit {
                         at_seconds: unix_seconds(SystemTime::now()),
                         generation: c.generation,
@@ -236,12 +279,26 @@ impl Watcher {
                         more_tables: c.more_tables,
                         notifications: c.messages,
                         undecoded: std::mem::take(&mut self.undecoded),
+                        filtered,
                     }));
                 }
                 Err(_) => self.undecoded = self.undecoded.saturating_add(1),
             }
         }
         Ok(events)
+    }
+
+    /// kube-proxy's child `pid` as the process events saw it forked: the kube-proxy it descends
+    /// from as its parent, its name from the NEWGEN.
+    fn forked_writer(&self, pid: i32, parent: Option<i32>, name: Option<String>) -> Writer {
+        Writer {
+            pid: u32::try_from(pid).ok(),
+            name,
+            parent_pid: parent,
+            parent_name: parent.map(|_| self.kube_proxy_name.clone()),
+            parent_from_fork: parent.is_some(),
+            ..Default::default()
+        }
     }
 
     /// The writer from `/proc`; one gone already is kube-proxy's child when the process events

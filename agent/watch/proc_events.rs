@@ -18,7 +18,8 @@
 //! [`decode`] is pure (fuzzed: `fuzz/fuzz_targets/proc_events.rs`).
 
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::sync::{Arc, Mutex};
@@ -254,6 +255,21 @@ impl Children {
         self.forks.get(&pid).copied()
     }
 
+    /// The followed kube-proxy and its last `n - 1` descendants seen forked, newest last.
+    pub fn recent(&self, n: usize) -> Vec<i32> {
+        let Some(kp) = self.kube_proxy else { return vec![] };
+        let skip = self.order.len().saturating_sub(n.saturating_sub(1));
+        std::iter::once(kp)
+            .chain(self.order.iter().skip(skip).copied())
+            .take(n)
+            .collect()
+    }
+
+    /// Whether `pid` is the followed kube-proxy or was seen forked from it.
+    pub fn is_kube_proxys(&self, pid: i32) -> bool {
+        Some(pid) == self.kube_proxy || self.of.contains_key(&pid)
+    }
+
     pub fn len(&self) -> usize {
         self.of.len()
     }
@@ -277,6 +293,27 @@ struct Inner {
     children: Children,
     /// Events lost to an overflow of the socket (their children are not remembered).
     lost: u64,
+    filter: Option<Filter>,
+}
+
+/// How long after its PID was taken off the filter a commit may still have had datagrams
+/// dropped by it (the filter is set anew as the process events are read, within milliseconds).
+const TAKEN_OFF_FOR: Duration = Duration::from_secs(2);
+
+/// The nftables watcher's socket filter ([`super::socket_filter`]): set to the PIDs of
+/// kube-proxy and its children seen forked, while the process events are listened to and no
+/// other process changed kube-proxy's rules lately.
+struct Filter {
+    fd: OwnedFd,
+    /// The PIDs the filter on the socket drops, as last set.
+    on: Vec<u32>,
+    /// PIDs taken off, and when.
+    taken_off: Vec<(u32, Instant)>,
+    /// Off until then: another process changed kube-proxy's rules, and kube-proxy's commits
+    /// must be read whole to see it write them back.
+    suspended_until: Option<Instant>,
+    /// Why it could not be set, once.
+    error: Option<String>,
 }
 
 fn os(op: &'static str) -> impl Fn(std::io::Error) -> String {
@@ -302,10 +339,35 @@ fn mcast_message(op: u32) -> Vec<u8> {
     m
 }
 
+/// Where the process events are listened to, when not in the agent's own network namespace
+/// (`--proc-events.netns`, hidden: for an agent run in a namespace of its own, as the
+/// benchmarks do; the DaemonSet's is the initial one, where the connector is).
+pub static NETNS: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// A NETLINK_CONNECTOR socket, opened in [`NETNS`] by a thread that enters it, if set.
+fn connector_socket() -> std::io::Result<netlink_sys::Socket> {
+    let Some(path) = NETNS.get() else {
+        return netlink_sys::Socket::new(NETLINK_CONNECTOR);
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ns = std::fs::File::open(path)?;
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+            netlink_sys::Socket::new(NETLINK_CONNECTOR)
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the thread entering --proc-events.netns panicked",
+            ))
+        })
+    })
+}
+
 /// A socket joined to the process events and subscribed (the kernel's ack read back: it
 /// refuses outside the initial user and PID namespaces, and without CAP_NET_ADMIN).
 fn subscribe() -> Result<netlink_sys::Socket, String> {
-    let mut sock = netlink_sys::Socket::new(NETLINK_CONNECTOR).map_err(|e| {
+    let mut sock = connector_socket().map_err(|e| {
         format!(
             "{} (the proc connector exists in the initial network namespace only)",
             os("opening a NETLINK_CONNECTOR socket")(e)
@@ -376,6 +438,7 @@ impl KubeProxyChildren {
             }
             _ => {}
         }
+        inner.refresh_filter(Instant::now());
         Ok(inner.sock.as_ref().map(|s| s.as_raw_fd()))
     }
 
@@ -405,10 +468,126 @@ impl KubeProxyChildren {
     pub fn lost(&self) -> u64 {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).lost
     }
+
+    /// Keeps a filter on the nftables watcher's socket `fd` (a copy of it) that drops the
+    /// notifications of kube-proxy's commits but their NEWGEN, set anew as the process events
+    /// tell kube-proxy's children forked.
+    pub fn filter(&self, fd: BorrowedFd<'_>) -> Result<(), String> {
+        let fd = fd.try_clone_to_owned().map_err(os("copying the nf_tables socket"))?;
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.filter = Some(Filter {
+            fd,
+            on: vec![],
+            taken_off: vec![],
+            suspended_until: None,
+            error: None,
+        });
+        inner.refresh_filter(Instant::now());
+        Ok(())
+    }
+
+    /// Takes the filter off for `d`: another process changed kube-proxy's rules.
+    pub fn suspend_filter(&self, d: Duration) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if let Some(f) = &mut inner.filter {
+            f.suspended_until = now.checked_add(d);
+        }
+        inner.refresh_filter(now);
+    }
+
+    /// Whether the filter may have dropped datagrams of `pid`'s commit, once what is queued has
+    /// been read: `pid` is on it, or was taken off within [`TAKEN_OFF_FOR`].
+    pub fn dropped(&self, pid: i32) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.drain();
+        inner.dropped(pid, Instant::now())
+    }
+
+    /// For the writer `pid` of a commit, once what is queued has been read (one read for the
+    /// three): whether the filter may have dropped its datagrams ([`Self::dropped`]), whether it
+    /// is kube-proxy's ([`Self::is_kube_proxys`]), and the kube-proxy it descends from.
+    pub fn writer_facts(&self, pid: i32) -> (bool, bool, Option<i32>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.drain();
+        let dropped = inner.dropped(pid, Instant::now());
+        let root = inner.children.root_of(pid);
+        (dropped, inner.children.is_kube_proxys(pid), root)
+    }
+
+    /// Whether `pid` is the followed kube-proxy or one of its descendants seen forked.
+    /// What is queued is read first.
+    pub fn is_kube_proxys(&self, pid: i32) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.drain();
+        inner.children.is_kube_proxys(pid)
+    }
+
+    /// Why the filter could not be set, if it could not.
+    pub fn filter_error(&self) -> Option<String> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.filter.as_ref().and_then(|f| f.error.clone())
+    }
 }
 
 impl Inner {
+    fn dropped(&self, pid: i32, now: Instant) -> bool {
+        let Ok(pid) = u32::try_from(pid) else { return false };
+        self.filter.as_ref().is_some_and(|f| {
+            f.on.contains(&pid)
+                || f.taken_off
+                    .iter()
+                    .any(|(p, at)| *p == pid && now.saturating_duration_since(*at) < TAKEN_OFF_FOR)
+        })
+    }
+
+    /// Sets the filter to what the children now say: off while the process events are not
+    /// listened to (forks unseen), while suspended, and where setting it failed once.
+    fn refresh_filter(&mut self, now: Instant) {
+        let listening = self.sock.is_some();
+        let Some(f) = &mut self.filter else { return };
+        if f.error.is_some() {
+            return;
+        }
+        let suspended = f.suspended_until.is_some_and(|until| now < until);
+        let want: Vec<u32> = if listening && !suspended {
+            self.children
+                .recent(super::socket_filter::MAX_PIDS)
+                .into_iter()
+                .filter_map(|p| u32::try_from(p).ok())
+                .collect()
+        } else {
+            vec![]
+        };
+        if want == f.on {
+            return;
+        }
+        let set = super::socket_filter::attach(f.fd.as_fd(), &super::socket_filter::program(&want));
+        if let Err(e) = set {
+            f.error = Some(format!(
+                "setting its socket filter: {}",
+                errno_text(e.raw_os_error().unwrap_or(0))
+            ));
+            // Whatever is on stays on: take it off, or commits of these PIDs go unread.
+            if super::socket_filter::detach(f.fd.as_fd()).is_err() {
+                return;
+            }
+        }
+        f.taken_off
+            .retain(|(_, at)| now.saturating_duration_since(*at) < TAKEN_OFF_FOR);
+        let kept = if f.error.is_some() { &[][..] } else { &want[..] };
+        for p in f.on.iter().filter(|p| !kept.contains(p)) {
+            f.taken_off.push((*p, now));
+        }
+        f.on = kept.to_vec();
+    }
+
     fn drain(&mut self) {
+        self.drain_events();
+        self.refresh_filter(Instant::now());
+    }
+
+    fn drain_events(&mut self) {
         let Some(sock) = &self.sock else { return };
         let mut buf = [0u8; 8192];
         loop {
@@ -541,6 +720,37 @@ mod tests {
     }
 
     /// The exit time is the followed kube-proxy's last thread's, and only its.
+    #[test]
+    fn the_filter_s_pids_are_kube_proxy_and_its_newest_descendants_and_a_reused_pid_leaves() {
+        let mut c = Children::default();
+        assert!(c.recent(4).is_empty(), "nothing followed, nothing filtered");
+        c.follow(Some(10));
+        for child in 11..20 {
+            c.take(ProcEvent::Fork {
+                parent_tgid: 10,
+                child_tgid: child,
+                thread: false,
+            });
+        }
+        c.take(ProcEvent::Fork {
+            parent_tgid: 19,
+            child_tgid: 30,
+            thread: false,
+        });
+        assert_eq!(c.recent(4), vec![10, 18, 19, 30]);
+        assert!(c.is_kube_proxys(10) && c.is_kube_proxys(30) && !c.is_kube_proxys(31));
+        // PID 19 reused by another process's child: no longer kube-proxy's.
+        c.take(ProcEvent::Fork {
+            parent_tgid: 1,
+            child_tgid: 19,
+            thread: false,
+        });
+        assert_eq!(c.recent(4), vec![10, 17, 18, 30]);
+        assert!(!c.is_kube_proxys(19));
+        c.follow(None);
+        assert!(c.recent(4).is_empty());
+    }
+
     #[test]
     fn the_followed_kube_proxy_s_exit_time_is_its_last_thread_s() {
         let exit = |tgid: i32, pid: i32, ns: u64| {

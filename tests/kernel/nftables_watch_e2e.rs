@@ -667,6 +667,147 @@ fn an_exited_child_is_attributed_to_its_parent_through_process_events_in_the_ini
     );
 }
 
+/// kube-proxy's own commits are dropped in the kernel, their NEWGEN kept, by the socket filter
+/// on the PIDs of its children the process events saw forked; another process's commit is read
+/// whole, and once it removed kube-proxy's rules, kube-proxy's next commit is read whole too (to
+/// see it write them back).
+///
+/// As above: a stand-in kube-proxy (a `bash` in the initial namespaces, followed through the
+/// process events) whose children (each forked 200 ms before it commits, as kube-proxy's
+/// `iptables-restore` reads its input first) commit to an `ip kube-proxy` table in a network
+/// namespace the test created, where the watcher's socket is; another `bash`'s child flushes
+/// that table's chain. A thread reads the process events as the agent's follow task does. Needs
+/// root, `ip`, `nft`, `bash`, and the initial user, PID and network namespaces. About 2 s.
+#[test]
+fn kube_proxy_s_commits_are_dropped_in_the_kernel_but_their_newgen_another_s_are_read_whole_in_the_initial_namespaces()
+{
+    use proxywatch::watch::nftables_watch::{open, Watcher};
+    use proxywatch::watch::proc_events::KubeProxyChildren;
+    use std::io::BufRead;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !common::can_run(&["ip", "nft", "bash"]) {
+        return;
+    }
+    let ns = Netns::new("nftsk");
+    let path = format!("/run/netns/{}", ns.name);
+    let sock = std::thread::spawn(move || {
+        let f = std::fs::File::open(&path).unwrap();
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        open()
+    })
+    .join()
+    .unwrap()
+    .expect("the nf_tables watcher's socket in the test's namespace");
+    let children = KubeProxyChildren::new();
+    let mut watcher = Watcher::new(proxywatch::host::Host::new("/"), sock, children.clone(), "pwt-kp-none")
+        .skipping_kube_proxy(Duration::from_secs(600));
+    watcher.socket().set_non_blocking(true).unwrap();
+    let dir = std::env::temp_dir().join(format!("pwt-nftsk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sync = dir.join("sync.nft");
+    std::fs::write(
+        &sync,
+        "add table ip kube-proxy\nadd chain ip kube-proxy services\nadd rule ip kube-proxy services counter\nadd rule ip kube-proxy services counter\n",
+    )
+    .unwrap();
+    let flush = dir.join("flush.nft");
+    std::fs::write(&flush, "flush chain ip kube-proxy services\n").unwrap();
+    let spawn = |file: &std::path::Path| {
+        let script = format!(
+            "while read line; do (sleep 0.2; exec ip netns exec {} nft -f {}); echo done; done",
+            ns.name,
+            file.display()
+        );
+        let mut p = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let to = p.stdin.take().unwrap();
+        let from = std::io::BufReader::new(p.stdout.take().unwrap());
+        (p, to, from)
+    };
+    let (mut kp, mut to_kp, mut from_kp) = spawn(&sync);
+    let (mut other, mut to_other, mut from_other) = spawn(&flush);
+    children
+        .follow(Some(kp.id() as i32))
+        .expect("process events in the initial namespaces, as root");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let follower = std::thread::spawn({
+        let (children, stop) = (children.clone(), stop.clone());
+        move || {
+            while !stop.load(Ordering::Relaxed) {
+                children.drain();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+    let commit_by = |to: &mut std::process::ChildStdin,
+                     from: &mut std::io::BufReader<std::process::ChildStdout>,
+                     watcher: &mut Watcher| {
+        to.write_all(b"go\n").unwrap();
+        let mut answer = String::new();
+        from.read_line(&mut answer).unwrap();
+        assert_eq!(answer, "done\n", "the child committed and was reaped");
+        let mut lost = false;
+        let c = common::poll("the child's commit", Duration::from_secs(5), || {
+            let events = match watcher.read() {
+                Ok(events) => events,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => vec![],
+                Err(e) => panic!("{e}"),
+            };
+            let mut commit = None;
+            for e in events {
+                match e {
+                    proxywatch::watch::Event::Commit(c) => commit = Some(c),
+                    proxywatch::watch::Event::Lost { .. } => lost = true,
+                    _ => {}
+                }
+            }
+            commit.ok_or("not yet".to_string())
+        });
+        (c, lost)
+    };
+    let (first, first_lost) = commit_by(&mut to_kp, &mut from_kp, &mut watcher);
+    let (flushed, flush_lost) = commit_by(&mut to_other, &mut from_other, &mut watcher);
+    let (back, back_lost) = commit_by(&mut to_kp, &mut from_kp, &mut watcher);
+    stop.store(true, Ordering::Relaxed);
+    follower.join().unwrap();
+    let _ = children.follow(None);
+    drop(to_kp);
+    drop(to_other);
+    let _ = kp.wait();
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(children.filter_error(), None);
+    // kube-proxy's child: only its NEWGEN came, the writer named from it and its fork.
+    assert!(first.filtered && first.tables.is_empty() && !first_lost, "{first:?}");
+    assert_eq!(first.writer.name.as_deref(), Some("nft"), "{first:?}");
+    assert_eq!(first.writer.parent_pid, Some(kp.id() as i32), "{first:?}");
+    assert!(
+        !proxywatch::watch::Event::Commit(first.clone()).wakes(),
+        "a dropped commit of kube-proxy's wakes no probe"
+    );
+    // Another process: read whole, what it removed from kube-proxy's table counted.
+    assert!(!flushed.filtered && !flush_lost, "{flushed:?}");
+    let t = flushed
+        .tables
+        .iter()
+        .find(|t| t.table == "kube-proxy")
+        .expect("the kube-proxy table");
+    assert_eq!((t.rules_removed, t.kube_rules_removed), (2, 2), "{flushed:?}");
+    assert_eq!(flushed.writer.parent_pid, Some(other.id() as i32), "{flushed:?}");
+    // Then kube-proxy's next commit is read whole: it writes the two rules back.
+    assert!(!back.filtered && !back_lost, "{back:?}");
+    let t = back
+        .tables
+        .iter()
+        .find(|t| t.table == "kube-proxy")
+        .expect("the kube-proxy table");
+    assert_eq!(t.rules_added, 2, "{back:?}");
+}
+
 /// `iptables-nft-save`'s chains and rules per table, and the rules in or jumping to a KUBE-* chain.
 fn save_tables(ns: &Netns) -> (std::collections::BTreeMap<String, (u64, u64)>, u64) {
     let (rules, kube) = save_counts(ns);

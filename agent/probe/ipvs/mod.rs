@@ -702,6 +702,7 @@ mod tests {
             snat: true,
             service_traffic: Default::default(),
             conntrack_stats_interval: None,
+            nftables_skip_kube_proxy: None,
         };
         let run = || probe(&ctx, Deadline::after(Duration::from_secs(5)));
         let err = run().await.unwrap_err();
