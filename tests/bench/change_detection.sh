@@ -21,6 +21,11 @@
 #   watch  the defaults: nf_tables notifications, conntrack statistics every 1 s
 #   poll   --nftables-watch.enabled false --conntrack-stats.interval 0: what the
 #          agent was before issue 36, the iptables probe every 60 s (its default)
+# Both listen to kube-proxy's process events in the bench's starting network namespace
+# (the initial one, the DaemonSet's: --proc-events.netns), as a hostNetwork agent does; so
+# the watching agent's socket filter drops the stand-in's commits but their NEWGEN
+# (--nftables-watch.skip-kube-proxy). PROC_EVENTS=0: in the bench's namespace only, where
+# they cannot be listened to (nothing dropped: every notification read), as before.
 # Phases:
 #   busy   BUSY s (600) of the stand-in's rewrites only: the watching agent must
 #          journal them as kube-proxy's and never raise rules_changed_by_other_process
@@ -63,6 +68,7 @@ WATCH_TRIALS=${WATCH_TRIALS:-20}
 POLL_TRIALS=${POLL_TRIALS:-5}
 KILL_TRIALS=${KILL_TRIALS:-5}
 SYNC=${SYNC:-partial}
+PROC_EVENTS=${PROC_EVENTS:-1}
 source "$ROOT/tests/bench/lib.sh"
 need_root_and ip iptables-nft-restore python3
 pw_bin
@@ -144,6 +150,8 @@ ip netns exec "$NS" "$WORK/kube-proxy-cd" -c "$LOOP" >/dev/null 2>&1 &
 PIDS+=($!)
 KP=$!
 common=(--log.level warn --node-name bench-cd --kube-proxy.process-name kube-proxy-cd --kube-proxy.down-grace 0s)
+[ "$PROC_EVENTS" = 1 ] && common+=(--proc-events.netns "/proc/$$/ns/net")
+echo "PROC_EVENTS=$PROC_EVENTS"
 ip netns exec "$NS" "$PW_BIN" serve --listen 127.0.0.1:19881 "${common[@]}" 2>"$WORK/watch.log" &
 PIDS+=($!)
 WATCH=$!
@@ -227,6 +235,8 @@ def busy_check():
         sys.exit(f"kube-proxy's own rewrites raised rules_changed_by_other_process: {f}")
 busy_res = phase(busy, busy_check)
 w1 = watch_state()
+kp_journal = [e["commit"] for e in w1.get("journal", []) if e.get("commit") and e.get("writer_class") == "kube-proxy"]
+dropped = sum(1 for c in kp_journal if c.get("filtered"))
 kp_commits = w1["commits_kube_proxy_total"] - w0["commits_kube_proxy_total"]
 other_commits = w1["commits_other_total"] - w0["commits_other_total"]
 if other_commits != 0:
@@ -364,6 +374,7 @@ if kills:
     print(f"kube_proxy_down severity at once (--kube-proxy.down-grace 0s): {', '.join(sorted({k[2] for k in kills}))}")
 print(f"writer named by the watching agent: {', '.join(sorted(names))}; the polling agent names none")
 print(f"busy phase: {busy} s, {kp_commits} commits journaled as kube-proxy's, 0 as another's, the finding never raised")
+print(f"of kube-proxy's last {len(kp_journal)} commits journaled at the busy phase's end, {dropped} dropped in the kernel but their NEWGEN (socket filter)")
 print(f"{'phase':8} {'watch_cpu_ms':>12} {'poll_cpu_ms':>12} {'cpu_ratio':>9} {'watch_kib':>9} {'poll_kib':>9} {'d_kib':>6}")
 for name, r in (("busy", busy_res), ("idle", idle_res)):
     (wc, wk), (pc, pk) = r[watch_pid], r[poll_pid]
