@@ -44,7 +44,8 @@
 //! (the only place defaults are written; each probe's interval and timeout are its table
 //! row's); `exec` is the one command runner, `fetch` the one HTTP client.
 
-// Denied everywhere; allowed for one call only: `trim`'s malloc_trim(3), which std does not wrap.
+// Denied everywhere; allowed only for `trim`'s malloc_trim(3) and mallopt(3), which std does not
+// wrap, and `watch::socket_filter`'s setsockopt.
 #![deny(unsafe_code)]
 
 // The probe table, first: every stage below reads it (`probe_table!`).

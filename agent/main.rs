@@ -25,6 +25,8 @@ use proxywatch::serve::{http, server};
 const EXIT_UNKNOWN: u8 = 3;
 
 fn main() -> ExitCode {
+    // Before any thread starts: glibc's arenas are made as threads first allocate.
+    proxywatch::trim::settle_allocator();
     // Help fits the terminal, or 80 columns (`COLUMNS`) when it goes to a pipe or a file.
     let width = (!std::io::stdout().is_terminal()).then(|| {
         std::env::var("COLUMNS")

@@ -9,6 +9,10 @@
 //! ("Giving freed memory back"); memory the agent still holds, live or in pages shared with
 //! live blocks, it cannot return.
 //! On a C library without it (musl) this does nothing.
+//!
+//! [`settle_allocator`] holds glibc to the image's two arenas and fixed mmap threshold
+//! (Dockerfile `ENV`) in a binary started without those variables, so that one built from
+//! source holds its memory as the DaemonSet's does (docs/how-it-works.md, "The DaemonSet and the image").
 
 use std::time::{Duration, Instant};
 
@@ -52,6 +56,50 @@ fn release_freed_memory() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn release_freed_memory() {}
 
+/// glibc's allocator settings the image gives by `ENV` (Dockerfile), each as the variable glibc
+/// reads at start, and its `mallopt(3)` parameter and value.
+pub const ALLOCATOR_SETTINGS: &[(&str, i32, i32)] = &[
+    // Two arenas: glibc's default (one per thread that allocates, up to 8 per CPU, each
+    // keeping its peak) let RSS creep as the runtime's blocking threads came and went.
+    ("MALLOC_ARENA_MAX", M_ARENA_MAX, 2),
+    // A fixed 128 KiB threshold (glibc's starting value, which it otherwise raises after each
+    // large free): the probes' large transient buffers are mapped and returned whole.
+    ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, 131_072),
+];
+const M_MMAP_THRESHOLD: i32 = -3;
+const M_ARENA_MAX: i32 = -8;
+
+/// Applies [`ALLOCATOR_SETTINGS`] to this process, each one whose variable the environment does
+/// not set (that one glibc already took, and it stays), so that a binary run from a shell or a
+/// systemd unit holds its memory as the image does. Called first in `main`, before any thread
+/// starts. Returns the variables it applied.
+pub fn settle_allocator() -> Vec<&'static str> {
+    settle_with(|var| std::env::var_os(var).is_some(), set)
+}
+
+fn settle_with(in_env: impl Fn(&str) -> bool, mut set: impl FnMut(i32, i32) -> bool) -> Vec<&'static str> {
+    ALLOCATOR_SETTINGS
+        .iter()
+        .filter(|(var, _, _)| !in_env(var))
+        .filter(|&&(_, param, value)| set(param, value))
+        .map(|(var, _, _)| *var)
+        .collect()
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn set(param: i32, value: i32) -> bool {
+    // SAFETY: mallopt(3) takes two integers by value and changes only the allocator's own
+    // parameters under its lock; both parameters exist in every glibc this builds against
+    // (malloc.h), and an unknown one would return 0, not fail otherwise.
+    unsafe { libc::mallopt(param, value) == 1 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn set(_param: i32, _value: i32) -> bool {
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,6 +116,42 @@ mod tests {
         let mut never = Trimmer::new(None);
         assert!(!never.after_publication(start));
         assert!(!never.after_publication(start + every * 100));
+    }
+
+    #[test]
+    fn the_image_s_allocator_settings_are_applied_but_where_the_environment_sets_one() {
+        let mut applied = Vec::new();
+        let said = settle_with(
+            |v| v == "MALLOC_ARENA_MAX",
+            |p, v| {
+                applied.push((p, v));
+                true
+            },
+        );
+        assert_eq!(said, ["MALLOC_MMAP_THRESHOLD_"]);
+        assert_eq!(applied, [(M_MMAP_THRESHOLD, 131_072)]);
+        let mut applied = Vec::new();
+        let said = settle_with(
+            |_| false,
+            |p, v| {
+                applied.push((p, v));
+                p == M_ARENA_MAX
+            },
+        );
+        assert_eq!(said, ["MALLOC_ARENA_MAX"], "one glibc refused is not said applied");
+        assert_eq!(applied, [(M_ARENA_MAX, 2), (M_MMAP_THRESHOLD, 131_072)]);
+        // The values are the Dockerfile's ENV, word for word.
+        let dockerfile = include_str!("../Dockerfile");
+        let env = dockerfile
+            .lines()
+            .find(|l| l.starts_with("ENV MALLOC_"))
+            .expect("the image's ENV line");
+        for (var, _, value) in ALLOCATOR_SETTINGS {
+            assert!(
+                env.split_whitespace().any(|w| w == format!("{var}={value}")),
+                "{var}={value} in {env}"
+            );
+        }
     }
 
     /// What the module is for: freed memory below the heap's top goes back to the kernel.
