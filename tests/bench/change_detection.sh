@@ -8,7 +8,7 @@
 # (tests/tools/gen_kube_rules.py, SERVICES x ENDPOINTS, 2000 x 3), a stand-in
 # kube-proxy (bash under the name kube-proxy-cd, writing every second through a
 # child `iptables-nft-restore --noflush`, as kube-proxy does; its jumps from the
-# built-in chains written once), and two agents. What the stand-in writes, SYNC:
+# built-in chains written once), and three agents. What the stand-in writes, SYNC:
 #   partial  (the default) kube-proxy's partial sync (MinimizeIPTablesRestore, on by
 #            default since Kubernetes 1.27): the chains it always writes (filter's
 #            KUBE-* chains, nat's KUBE-SERVICES, KUBE-NODEPORTS, KUBE-POSTROUTING,
@@ -21,6 +21,7 @@
 #   watch  the defaults: nf_tables notifications, conntrack statistics every 1 s
 #   poll   --nftables-watch.enabled false --conntrack-stats.interval 0: what the
 #          agent was before issue 36, the iptables probe every 60 s (its default)
+#   poll2  the same as poll, the control: what two agents doing the same work differ by
 # Both listen to kube-proxy's process events in the bench's starting network namespace
 # (the initial one, the DaemonSet's: --proc-events.netns), as a hostNetwork agent does; so
 # the watching agent's socket filter drops the stand-in's commits but their NEWGEN
@@ -29,9 +30,10 @@
 # Phases:
 #   busy   BUSY s (600) of the stand-in's rewrites only: the watching agent must
 #          journal them as kube-proxy's and never raise rules_changed_by_other_process
-#          (checked every second); CPU and RSS of both agents over the phase
-#   idle   IDLE s (600) with the stand-in paused (SIGSTOP): nothing commits; CPU and
-#          RSS of both agents
+#          (checked every second); CPU of each agent over the phase (and of the
+#          watching agent's own threads, nftables-watch and conntrack-stats), their
+#          median VmRSS sampled every second over its second half
+#   idle   IDLE s (600) with the stand-in paused (SIGSTOP): nothing commits; the same
 #   trials WATCH_TRIALS (20) times: another process (an iptables-nft-restore, the
 #          bench's child, kept running until it is named) removes kube-proxy's
 #          service portals (flushes nat PREROUTING and OUTPUT, which kube-proxy's
@@ -159,15 +161,23 @@ ip netns exec "$NS" "$PW_BIN" serve --listen 127.0.0.1:19882 "${common[@]}" \
 	--nftables-watch.enabled false --conntrack-stats.interval 0 2>"$WORK/poll.log" &
 PIDS+=($!)
 POLL=$!
+# The control: a second polling agent, the same flags as the first. Two agents doing the same
+# work differ by more than the bars (their polls' rule dumps, the bulk of either's CPU, meet
+# each other and the stand-in on 2 CPUs): poll2 against poll is that noise, side by side.
+ip netns exec "$NS" "$PW_BIN" serve --listen 127.0.0.1:19884 "${common[@]}" \
+	--nftables-watch.enabled false --conntrack-stats.interval 0 2>"$WORK/poll2.log" &
+PIDS+=($!)
+POLL2=$!
 
-ip netns exec "$NS" python3 - "$WATCH" "$POLL" "$KP" "$BUSY" "$IDLE" "$WATCH_TRIALS" "$POLL_TRIALS" \
+ip netns exec "$NS" python3 - "$WATCH" "$POLL" "$POLL2" "$KP" "$BUSY" "$IDLE" "$WATCH_TRIALS" "$POLL_TRIALS" \
 	"$WORK/portals.rules" "$SERVICES" "$ENDPOINTS" "$KILL_TRIALS" "$WORK/kube-proxy-cd" "$LOOP" "$PW_BIN" "/proc/$$/ns/net" <<'EOF'
-import json, os, signal, subprocess, sys, time, urllib.request
+import json, os, signal, statistics, subprocess, sys, time, urllib.request
 
-watch_pid, poll_pid, kp_pid = (int(a) for a in sys.argv[1:4])
-busy, idle, n_watch, n_poll = (int(a) for a in sys.argv[4:8])
-portals, services, endpoints = sys.argv[8], sys.argv[9], sys.argv[10]
-n_kill, kp_path, loop, pw_bin, host_net = int(sys.argv[11]), sys.argv[12], sys.argv[13], sys.argv[14], sys.argv[15]
+watch_pid, poll_pid, poll2_pid, kp_pid = (int(a) for a in sys.argv[1:5])
+busy, idle, n_watch, n_poll = (int(a) for a in sys.argv[5:9])
+portals, services, endpoints = sys.argv[9], sys.argv[10], sys.argv[11]
+n_kill, kp_path, loop, pw_bin, host_net = int(sys.argv[12]), sys.argv[13], sys.argv[14], sys.argv[15], sys.argv[16]
+AGENTS = (watch_pid, poll_pid, poll2_pid)
 TICK = os.sysconf("SC_CLK_TCK")
 
 def get(port, path):
@@ -214,19 +224,47 @@ def wait(what, cond, limit, step=0.01, or_none=False):
         return None
     sys.exit(f"timed out after {limit} s: {what} (last error: {err!r})")
 
-wait("both agents up, kube-proxy found and 3 of its commits journaled",
-     lambda: get(19882, "/snapshot") and watch_state().get("state") == "watching"
+wait("the agents up, kube-proxy found and 3 of its commits journaled",
+     lambda: get(19882, "/snapshot") and get(19884, "/snapshot") and watch_state().get("state") == "watching"
      and watch_state().get("commits_kube_proxy_total", 0) >= 3, 120, 0.5)
 full = wait("a first reading", lambda: nat_reading(19881), 60, 0.2)[2]
 n_portals = sum(1 for l in open(portals) if l.startswith("-A "))
 
+def thread_cpu_ms(pid, names):
+    """CPU of the threads of pid named in names (the watching agent's own: its nf_tables
+    watcher and conntrack statistics reader), ms."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            f = open(f"/proc/{pid}/task/{tid}/stat").read()
+        except OSError:
+            continue
+        comm, rest = f.split("(", 1)[1].rsplit(")", 1)
+        if comm in names:
+            r = rest.split()
+            total += (int(r[11]) + int(r[12])) * 1000 / TICK
+    return total
+
+WATCH_THREADS = ("nftables-watch", "conntrack-stats")
+
 def phase(seconds, check):
-    c0 = {p: cpu_ms(p) for p in (watch_pid, poll_pid)}
+    """CPU over the phase, the median VmRSS of samples every second over its second half, and
+    the watching agent's own threads' CPU."""
+    c0 = {p: cpu_ms(p) for p in AGENTS}
+    own0 = thread_cpu_ms(watch_pid, WATCH_THREADS)
+    rss = {p: [] for p in AGENTS}
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         check()
+        if time.monotonic() - t0 >= seconds / 2:
+            for p in rss:
+                rss[p].append(rss_kib(p))
         time.sleep(1)
-    return {p: (cpu_ms(p) - c0[p], rss_kib(p)) for p in (watch_pid, poll_pid)}
+    for p in rss:
+        rss[p] = rss[p] or [rss_kib(p)]
+    res = {p: (cpu_ms(p) - c0[p], int(statistics.median(rss[p]))) for p in AGENTS}
+    res["own"] = thread_cpu_ms(watch_pid, WATCH_THREADS) - own0
+    return res
 
 w0 = watch_state()
 def busy_check():
@@ -375,9 +413,14 @@ if kills:
 print(f"writer named by the watching agent: {', '.join(sorted(names))}; the polling agent names none")
 print(f"busy phase: {busy} s, {kp_commits} commits journaled as kube-proxy's, 0 as another's, the finding never raised")
 print(f"of kube-proxy's last {len(kp_journal)} commits journaled at the busy phase's end, {dropped} dropped in the kernel but their NEWGEN (socket filter)")
-print(f"{'phase':8} {'watch_cpu_ms':>12} {'poll_cpu_ms':>12} {'cpu_ratio':>9} {'watch_kib':>9} {'poll_kib':>9} {'d_kib':>6}")
+print(f"{'phase':8} {'watch_cpu_ms':>12} {'poll_cpu_ms':>12} {'poll2_cpu_ms':>12} {'cpu_ratio':>9} {'control':>7} {'own_ms':>7} {'watch_kib':>9} {'poll_kib':>9} {'poll2_kib':>9} {'d_kib':>6}")
 for name, r in (("busy", busy_res), ("idle", idle_res)):
-    (wc, wk), (pc, pk) = r[watch_pid], r[poll_pid]
-    print(f"{name:8} {wc:12.0f} {pc:12.0f} {wc / pc if pc else float('nan'):9.2f} {wk:9d} {pk:9d} {wk - pk:6d}")
+    (wc, wk), (pc, pk), (qc, qk) = r[watch_pid], r[poll_pid], r[poll2_pid]
+    ratio = wc / ((pc + qc) / 2) if pc + qc else float("nan")
+    control = qc / pc if pc else float("nan")
+    print(f"{name:8} {wc:12.0f} {pc:12.0f} {qc:12.0f} {ratio:9.2f} {control:7.2f} {r['own']:7.0f} {wk:9d} {pk:9d} {qk:9d} {wk - (pk + qk) // 2:6d}")
+print("cpu_ratio: watch against the two polling agents' mean; control: poll2 against poll (the same work: the noise);"
+      " own_ms: the watching agent's nftables-watch and conntrack-stats threads; *_kib: median VmRSS of samples every"
+      " second over the phase's second half, d_kib against the polling agents' mean")
 print(f"load average at the end: {open('/proc/loadavg').read().split()[:3]}")
 EOF

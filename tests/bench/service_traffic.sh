@@ -21,14 +21,16 @@
 #   on_cpu / off_cpu  user + system CPU of each agent over the window (/proc/PID/stat, 10 ms ticks), ms
 #   cpu_per_run  (on_cpu - off_cpu) / runs, ms (issue 37: <= 5)
 #   probe_ms   the probe's wall time, probes.service_traffic.duration_seconds at the end
-#   on_kib / off_kib / d_kib  VmRSS of each agent at the end (issue 37: within 0.3 MiB = 307 KiB)
+#   on_kib / off_kib / d_kib  VmRSS of each agent, the median of samples every 0.5 s over the
+#              window's second half (issue 37: within 0.3 MiB = 307 KiB); each agent's
+#              RssAnon and RssFile medians are printed before the table
 #   ren_cpu    CPU of the third agent over the window, ms; pubs_on / pubs_ren the
 #              publications of the trying and of the third agent in the window
 #              (proxywatch_publications_total)
 #   pub_ms     (ren_cpu - off_cpu) / pubs_ren: one sysctls run and its publication, ms
 #   try_ms     cpu_per_run less pub_ms per publication of the trying agent: the 23 tries
 #              themselves and their history, ms per run
-#   ren_kib    VmRSS of the third agent at the end
+#   ren_kib    VmRSS of the third agent, sampled as on_kib
 # and, on a line of its own, the size in KiB of what the trying and the idle agent serve
 # at the end (/snapshot, /metrics, the status page): each is rendered and kept per
 # publication, so it is part of the trying agent's RSS.
@@ -184,9 +186,13 @@ if len(tries) != int(sys.argv[1]) + 3 or bad:
 
 TICK=$(getconf CLK_TCK)
 r0=$(api_tries 19871) on0=$(cpu "$ON") off0=$(cpu "$OFF") ren0=$(cpu "$REN") pon0=$(pubs 19871) pren0=$(pubs 19873)
-sleep "$SECONDS_"
+# RSS sampled every 0.5 s over the window's second half, the three agents at the same instants:
+# one end-of-window sample spread between runs by more than the bar.
+python3 "$ROOT/tests/bench/rss_sample.py" "$SECONDS_" "$WORK/rss.txt" on="$ON" off="$OFF" ren="$REN"
 r1=$(api_tries 19871) on1=$(cpu "$ON") off1=$(cpu "$OFF") ren1=$(cpu "$REN") pon1=$(pubs 19871) pren1=$(pubs 19873)
-on_kib=$(rss "$ON") off_kib=$(rss "$OFF") ren_kib=$(rss "$REN")
+read -r on_kib off_kib ren_kib <"$WORK/rss.txt"
+# Where each agent's anonymous memory is at the window's end (heap, other arenas, thread stacks).
+python3 "$ROOT/tests/bench/anon_by_mapping.py" on="$ON" off="$OFF" ren="$REN" >&2
 probe_ms=$(snap 19871 | python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["probes"]["service_traffic"]["duration_seconds"] * 1000))')
 
 # What a user would run instead: 20 curls, each its connect time.
