@@ -30,9 +30,10 @@
 # Phases:
 #   busy   BUSY s (600) of the stand-in's rewrites only: the watching agent must
 #          journal them as kube-proxy's and never raise rules_changed_by_other_process
-#          (checked every second); CPU of each agent over the phase (and of the
-#          watching agent's own threads, nftables-watch and conntrack-stats), their
-#          median VmRSS sampled every second over its second half
+#          (checked every second, each agent's /findings asked alike); CPU of each
+#          agent over the phase (and of the watching agent's own threads,
+#          nftables-watch and conntrack-stats), their median VmRSS sampled every
+#          second over its second half
 #   idle   IDLE s (600) with the stand-in paused (SIGSTOP): nothing commits; the same
 #   trials WATCH_TRIALS (20) times: another process (an iptables-nft-restore, the
 #          bench's child, kept running until it is named) removes kube-proxy's
@@ -271,6 +272,10 @@ def busy_check():
     f = other_finding()
     if f is not None:
         sys.exit(f"kube-proxy's own rewrites raised rules_changed_by_other_process: {f}")
+    # The polling agents are asked as often (their answers unread): an HTTP request and the
+    # render of /findings cost CPU, and only the watching agent's would have paid it.
+    for port in (19882, 19884):
+        get(port, "/findings")
 busy_res = phase(busy, busy_check)
 w1 = watch_state()
 kp_journal = [e["commit"] for e in w1.get("journal", []) if e.get("commit") and e.get("writer_class") == "kube-proxy"]
