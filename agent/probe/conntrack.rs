@@ -54,6 +54,18 @@ const NOT_SUMMED: &[&str] = &["entries"];
 
 /// Sums `/proc/net/stat/nf_conntrack` over CPUs, by header name.
 pub fn parse_stat(source: &str, text: &str) -> Result<BTreeMap<String, u64>, ParseError> {
+    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+    for_each_stat(source, text, |col, n| {
+        let slot = sums.entry(col.to_string()).or_insert(0);
+        *slot = slot.saturating_add(n);
+    })?;
+    Ok(sums)
+}
+
+/// Checks `/proc/net/stat/nf_conntrack` whole and hands `take` each per-CPU value of a summed
+/// column, by its header name: what [`parse_stat`] sums into a map, and what a reader that
+/// wants only some counters sums without building one (`watch::conntrack_stats`).
+pub fn for_each_stat(source: &str, text: &str, mut take: impl FnMut(&str, u64)) -> Result<(), ParseError> {
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let Some((_, header)) = lines.next() else {
         return Err(ParseError::whole(source, "empty file, expected a header line"));
@@ -72,7 +84,6 @@ pub fn parse_stat(source: &str, text: &str) -> Result<BTreeMap<String, u64>, Par
     {
         return Err(ParseError::new(source, 1, format!("bad column name {}", quote(bad))));
     }
-    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
     let mut rows = 0;
     for (i, line) in lines {
         let values: Vec<&str> = line.split_whitespace().collect();
@@ -89,18 +100,16 @@ pub fn parse_stat(source: &str, text: &str) -> Result<BTreeMap<String, u64>, Par
         }
         for (col, v) in columns.iter().zip(values) {
             let n = parse_hex_u64(source, i + 1, col, v)?;
-            if NOT_SUMMED.contains(col) {
-                continue;
+            if !NOT_SUMMED.contains(col) {
+                take(col, n);
             }
-            let slot = sums.entry(col.to_string()).or_insert(0);
-            *slot = slot.saturating_add(n);
         }
         rows += 1;
     }
     if rows == 0 {
         return Err(ParseError::whole(source, "header but no per-CPU rows (truncated?)"));
     }
-    Ok(sums)
+    Ok(())
 }
 
 fn read_number(host: &Host, path: &str) -> Result<Option<u64>, ProbeError> {

@@ -50,42 +50,20 @@ fn watched(stats: &BTreeMap<String, u64>) -> Watched {
 
 /// The drop counters summed over the CPUs straight from the stat file's text, without the map
 /// of every counter (its 17 names allocated at each read were a third of the reader's CPU):
-/// the same sums [`crate::probe::conntrack::parse_stat`] gives them, and None for every text
-/// it refuses (one that does not say what the kernel's says, or one cut short). The map is
-/// parsed only when they moved. Measured on this project's machine (the thread's `schedstat`,
-/// two agents side by side, 120 s): 5.9 ms of CPU against 10.1 ms before.
+/// the file checked and walked as [`crate::probe::conntrack::parse_stat`] does
+/// ([`crate::probe::conntrack::for_each_stat`]), so the same sums, and None for every text it
+/// refuses. The map is parsed only when they moved. Measured on this project's machine (the
+/// thread's `schedstat`, two agents side by side, 120 s, a quiet machine): 5.8 ms of CPU against
+/// 8.5 ms before.
 fn watched_in_text(text: &str) -> Option<Watched> {
-    let hex = |v: &str| (v.len() <= 16).then(|| u64::from_str_radix(v, 16).ok()).flatten();
-    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let header = lines.next()?;
-    let mut at = [None; 3];
-    let mut columns = 0;
-    for (i, c) in header.split_whitespace().enumerate() {
-        if (i == 0 && c != "entries") || !c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
-            return None;
+    let mut sums: Watched = [None; 3];
+    crate::probe::conntrack::for_each_stat(crate::probe::conntrack::STAT, text, |col, n| {
+        if let Some(k) = WATCHED.iter().position(|w| *w == col) {
+            sums[k] = Some(sums[k].unwrap_or(0).saturating_add(n));
         }
-        if let Some(k) = WATCHED.iter().position(|w| *w == c) {
-            at[k] = Some(i);
-        }
-        columns = i + 1;
-    }
-    let mut sums: Watched = at.map(|a| a.map(|_| 0));
-    let mut rows = 0;
-    for line in lines {
-        let mut n = 0;
-        for (i, v) in line.split_whitespace().enumerate() {
-            let value = hex(v)?;
-            if let Some(k) = at.iter().position(|a| *a == Some(i)) {
-                sums[k] = sums[k].map(|s| s.saturating_add(value));
-            }
-            n = i + 1;
-        }
-        if n != columns {
-            return None;
-        }
-        rows += 1;
-    }
-    (rows > 0).then_some(sums)
+    })
+    .ok()?;
+    Some(sums)
 }
 
 /// The statistics file, opened once and read again from its start each time, instead of the
