@@ -72,11 +72,12 @@ const M_ARENA_MAX: i32 = -8;
 /// Applies [`ALLOCATOR_SETTINGS`] to this process, each one whose variable the environment does
 /// not set (that one glibc already took, and it stays), so that a binary run from a shell or a
 /// systemd unit holds its memory as the image does. Called first in `main`, before any thread
-/// starts. Returns the variables it applied.
-pub fn settle_allocator() -> Vec<&'static str> {
-    settle_with(|var| std::env::var_os(var).is_some(), set)
+/// starts.
+pub fn settle_allocator() {
+    settle_with(|var| std::env::var_os(var).is_some(), set);
 }
 
+/// The variables whose settings it applied (for the test).
 fn settle_with(in_env: impl Fn(&str) -> bool, mut set: impl FnMut(i32, i32) -> bool) -> Vec<&'static str> {
     ALLOCATOR_SETTINGS
         .iter()

@@ -5,6 +5,7 @@ read-write mapping just above a guard page, of the size threads are given), and 
 
     anon_by_mapping.py NAME=PID...   prints one line per process, KiB
 """
+import os
 import sys
 
 ARENA_KIB = 64 * 1024
@@ -19,7 +20,7 @@ def mappings(pid):
                 yield cur
             f = line.split()
             lo, hi = (int(x, 16) for x in f[0].split("-"))
-            cur = {"lo": lo, "hi": hi, "perms": f[1], "path": f[5] if len(f) > 5 else "", "anon": 0, "rss": 0}
+            cur = {"lo": lo, "hi": hi, "perms": f[1], "path": f[5] if len(f) > 5 else "", "anon": 0}
         elif first == "Anonymous:":
             cur["anon"] = int(line.split()[1])
     if cur:
@@ -51,6 +52,6 @@ def split(pid):
 for arg in sys.argv[1:]:
     name, pid = arg.split("=", 1)
     s = split(int(pid))
-    threads = len(__import__("os").listdir(f"/proc/{pid}/task"))
+    threads = len(os.listdir(f"/proc/{pid}/task"))
     print(f"{name}: anonymous KiB " + " ".join(f"{k} {v}" for k, v in s.items())
           + f" (total {sum(s.values())}); threads {threads}")

@@ -185,8 +185,10 @@ def get(port, path):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
         return json.loads(r.read())
 
-def cpu_ms(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+def cpu_ms(pid, tid=None):
+    """User + system CPU of the process (or of its thread tid), ms."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    f = open(path).read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) * 1000 / TICK
 
 def rss_kib(pid):
@@ -237,13 +239,10 @@ def thread_cpu_ms(pid, names):
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            f = open(f"/proc/{pid}/task/{tid}/stat").read()
+            if open(f"/proc/{pid}/task/{tid}/comm").read().strip() in names:
+                total += cpu_ms(pid, tid)
         except OSError:
-            continue
-        comm, rest = f.split("(", 1)[1].rsplit(")", 1)
-        if comm in names:
-            r = rest.split()
-            total += (int(r[11]) + int(r[12])) * 1000 / TICK
+            continue  # the thread ended meanwhile
     return total
 
 WATCH_THREADS = ("nftables-watch", "conntrack-stats")

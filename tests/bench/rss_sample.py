@@ -10,8 +10,8 @@ import sys
 import time
 
 seconds, out = float(sys.argv[1]), sys.argv[2]
-names = dict(reversed(a.split("=", 1)) for a in sys.argv[3:])
-pids = [int(a.split("=", 1)[1]) for a in sys.argv[3:]]
+agents = [(name, int(pid)) for name, pid in (a.split("=", 1) for a in sys.argv[3:])]
+pids = [pid for _, pid in agents]
 KEYS = ("VmRSS", "RssAnon", "RssFile")
 
 
@@ -33,7 +33,7 @@ while time.monotonic() - t0 < seconds:
     time.sleep(0.5)
 med = {p: {k: statistics.median(s[k] for s in samples[p]) for k in KEYS} for p in pids}
 open(out, "w").write(" ".join(str(int(med[p]["VmRSS"])) for p in pids) + "\n")
-for p in pids:
+for name, p in agents:
     rss = [s["VmRSS"] for s in samples[p]]
-    print(f"{names[str(p)]} (pid {p}): median KiB VmRSS {med[p]['VmRSS']:.0f} RssAnon {med[p]['RssAnon']:.0f} "
+    print(f"{name} (pid {p}): median KiB VmRSS {med[p]['VmRSS']:.0f} RssAnon {med[p]['RssAnon']:.0f} "
           f"RssFile {med[p]['RssFile']:.0f}; VmRSS {min(rss)}-{max(rss)} over {len(rss)} samples", file=sys.stderr)

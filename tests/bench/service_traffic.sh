@@ -167,7 +167,6 @@ t = [t for t in (d.get("derived", {}).get("service_traffic") or {}).get("targets
 print(sum(t[0]["tries"].values()) if t else 0)'
 }
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 pubs() { innode curl -sf "http://127.0.0.1:$1/metrics" | awk '$1 == "proxywatch_publications_total" {print $2}'; }
 
 for _ in $(seq 100); do
