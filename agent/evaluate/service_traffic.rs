@@ -177,7 +177,7 @@ mod tests {
         s.facts.service_traffic = Some(ServiceTrafficFacts {
             source: "nftables".into(),
             generation: 1,
-            tries,
+            tries: tries.into(),
         });
         s
     }

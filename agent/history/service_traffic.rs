@@ -11,6 +11,7 @@
 //! p50, p99 and count.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -46,7 +47,8 @@ pub struct TargetHistory {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServiceTrafficDerived {
-    pub targets: Vec<TargetHistory>,
+    /// Shared with every publication's copy of the snapshot (see the facts' tries).
+    pub targets: Arc<Vec<TargetHistory>>,
 }
 
 #[derive(Debug, Default)]
@@ -69,7 +71,7 @@ pub fn quantile(v: &[f64], q: f64) -> Option<f64> {
 impl ServiceTrafficHistory {
     /// Takes one run's tries.
     pub fn observe(&mut self, f: &ServiceTrafficFacts) -> ServiceTrafficDerived {
-        for t in &f.tries {
+        for t in f.tries.iter() {
             if !self.targets.contains_key(&t.target) && self.targets.len() >= MAX_KEPT {
                 continue;
             }
@@ -104,7 +106,7 @@ impl ServiceTrafficHistory {
             h.window_tries = sorted.len();
         }
         ServiceTrafficDerived {
-            targets: self.targets.values().map(|(h, _)| h.clone()).collect(),
+            targets: Arc::new(self.targets.values().map(|(h, _)| h.clone()).collect()),
         }
     }
 }
@@ -137,10 +139,10 @@ mod tests {
         let mut d = ServiceTrafficDerived::default();
         for i in 1..=100 {
             let f = ServiceTrafficFacts {
-                tries: vec![
+                tries: Arc::new(vec![
                     try_("a", "ok", Some(i as f64 / 1000.0)),
                     try_("b", if i % 2 == 0 { "ok" } else { "refused" }, Some(0.2)),
-                ],
+                ]),
                 ..Default::default()
             };
             d = h.observe(&f);
@@ -161,7 +163,7 @@ mod tests {
         );
         // Bounded.
         let many = ServiceTrafficFacts {
-            tries: (0..100).map(|i| try_(&format!("t{i}"), "ok", Some(0.001))).collect(),
+            tries: Arc::new((0..100).map(|i| try_(&format!("t{i}"), "ok", Some(0.001))).collect()),
             ..Default::default()
         };
         assert_eq!(h.observe(&many).targets.len(), MAX_KEPT);

@@ -38,7 +38,7 @@ pub(super) fn service_traffic(out: &Out, s: &Snapshot) {
         // The history's targets are sorted by name, as the encoder sorts a family's series.
         let mut o = Vec::with_capacity(d.targets.len() * 1600);
         header(&mut o, HISTOGRAM, HISTOGRAM_HELP, "histogram");
-        for t in &d.targets {
+        for t in d.targets.iter() {
             let target = label(&t.target);
             for (le, n) in crate::history::service_traffic::BUCKETS.iter().zip(&t.buckets) {
                 let _ = writeln!(o, "{HISTOGRAM}_bucket{{target=\"{target}\",le=\"{le}\"}} {}", *n as f64);
@@ -114,7 +114,7 @@ mod tests {
     fn through_the_registry(out: &Out, s: &Snapshot) {
         if let Some(d) = &s.derived.service_traffic {
             let mut metrics = Vec::new();
-            for t in &d.targets {
+            for t in d.targets.iter() {
                 let mut label = proto::LabelPair::default();
                 label.set_name("target".into());
                 label.set_value(t.target.clone());
@@ -157,7 +157,7 @@ mod tests {
                 "Tries of the service_traffic probe per target since the agent started, by result: ok, refused, timeout, unreachable, dns_rcode, error, not_in_rules.",
                 &["target", "result"],
             );
-            for t in &d.targets {
+            for t in d.targets.iter() {
                 for (result, n) in &t.tries {
                     tries
                         .with_label_values(&[t.target.as_str(), result.as_str()])
@@ -171,7 +171,7 @@ mod tests {
                 "1 when the target's latest service_traffic try succeeded (connected; DNS: a NOERROR answer with records), 0 when it failed or its Service is not in kube-proxy's rules.",
                 &["target"],
             );
-            for t in &f.tries {
+            for t in f.tries.iter() {
                 ok.with_label_values(&[t.target.as_str()])
                     .set(if t.ok() { 1.0 } else { 0.0 });
             }
@@ -203,7 +203,7 @@ mod tests {
         let mut s = crate::evaluate::test_support::healthy();
         let mut facts = ServiceTrafficFacts::default();
         for i in 0..30u32 {
-            facts.tries = vec![
+            facts.tries = std::sync::Arc::new(vec![
                 try_("default/kubernetes:443/tcp", "ok", 0.0004 + f64::from(i) * 0.0001),
                 try_(
                     "kube-system/kube-dns:53/udp",
@@ -217,7 +217,7 @@ mod tests {
                     if i % 2 == 0 { "ok" } else { "not_in_rules" },
                     7.0,
                 ),
-            ];
+            ]);
             s.derived.service_traffic = Some(h.observe(&facts));
         }
         s.facts.service_traffic = Some(facts);

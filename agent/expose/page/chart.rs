@@ -596,11 +596,11 @@ mod tests {
             let d = if i % 9 == 0 { 0.3 } else { 0.002 };
             api.push(a);
             dns.push(d);
-            facts.tries = vec![
+            facts.tries = std::sync::Arc::new(vec![
                 try_("default/kubernetes:443/tcp", "ok", a),
                 try_("kube-system/kube-dns:53/udp", "ok", d),
                 try_("default/web:80/tcp", "refused", 0.0004),
-            ];
+            ]);
             derived = h.observe(&facts);
         }
         let window = |v: &[f64]| {

@@ -270,7 +270,9 @@ pub struct ServiceTrafficFacts {
     /// The ruleset generation the targets were read at.
     pub generation: u32,
     /// Every target's try, in order: the API server, DNS over UDP and TCP, the flags' targets.
-    pub tries: Vec<Try>,
+    /// Shared: every publication keeps a copy of the snapshot, and a copy of the tries
+    /// allocated each of their strings again.
+    pub tries: Arc<Vec<Try>>,
 }
 
 // ---------------------------------------------------------------------------
@@ -454,12 +456,14 @@ pub async fn probe(
             .map(|_| Err("nf_conntrack_netlink is not loaded (nothing asked, so nothing loaded)".into()))
             .collect()
     };
-    let tries = plans
-        .into_iter()
-        .zip(outcomes)
-        .zip(entries)
-        .map(|((p, o), e)| to_try(&found.table, p, o, e))
-        .collect();
+    let tries = Arc::new(
+        plans
+            .into_iter()
+            .zip(outcomes)
+            .zip(entries)
+            .map(|((p, o), e)| to_try(&found.table, p, o, e))
+            .collect(),
+    );
     Ok(Probed::Present(ServiceTrafficFacts {
         source: if found.sources.is_empty() {
             "none".into()
