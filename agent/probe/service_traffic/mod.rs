@@ -20,7 +20,8 @@
 //!    `/proc/net/ip_vs` ([`Address`]: `--service-traffic.address`, else what the agent's own
 //!    pod was told of the API server and the cluster DNS), its real servers above weight 0
 //!    its endpoints; a name found nowhere is `not_in_rules`, not tried;
-//! 2. one try per target, all at once, each under `--service-traffic.try-timeout`:
+//! 2. one try per target, all at once through one poll(2) loop (`attempt.rs`), each under
+//!    `--service-traffic.try-timeout`:
 //!    a TCP connect (its connect time), or a DNS query for
 //!    `kubernetes.default.svc.<--service-traffic.cluster-domain>` over UDP
 //!    (its answer time) and over TCP (connect and answer time); a failure is
@@ -31,8 +32,8 @@
 //!    entry, or one kube-proxy's rules did not translate, is a data-plane
 //!    failure.
 //!
-//! Cost: one socket per try, one GET per try (over one netlink socket), the rules walked
-//! once per generation. Nothing is changed on the node; no module is loaded (nothing
+//! Cost: one blocking call per run, one socket per try, one GET per try (over one netlink
+//! socket), the rules walked once per generation. Nothing is changed on the node; no module is loaded (nothing
 //! is asked over netlink when nf_tables or nf_conntrack_netlink is not loaded).
 
 mod attempt;
@@ -50,7 +51,7 @@ use super::service_endpoints::{service_label, socket, ServicePort, ServiceTable}
 use super::{Deadline, ProbeContext, ProbeError, Probed};
 use crate::netlink::replay::NodeConn;
 use crate::netlink::{ct_dump, Conn, NlError, NETLINK_NETFILTER};
-use attempt::{attempt, Outcome};
+use attempt::{attempt_all, Outcome};
 pub use discover::{Found, TrafficMemory};
 
 /// `--service-traffic.target` flags read, at most.
@@ -271,7 +272,7 @@ pub struct ServiceTrafficFacts {
     pub generation: u32,
     /// Every target's try, in order: the API server, DNS over UDP and TCP, the flags' targets.
     /// Shared: every publication keeps a copy of the snapshot, and a copy of the tries
-    /// allocated each of their strings again.
+    /// allocated every string again (issue 37's memory).
     pub tries: Arc<Vec<Try>>,
 }
 
@@ -423,7 +424,10 @@ pub async fn probe(
         _ => Default::default(),
     };
     let addresses = settings.addresses.clone();
-    let (generation, found, conntrack) = super::blocking(super::ProbeName::ServiceTraffic, move || {
+    let base = (std::process::id() as u16).wrapping_mul(31);
+    // One blocking call for the whole run: the rules read (when their generation moved), the
+    // tries over one poll loop, their conntrack entries over one netlink socket.
+    let (generation, sources, tries) = super::blocking(super::ProbeName::ServiceTraffic, move || {
         let conntrack = !super::modules::tool_would_load(&host, "nf_conntrack_netlink");
         let (g, f) = if super::modules::tool_would_load(&host, "nf_tables") {
             (0, Arc::new(Found::default()))
@@ -431,44 +435,35 @@ pub async fn probe(
             discover::find(&host, &memory.service_traffic, &wanted, at).map_err(nl)?
         };
         let f = discover::with_legacy(f, &legacy);
-        Ok((g, discover::with_ipvs(f, &host, &addresses)?, conntrack))
-    })
-    .await?;
-    let plans = plans(&found, &settings);
-    let base = (std::process::id() as u16).wrapping_mul(31);
-    let outcomes = futures_util::future::join_all(
-        plans
+        let found = discover::with_ipvs(f, &host, &addresses)?;
+        let plans = plans(&found, &settings);
+        let outcomes = attempt_all(&plans, &settings, base, at);
+        let keys: Vec<Option<Key>> = plans
             .iter()
-            .enumerate()
-            .map(|(i, p)| attempt(p, &settings, base.wrapping_add(i as u16))),
-    )
-    .await;
-    let keys: Vec<Option<Key>> = plans
-        .iter()
-        .zip(&outcomes)
-        .map(|(p, o)| Some((p.svc?.protocol, o.source?, o.dest?)))
-        .collect();
-    let entries = if conntrack {
-        let host = ctx.host.clone();
-        super::blocking(super::ProbeName::ServiceTraffic, move || Ok(lookups(&host, at, keys))).await?
-    } else {
-        keys.iter()
-            .map(|_| Err("nf_conntrack_netlink is not loaded (nothing asked, so nothing loaded)".into()))
-            .collect()
-    };
-    let tries = Arc::new(
-        plans
+            .zip(&outcomes)
+            .map(|(p, o)| Some((p.svc?.protocol, o.source?, o.dest?)))
+            .collect();
+        let entries = if conntrack {
+            lookups(&host, at, keys)
+        } else {
+            keys.iter()
+                .map(|_| Err("nf_conntrack_netlink is not loaded (nothing asked, so nothing loaded)".into()))
+                .collect()
+        };
+        let tries: Vec<Try> = plans
             .into_iter()
             .zip(outcomes)
             .zip(entries)
             .map(|((p, o), e)| to_try(&found.table, p, o, e))
-            .collect(),
-    );
+            .collect();
+        Ok((g, found.sources.clone(), Arc::new(tries)))
+    })
+    .await?;
     Ok(Probed::Present(ServiceTrafficFacts {
-        source: if found.sources.is_empty() {
+        source: if sources.is_empty() {
             "none".into()
         } else {
-            found.sources.join("+")
+            sources.join("+")
         },
         generation,
         tries,
