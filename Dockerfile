@@ -71,7 +71,14 @@ EXPOSE 9877
 # mapped and returned whole instead of fragmenting the heap: 1.9-3.8 MiB less
 # RSS in a 2-hour soak, two agents under the same churn, the live heap ~1 MiB
 # in both (heaptrack; docs/benchmarks.md, soak).
-ENV MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072
+# glibc's per-thread caches (tcache: up to 7 freed blocks of each small size,
+# per thread) off: each of the runtime's threads kept its own, and the blocks
+# they held pinned pages the live heap had left. With them off, an agent trying
+# 23 Services every 250 ms or 5 s had +66 to +342 KiB more anonymous memory
+# than one that does not (median +258, 9 runs), against +458 and +552 with
+# them (2 runs), at the same CPU (docs/benchmarks.md, issue 37). glibc reads
+# this tunable only at start; no mallopt(3) parameter sets it.
+ENV MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 GLIBC_TUNABLES=glibc.malloc.tcache_count=0
 
 # Health is checked by the kubelet (httpGet /healthz in the DaemonSet), which
 # ignores Docker HEALTHCHECKs; the image has no curl/wget to run one anyway.

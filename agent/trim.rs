@@ -13,6 +13,8 @@
 //! [`settle_allocator`] holds glibc to the image's two arenas and fixed mmap threshold
 //! (Dockerfile `ENV`) in a binary started without those variables, so that one built from
 //! source holds its memory as the DaemonSet's does (docs/how-it-works.md, "The DaemonSet and the image").
+//! The image also turns glibc's per-thread caches off (`GLIBC_TUNABLES`), which no mallopt(3)
+//! parameter does: glibc reads that tunable only at start, so a binary run without it keeps them.
 
 use std::time::{Duration, Instant};
 

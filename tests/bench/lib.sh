@@ -20,6 +20,17 @@ pw_bin() {
 	[[ -x $PW_BIN ]] || { echo "no binary at $PW_BIN" >&2; exit 1; }
 }
 
+# image_env: sets IMAGE_ENV to the allocator settings the image gives the agent (the
+# Dockerfile's `ENV MALLOC_...` line, word for word), for `env "${IMAGE_ENV[@]}" "$PW_BIN"`: the
+# binary sets the two mallopt(3) ones itself, not GLIBC_TUNABLES (read by glibc only at start).
+# Only the agents get them, not the tools they are compared with.
+image_env() {
+	local line
+	line=$(grep -m1 '^ENV MALLOC_' "$ROOT/Dockerfile") || { echo "no ENV MALLOC_ line in the Dockerfile" >&2; exit 1; }
+	# shellcheck disable=SC2034 # the caller's
+	read -r -a IMAGE_ENV <<<"${line#ENV }"
+}
+
 # conntrack_max_at_least N: raises the kernel-wide nf_conntrack_max to N for this
 # run when it is lower, saying so; conntrack_max_restore, from the EXIT trap, puts
 # the old value back unless someone changed it since.

@@ -10,7 +10,7 @@
 # namespace (10.77.0.2: TCP listeners on 6443 and 8080, a DNS responder on 53;
 # python3, accept and close).
 #
-# Two `proxywatch serve` (started by `ip netns exec` directly, so $! is the agent) run side by side in the node namespace for SECONDS
+# Two `proxywatch serve` (started by `ip netns exec` and env(1), which exec it, so $! is the agent) run side by side in the node namespace for SECONDS
 # (SECONDS_WINDOW, 60), the same flags but one tries every INTERVAL (250ms) the 23 built-in
 # and flag targets (--service-traffic.target default/web<i>:80, each its one
 # ClusterIP try) and the other never (the default). Columns:
@@ -38,6 +38,9 @@
 #              web Services, one after the other (wait4 rusage of the bash that runs them),
 #              median of RUNS (5), ms; curl_ms their wall time
 #
+# The three agents run with the image's allocator settings (lib.sh's image_env: the
+# Dockerfile's ENV, glibc's per-thread caches off among them), as the DaemonSet's does.
+#
 # Needs root, iproute2, iptables-nft-restore, conntrack, curl, python3.
 # Only the namespaces it creates are touched; nothing host-global is changed.
 set -euo pipefail
@@ -50,6 +53,7 @@ RUNS=${RUNS:-5}
 source "$ROOT/tests/bench/lib.sh"
 need_root_and ip iptables-nft-restore conntrack curl python3
 pw_bin
+image_env
 
 NODE="pwsv-$$-node" EP="pwsv-$$-ep"
 WORK=$(mktemp -d /tmp/pw-svc.XXXXXX)
@@ -148,13 +152,13 @@ sleep 1
 common=(--log.level error --node-name bench --kube-proxy.down-grace 0s --service-traffic.try-timeout 2s)
 targets=()
 for ((i = 0; i < TARGETS; i++)); do targets+=(--service-traffic.target "default/web$i:80"); done
-ip netns exec "$NODE" "$PW_BIN" serve --listen 127.0.0.1:19871 "${common[@]}" "${targets[@]}" --service-traffic.interval "$INTERVAL" 2>"$WORK/on.log" &
+ip netns exec "$NODE" env "${IMAGE_ENV[@]}" "$PW_BIN" serve --listen 127.0.0.1:19871 "${common[@]}" "${targets[@]}" --service-traffic.interval "$INTERVAL" 2>"$WORK/on.log" &
 PIDS+=($!)
 ON=$!
-ip netns exec "$NODE" "$PW_BIN" serve --listen 127.0.0.1:19872 "${common[@]}" "${targets[@]}" 2>"$WORK/off.log" &
+ip netns exec "$NODE" env "${IMAGE_ENV[@]}" "$PW_BIN" serve --listen 127.0.0.1:19872 "${common[@]}" "${targets[@]}" 2>"$WORK/off.log" &
 PIDS+=($!)
 OFF=$!
-ip netns exec "$NODE" "$PW_BIN" serve --listen 127.0.0.1:19873 "${common[@]}" "${targets[@]}" --sysctls.interval "$INTERVAL" 2>"$WORK/ren.log" &
+ip netns exec "$NODE" env "${IMAGE_ENV[@]}" "$PW_BIN" serve --listen 127.0.0.1:19873 "${common[@]}" "${targets[@]}" --sysctls.interval "$INTERVAL" 2>"$WORK/ren.log" &
 PIDS+=($!)
 REN=$!
 

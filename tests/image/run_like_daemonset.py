@@ -468,9 +468,11 @@ def tests(pod, cts, host_bin, netns, tmp):
               f"Seccomp {st.get('Seccomp')} (0 none, 1 strict, 2 filter)")
         # The malloc settings the soak measured (docs/benchmarks.md) reach the agent.
         environ = dict(kv.split("=", 1) for kv in open(f"/proc/{agent}/environ").read().split("\0") if "=" in kv)
-        malloc = {k: environ.get(k) for k in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_")}
-        check(malloc == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"},
-              "serve: the agent runs with the image's malloc settings (MALLOC_ARENA_MAX=2, MALLOC_MMAP_THRESHOLD_=131072)",
+        malloc = {k: environ.get(k) for k in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")}
+        check(malloc == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
+                         "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"},
+              "serve: the agent runs with the image's malloc settings (MALLOC_ARENA_MAX=2, MALLOC_MMAP_THRESHOLD_=131072, "
+              "GLIBC_TUNABLES=glibc.malloc.tcache_count=0)",
               f"{malloc}")
         if pod.memory is not None:
             limit = memory_limit(agent)
