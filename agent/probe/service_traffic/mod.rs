@@ -427,7 +427,7 @@ pub async fn probe(
     let base = (std::process::id() as u16).wrapping_mul(31);
     // One blocking call for the whole run: the rules read (when their generation moved), the
     // tries over one poll loop, their conntrack entries over one netlink socket.
-    let (generation, sources, tries) = super::blocking(super::ProbeName::ServiceTraffic, move || {
+    let facts = super::blocking(super::ProbeName::ServiceTraffic, move || {
         let conntrack = !super::modules::tool_would_load(&host, "nf_conntrack_netlink");
         let (g, f) = if super::modules::tool_would_load(&host, "nf_tables") {
             (0, Arc::new(Found::default()))
@@ -450,24 +450,24 @@ pub async fn probe(
                 .map(|_| Err("nf_conntrack_netlink is not loaded (nothing asked, so nothing loaded)".into()))
                 .collect()
         };
-        let tries: Vec<Try> = plans
+        let tries = plans
             .into_iter()
             .zip(outcomes)
             .zip(entries)
             .map(|((p, o), e)| to_try(&found.table, p, o, e))
             .collect();
-        Ok((g, found.sources.clone(), Arc::new(tries)))
+        Ok(ServiceTrafficFacts {
+            source: if found.sources.is_empty() {
+                "none".into()
+            } else {
+                found.sources.join("+")
+            },
+            generation: g,
+            tries: Arc::new(tries),
+        })
     })
     .await?;
-    Ok(Probed::Present(ServiceTrafficFacts {
-        source: if sources.is_empty() {
-            "none".into()
-        } else {
-            sources.join("+")
-        },
-        generation,
-        tries,
-    }))
+    Ok(Probed::Present(facts))
 }
 
 /// A try's conntrack tuple: protocol, its own source, the service port.
